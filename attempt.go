@@ -1,0 +1,161 @@
+package outlast
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"sync"
+	"time"
+)
+
+// An Attempt is the record of one try at a request: what seed 000 calls a
+// model call. Each attempt is reported twice to [Hooks]: at its start, with
+// End, Status, Err and RetryIn zero, and at its end.
+type Attempt struct {
+	// CallID identifies the attempt: a UUIDv7, unique and time-ordered, so
+	// sorting the IDs sorts the attempts.
+	CallID string
+	// N is the attempt's number, 1 for the first.
+	N int
+	// Key is the gate key the attempt held, or "" without a gate.
+	Key string
+	// Ahead is how many held or waited for the key when this attempt
+	// joined its queue; 0 when it did not queue.
+	Ahead int
+	// GateWait is how long the attempt waited at the gate.
+	GateWait time.Duration
+	// Start is when the attempt was sent, after the gate.
+	Start time.Time
+	// End is when its response (or its first body byte, with
+	// Transport.FirstByteTimeout) or its error arrived.
+	End time.Time
+	// Status is the response's status, or 0 if there was none.
+	Status int
+	// Err is the failure: a *StatusError for a failed status, the
+	// transport's error, or nil for the result that was returned.
+	Err error
+	// RetryAfter is the delay the server asked for, if any.
+	RetryAfter time.Duration
+	// RetryIn is the wait before the next attempt, when one follows. The
+	// last attempt has none.
+	RetryIn time.Duration
+}
+
+// Hooks are told of every attempt. Any of them may be nil. They are called
+// synchronously, in order, in the goroutine that made the request, and the
+// last attempt's end is reported before RoundTrip or Do returns. A Hooks
+// value used by several requests at once is called concurrently for
+// different requests.
+type Hooks struct {
+	// AttemptStart is called when an attempt is sent.
+	AttemptStart func(Attempt)
+	// AttemptEnd is called when an attempt has its result. RetryIn is set
+	// when another attempt will follow.
+	AttemptEnd func(Attempt)
+	// Queued is called when a request joins a gate's queue, with the gate
+	// key and how many are ahead of it.
+	Queued func(key string, ahead int)
+}
+
+func (h *Hooks) any() bool {
+	return h != nil && (h.AttemptStart != nil || h.AttemptEnd != nil || h.Queued != nil)
+}
+
+type hooksKey struct{}
+
+// WithHooks returns a copy of ctx that carries h. [Do] and [Transport]
+// report the attempts of requests made with the context to h, after the
+// Transport's own Hooks. A proxy uses it to tie attempts to the request it
+// is serving.
+func WithHooks(ctx context.Context, h Hooks) context.Context {
+	return context.WithValue(ctx, hooksKey{}, &h)
+}
+
+func hooksFrom(ctx context.Context) *Hooks {
+	h, _ := ctx.Value(hooksKey{}).(*Hooks)
+	return h
+}
+
+// reporter sends attempts to up to two Hooks: a transport's and a
+// context's.
+type reporter struct{ a, b *Hooks }
+
+func (r reporter) active() bool { return r.a.any() || r.b.any() }
+
+func (r reporter) start(at Attempt) {
+	for _, h := range [2]*Hooks{r.a, r.b} {
+		if h != nil && h.AttemptStart != nil {
+			h.AttemptStart(at)
+		}
+	}
+}
+
+func (r reporter) end(at Attempt) {
+	for _, h := range [2]*Hooks{r.a, r.b} {
+		if h != nil && h.AttemptEnd != nil {
+			h.AttemptEnd(at)
+		}
+	}
+}
+
+func (r reporter) queued(key string, ahead int) {
+	for _, h := range [2]*Hooks{r.a, r.b} {
+		if h != nil && h.Queued != nil {
+			h.Queued(key, ahead)
+		}
+	}
+}
+
+// callIDs makes UUIDv7s (RFC 9562 §5.7). Within one millisecond the 12-bit
+// rand_a field counts up (§6.2 method 1), so IDs made by one process sort
+// in the order they were made.
+var callIDs struct {
+	mu  sync.Mutex // guards ms and seq
+	ms  int64
+	seq uint16
+}
+
+// NewCallID returns a new UUIDv7 in its canonical text form. Attempts get
+// theirs from it; a host may use it for IDs of its own that sort with them.
+func NewCallID() string {
+	var u [16]byte
+	now := time.Now().UnixMilli()
+	callIDs.mu.Lock()
+	if now <= callIDs.ms {
+		// The clock stood still or went back: keep counting from the last
+		// millisecond so that IDs stay ordered.
+		now = callIDs.ms
+		callIDs.seq++
+		if callIDs.seq > 0xfff {
+			now++
+			callIDs.seq = 0
+		}
+	} else {
+		callIDs.seq = 0
+	}
+	callIDs.ms = now
+	seq := callIDs.seq
+	callIDs.mu.Unlock()
+
+	binary.BigEndian.PutUint64(u[0:8], uint64(now)<<16)
+	u[6] = 0x70 | byte(seq>>8&0x0f) // version 7
+	u[7] = byte(seq)
+	_, _ = rand.Read(u[8:]) // crypto/rand.Read never fails (Go 1.24)
+	u[8] = 0x80 | u[8]&0x3f // variant 10
+	return formatUUID(&u)
+}
+
+func formatUUID(u *[16]byte) string {
+	const hex = "0123456789abcdef"
+	var b [36]byte
+	j := 0
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b[j] = '-'
+			j++
+		}
+		b[j], b[j+1] = hex[c>>4], hex[c&0x0f]
+		j += 2
+	}
+	return string(b[:])
+}

@@ -1,0 +1,173 @@
+package outlast
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// send makes one round trip with r. With FirstByteTimeout it also waits
+// for the first body byte of a response that is not a failure. The gate,
+// if held (release != nil), passes to the returned response's body, and is
+// given back at once when there is no response.
+func (c *call) send(r *http.Request, release func()) (*http.Response, error) {
+	if c.t.FirstByteTimeout <= 0 {
+		resp, err := c.t.base().RoundTrip(r)
+		return wrapBody(resp, err, release, nil)
+	}
+	parent := r.Context()
+	ctx, cancel := context.WithCancelCause(parent)
+	timer := time.AfterFunc(c.t.FirstByteTimeout, func() { cancel(ErrStalled) })
+	resp, err := c.t.base().RoundTrip(r.WithContext(ctx))
+	if err != nil {
+		timer.Stop()
+		return wrapBody(nil, stallCause(ctx, parent, err), release, cancel)
+	}
+	if isFailure(resp.StatusCode) {
+		if !timer.Stop() {
+			resp.Body.Close()
+			return wrapBody(nil, stallCause(ctx, parent, ErrStalled), release, cancel)
+		}
+		return wrapBody(resp, nil, release, cancel)
+	}
+	return firstByte(resp, timer, ctx, parent, release, cancel)
+}
+
+// firstByte reads the first body byte of resp before it is committed.
+func firstByte(resp *http.Response, timer *time.Timer, ctx, parent context.Context, release func(), cancel context.CancelCauseFunc) (*http.Response, error) {
+	b := &body{rc: resp.Body, release: release, cancel: cancel}
+	n, err := readSome(resp.Body, b.one[:])
+	if !timer.Stop() {
+		// The timer fired, so ctx is or will be cancelled: whatever was
+		// read, the rest of the body is lost.
+		resp.Body.Close()
+		b.finish()
+		return nil, stallCause(ctx, parent, ErrStalled)
+	}
+	switch {
+	case n > 0:
+		b.head = b.one[:n]
+	case err == io.EOF && !isEventStream(resp.Header):
+		// A clean, empty body is a complete answer.
+	case err == io.EOF:
+		resp.Body.Close()
+		b.finish()
+		return nil, ErrClosedEarly
+	default:
+		resp.Body.Close()
+		b.finish()
+		return nil, stallCause(ctx, parent, fmt.Errorf("%w: %w", ErrClosedEarly, err))
+	}
+	resp.Body = b
+	return resp, nil
+}
+
+// readSome reads until it gets a byte or an error.
+func readSome(r io.Reader, p []byte) (int, error) {
+	for {
+		n, err := r.Read(p)
+		if n > 0 || err != nil {
+			return n, err
+		}
+	}
+}
+
+// stallCause returns the error for an attempt that failed under a
+// first-byte timer: the caller's own error when the caller's context ended,
+// ErrStalled when the timer fired, and err otherwise.
+func stallCause(ctx, parent context.Context, err error) error {
+	if perr := parent.Err(); perr != nil {
+		return err
+	}
+	if context.Cause(ctx) == ErrStalled {
+		return ErrStalled
+	}
+	return err
+}
+
+func isEventStream(h http.Header) bool {
+	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	return mt == "text/event-stream"
+}
+
+// wrapBody gives resp a body that releases the gate and cancels the
+// attempt's context when it is read to its end or closed. Without a
+// response, it does both at once and returns err.
+func wrapBody(resp *http.Response, err error, release func(), cancel context.CancelCauseFunc) (*http.Response, error) {
+	if resp == nil {
+		if release != nil {
+			release()
+		}
+		if cancel != nil {
+			cancel(nil)
+		}
+		return nil, err
+	}
+	if release == nil && cancel == nil {
+		return resp, nil
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The body is a connection to keep, not a response to read: the
+		// attempt is over. Its context must live on with it.
+		if release != nil {
+			release()
+		}
+		return resp, nil
+	}
+	resp.Body = &body{rc: resp.Body, release: release, cancel: cancel}
+	return resp, nil
+}
+
+// body wraps a committed response's body to give back what the attempt
+// held once the caller is done with it.
+type body struct {
+	rc      io.ReadCloser
+	head    []byte  // bytes read before commit, not yet given to the caller
+	one     [1]byte // storage for head
+	release func()
+	cancel  context.CancelCauseFunc
+
+	released  atomic.Bool // release has been called
+	cancelled atomic.Bool // cancel has been called
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if len(b.head) > 0 {
+		n := copy(p, b.head)
+		b.head = b.head[n:]
+		return n, nil
+	}
+	n, err := b.rc.Read(p)
+	if err == io.EOF && b.release != nil {
+		// The server's slot is free once the response has ended, even if
+		// the caller is slow to close the body.
+		b.releaseOnce()
+	}
+	return n, err
+}
+
+func (b *body) Close() error {
+	err := b.rc.Close()
+	b.finish()
+	return err
+}
+
+// finish releases the gate and cancels the attempt's context, once.
+func (b *body) finish() {
+	b.releaseOnce()
+	if b.cancel != nil && !b.cancelled.Swap(true) {
+		b.cancel(nil)
+	}
+}
+
+// releaseOnce releases the gate the first time it is called. Read and
+// Close may race (a caller may close the body to abort a read).
+func (b *body) releaseOnce() {
+	if b.release != nil && !b.released.Swap(true) {
+		b.release()
+	}
+}

@@ -1,0 +1,110 @@
+package outlast
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+)
+
+// IsRetryable reports whether a failure may succeed if the same request is
+// sent again. It is the default [Policy.Retryable].
+//
+// It accepts:
+//   - a *StatusError with status 408, 425, 429, 500, 502, 503, 504, 529, or
+//     any other 5xx;
+//   - a connection refused or reset, a failed dial, or a connection closed
+//     before the response (io.EOF, io.ErrUnexpectedEOF);
+//   - a timeout before the first response byte (a net.Error whose Timeout
+//     is true, such as http.Transport's ResponseHeaderTimeout);
+//   - ErrStalled and ErrClosedEarly.
+//
+// It refuses every other 4xx, the caller's own cancellation or deadline
+// (context.Canceled, context.DeadlineExceeded), a busy gate (ErrBusy), and
+// anything it does not know. A response header "x-should-retry: true" or
+// "false" overrides the status, as the OpenAI and Anthropic SDKs let the
+// server decide.
+func IsRetryable(err error) bool {
+	if err == nil || isBusy(err) || isCallerDone(err) {
+		return false
+	}
+	var se *StatusError
+	if errors.As(err, &se) {
+		return statusRetryable(se)
+	}
+	return isGone(err) || isTimeout(err)
+}
+
+// ServerGone reports whether err means a local inference server went away
+// and may be back: a failed connection, a response closed early or
+// stalled, a timeout before the first byte (a model still loading), or a
+// 503. It is the narrower predicate of seed 002, for llama.cpp and other
+// servers on the same host, where any other status would fail again. Use
+// it as [Policy.Retryable].
+func ServerGone(err error) bool {
+	if err == nil || isBusy(err) || isCallerDone(err) {
+		return false
+	}
+	var se *StatusError
+	if errors.As(err, &se) {
+		return se.StatusCode == http.StatusServiceUnavailable
+	}
+	return isGone(err) || isTimeout(err)
+}
+
+// statusRetryable classifies a failed status.
+func statusRetryable(se *StatusError) bool {
+	// The OpenAI and Anthropic SDKs let the server decide with this header;
+	// it overrides the status both ways.
+	switch strings.ToLower(strings.TrimSpace(se.Header.Get("X-Should-Retry"))) {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	switch c := se.StatusCode; {
+	case c == http.StatusRequestTimeout, c == http.StatusTooEarly, c == http.StatusTooManyRequests:
+		return true
+	case c >= 500 && c <= 599: // 500, 502, 503, 504, 529 (Anthropic's overloaded) and the rest
+		return true
+	}
+	return false
+}
+
+// isCallerDone reports whether err is a context's end. The transport
+// checks the caller's own context before it retries, so an error of this
+// kind that reaches a predicate is the caller's and not the server's.
+func isCallerDone(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// isGone reports a connection that failed before a response.
+func isGone(err error) bool {
+	switch {
+	case errors.Is(err, ErrStalled), errors.Is(err, ErrClosedEarly):
+		return true
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		// net/http returns these when the server closes the connection
+		// before a response: the request was not answered.
+		return true
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		// A name that does not exist will not exist in a minute either.
+		return dns.IsTimeout || dns.IsTemporary
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// isTimeout reports a timeout that is not the caller's.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,5 @@
+module github.com/outlast-llm/outlast
+
+go 1.26
+
+require go.uber.org/goleak v1.3.0 // indirect

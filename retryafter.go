@@ -1,0 +1,77 @@
+package outlast
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxDelay bounds a parsed delay so that adding it to a time cannot
+// overflow; no server means a delay of a century.
+const maxDelay = 100 * 365 * 24 * time.Hour
+
+// RetryAfter returns the delay a response's header asks for, and whether
+// it asks for one. It reads retry-after-ms (milliseconds, as the OpenAI and
+// Anthropic APIs send it) and Retry-After (RFC 9110 §10.2.3: delay-seconds
+// or an HTTP-date, measured from now). When both are valid, retry-after-ms
+// wins, because it is the more precise. A date in the past is a delay of 0.
+// A value that is neither is ignored, never an error: a malformed header
+// must not turn a retryable failure into a permanent one.
+//
+// Decimal values ("1.5") are accepted in both headers, as the SDKs accept
+// them. Delays are capped at 100 years.
+func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+	if h == nil {
+		return 0, false
+	}
+	if d, ok := parseDelay(h.Get("Retry-After-Ms"), time.Millisecond); ok {
+		return d, true
+	}
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0, false
+	}
+	if d, ok := parseDelay(v, time.Second); ok {
+		return d, true
+	}
+	t, err := http.ParseTime(strings.TrimSpace(v))
+	if err != nil {
+		return 0, false
+	}
+	d := t.Sub(now)
+	if d < 0 {
+		d = 0
+	}
+	return min(d, maxDelay), true
+}
+
+// parseDelay parses a non-negative decimal number of units. It refuses
+// signs, exponents, hex, "Inf" and "NaN", which strconv.ParseFloat would
+// otherwise take.
+func parseDelay(s string, unit time.Duration) (time.Duration, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" || len(s) > 32 {
+		return 0, false
+	}
+	dot := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+		case c == '.' && !dot && i > 0 && i < len(s)-1:
+			dot = true
+		default:
+			return 0, false
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || f < 0 {
+		return 0, false
+	}
+	d := f * float64(unit)
+	if d >= float64(maxDelay) {
+		return maxDelay, true
+	}
+	return time.Duration(d), true
+}

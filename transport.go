@@ -1,0 +1,393 @@
+package outlast
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// AttemptHeader is sent with every attempt a Transport makes under a policy,
+// with the attempt's number. An outlast gateway that receives it knows an
+// outer layer is retrying, and makes one attempt only: the outermost-only
+// rule, across HTTP.
+const AttemptHeader = "Outlast-Attempt"
+
+// DefaultMaxBufferedBody is the largest request body, without GetBody, that
+// a Transport buffers so that it can send it again.
+const DefaultMaxBufferedBody = 32 << 20
+
+// drainLimit bounds how much of a thrown-away response is read so that its
+// connection can be reused; a longer body is closed unread.
+const drainLimit = 64 << 10
+
+// A Gate bounds the requests in flight per key. Acquire blocks until the
+// request may be sent, calling queued once, without holding a lock, if it
+// must wait behind ahead others. It returns an error that is ErrBusy when
+// the queue is full, or ctx.Err(). The caller calls release when the
+// request is done; release is idempotent. Package gate provides one.
+type Gate interface {
+	Acquire(ctx context.Context, key string, queued func(ahead int)) (release func(), err error)
+}
+
+// Transport is an http.RoundTripper that retries failed requests under a
+// [Policy], holds a [Gate] around each attempt, and reports every attempt to
+// [Hooks]. Use it as http.Client{Transport: &outlast.Transport{…}} under any
+// SDK, with the SDK's own retries off.
+//
+// The zero value sends each request once through http.DefaultTransport.
+// A Transport is safe for concurrent use once its fields are set.
+//
+// # Commit point
+//
+// Nothing is sent again once a byte of the response body may have reached
+// the caller. Returning a response from RoundTrip is that point: a response
+// is returned when its status is not a failure, when the failure is not
+// retryable, or when the policy has no retry left. Before it, failed
+// attempts are drained, closed and retried. With FirstByteTimeout set, the
+// Transport also reads the first body byte before it commits, so a response
+// that ends or stalls before that byte is retried too.
+//
+// # Request bodies
+//
+// An attempt after the first gets its body from Request.GetBody, which
+// http.NewRequest sets for in-memory bodies. A body without GetBody is
+// buffered, up to MaxBufferedBody, so that it can be replayed. A larger one
+// is streamed once, and its request is not retried.
+//
+// # Double billing
+//
+// A provider may finish and bill an attempt whose response never arrived:
+// one that timed out, or whose connection broke. Retrying it can bill the
+// request twice. A context deadline bounds how often this can happen; a
+// request with no deadline and long waits is the most exposed.
+type Transport struct {
+	// Base sends each attempt. If nil, http.DefaultTransport is used.
+	Base http.RoundTripper
+
+	// Policy says when to retry. If nil, requests are sent once unless
+	// their context carries a policy (see WithPolicy), which takes
+	// precedence over this one. It is read only after a failure.
+	Policy *Policy
+
+	// Gate, if not nil, is held around each attempt, never during the
+	// waits between attempts, whether or not there is a policy. For a
+	// returned response it is held until the body is read to its end or
+	// closed, because the server is busy with the request until then.
+	Gate Gate
+
+	// GateKey names the gate key for a request. If nil, the request's
+	// host is the key.
+	GateKey func(*http.Request) string
+
+	// Hooks are told of every attempt.
+	Hooks Hooks
+
+	// Logger receives a warn line for each retry. If nil, slog.Default()
+	// is used.
+	Logger *slog.Logger
+
+	// FirstByteTimeout, if positive, makes each attempt wait for the first
+	// body byte of a successful response before committing, for at most
+	// this long from when the attempt is sent. An attempt that gets no byte
+	// in time fails with ErrStalled; an event stream (text/event-stream)
+	// that ends, or a body that fails, before its first byte fails with
+	// ErrClosedEarly. A clean empty body of any other type is a complete
+	// answer. Zero commits at the response headers.
+	FirstByteTimeout time.Duration
+
+	// MaxBufferedBody is the largest request body without GetBody that is
+	// buffered for replay. Zero means DefaultMaxBufferedBody (32 MiB); a
+	// negative value means never buffer, so such requests are not retried.
+	MaxBufferedBody int64
+}
+
+// NewTransport returns a Transport that sends through base (nil means
+// http.DefaultTransport) under p, after checking p with Validate. Setting
+// the fields directly works as well; the policy is then checked at the
+// first failure.
+func NewTransport(base http.RoundTripper, p *Policy) (*Transport, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &Transport{Base: base, Policy: p}, nil
+}
+
+// RoundTrip sends req, retrying it as the policy says, and returns the
+// last attempt's response or error. It implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	c := call{t: t, req: req, ctx: ctx, rep: reporter{a: &t.Hooks, b: hooksFrom(ctx)}}
+	p := t.Policy
+	if cp, ok := policyFrom(ctx); ok {
+		p = cp
+	}
+	if p != nil && !marked(ctx) {
+		if err := c.prepareReplay(); err != nil {
+			return nil, err
+		}
+		c.sched = &schedule{p: p, first: time.Now()}
+		c.ctx = mark(ctx)
+	}
+	return c.run()
+}
+
+// CloseIdleConnections closes the idle connections of Base, if it has
+// such a method.
+func (t *Transport) CloseIdleConnections() {
+	type closer interface{ CloseIdleConnections() }
+	if c, ok := t.base().(closer); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func (t *Transport) base() http.RoundTripper {
+	if t.Base != nil {
+		return t.Base
+	}
+	return http.DefaultTransport
+}
+
+func (t *Transport) logger() *slog.Logger {
+	if t.Logger != nil {
+		return t.Logger
+	}
+	return slog.Default()
+}
+
+func (t *Transport) gateKey(r *http.Request) string {
+	if t.GateKey != nil {
+		return t.GateKey(r)
+	}
+	return r.URL.Host
+}
+
+// call is one RoundTrip: the caller's request and the state carried from
+// one attempt to the next.
+type call struct {
+	t     *Transport
+	req   *http.Request
+	ctx   context.Context // req's context, marked when it may retry
+	rep   reporter
+	sched *schedule // nil: one attempt, no header
+
+	getBody func() (io.ReadCloser, error) // replays the body; nil when it cannot be
+	body    io.ReadCloser                 // the first attempt's body
+}
+
+// prepareReplay makes sure the body can be sent again, buffering it when
+// the request has no GetBody.
+func (c *call) prepareReplay() error {
+	r := c.req
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	c.body, c.getBody = r.Body, r.GetBody
+	if c.getBody != nil {
+		return nil
+	}
+	limit := c.t.MaxBufferedBody
+	if limit == 0 {
+		limit = DefaultMaxBufferedBody
+	}
+	if limit < 0 {
+		return nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		r.Body.Close()
+		return fmt.Errorf("outlast: reading the request body to buffer it: %w", err)
+	}
+	if int64(len(buf)) > limit {
+		// Too large to keep: send it once, as read so far plus the rest.
+		c.body = readCloser{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
+		return nil
+	}
+	r.Body.Close()
+	c.getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+	c.body, _ = c.getBody()
+	return nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// run makes attempts until one is returned.
+func (c *call) run() (*http.Response, error) {
+	for n := 1; ; n++ {
+		r, err := c.attemptRequest(n)
+		if err != nil {
+			return nil, err
+		}
+		res, err := c.attempt(r, n)
+		if err != nil || res.fail == nil {
+			return res.resp, err
+		}
+		wait, ok, err := c.next(res.fail)
+		if err != nil {
+			c.rep.end(res.at)
+			discard(res.resp)
+			return nil, err
+		}
+		if !ok {
+			c.rep.end(res.at)
+			if res.resp != nil {
+				return res.resp, nil
+			}
+			return nil, res.fail
+		}
+		res.at.RetryIn = wait
+		c.rep.end(res.at)
+		logRetry(c.ctx, c.t.logger(), res.at.Key, n, res.fail, wait)
+		discard(res.resp)
+		if err := sleep(c.ctx, wait); err != nil {
+			return nil, waitErr(err, wait, res.fail)
+		}
+	}
+}
+
+// next asks the schedule whether a failure is retried, first checking the
+// policy: it is read only now that a request has failed.
+func (c *call) next(fail error) (time.Duration, bool, error) {
+	if c.sched == nil || (c.body != nil && c.getBody == nil) {
+		return 0, false, nil
+	}
+	if c.sched.n == 0 {
+		if err := c.sched.p.Validate(); err != nil {
+			return 0, false, fmt.Errorf("%w (the request failed: %w)", err, fail)
+		}
+	}
+	c.sched.n++
+	d, has := errDelay(fail)
+	w, ok := c.sched.next(c.ctx, fail, d, has)
+	return w, ok, nil
+}
+
+// attemptRequest returns the request for attempt n: the caller's own when
+// there is no policy, else a copy that carries the mark and AttemptHeader.
+func (c *call) attemptRequest(n int) (*http.Request, error) {
+	if c.sched == nil {
+		return c.req, nil
+	}
+	r := c.req.WithContext(c.ctx)
+	// A shallow copy of the header map: the values are shared, never
+	// changed, and only the new key is added.
+	h := make(http.Header, len(c.req.Header)+1)
+	for k, v := range c.req.Header {
+		h[k] = v
+	}
+	h[AttemptHeader] = []string{strconv.Itoa(n)}
+	r.Header = h
+	r.GetBody = c.getBody
+	if n == 1 {
+		r.Body = c.body
+		return r, nil
+	}
+	if c.getBody != nil {
+		b, err := c.getBody()
+		if err != nil {
+			return nil, fmt.Errorf("outlast: replaying the request body: %w", err)
+		}
+		r.Body = b
+	}
+	return r, nil
+}
+
+// result is what one attempt produced. fail is nil for a response to
+// return at once; otherwise resp, if any, is a failed response whose body
+// is still unread.
+type result struct {
+	resp *http.Response
+	fail error
+	at   Attempt
+}
+
+// discard drains a little of a response that is thrown away, so its
+// connection can be reused, and closes it, which also releases its gate.
+func discard(resp *http.Response) {
+	if resp == nil {
+		return
+	}
+	if resp.ContentLength >= -1 && resp.ContentLength <= drainLimit {
+		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
+	}
+	resp.Body.Close()
+}
+
+// isFailure reports whether a status is a failure for the policy to judge.
+func isFailure(code int) bool { return code >= 400 }
+
+// errBusyGate wraps a gate's refusal so that its text names the key.
+func errBusyGate(key string, err error) error {
+	if errors.Is(err, ErrBusy) || isBusy(err) {
+		return fmt.Errorf("outlast: gate %q: %w", key, err)
+	}
+	return err
+}
+
+// attempt makes attempt n with r: it takes the gate, sends, and classifies
+// the result. It reports the attempt's start, and its end when it is not a
+// failure; run reports a failure's end once it knows the wait. The error is
+// for a request that was never sent: a busy gate or the caller's context.
+func (c *call) attempt(r *http.Request, n int) (result, error) {
+	res := result{at: Attempt{N: n}}
+	release, err := c.acquire(r, &res.at)
+	if err != nil {
+		return res, err
+	}
+	active := c.rep.active()
+	if active {
+		res.at.CallID = NewCallID()
+	}
+	res.at.Start = time.Now()
+	if active {
+		c.rep.start(res.at)
+	}
+	resp, err := c.send(r, release)
+	res.at.End = time.Now()
+	switch {
+	case err != nil:
+		res.fail = err
+	case isFailure(resp.StatusCode):
+		res.resp = resp
+		d, _ := RetryAfter(resp.Header, res.at.End)
+		res.fail = &StatusError{StatusCode: resp.StatusCode, Header: resp.Header, RetryAfter: d}
+		res.at.Status, res.at.RetryAfter = resp.StatusCode, d
+	default:
+		res.resp = resp
+		res.at.Status = resp.StatusCode
+		if active {
+			c.rep.end(res.at)
+		}
+		return res, nil
+	}
+	res.at.Err = res.fail
+	return res, nil
+}
+
+// acquire takes the gate for r, if there is one, recording the wait on at.
+func (c *call) acquire(r *http.Request, at *Attempt) (release func(), err error) {
+	g := c.t.Gate
+	if g == nil {
+		return nil, nil
+	}
+	key := c.t.gateKey(r)
+	ahead := 0
+	start := time.Now()
+	release, err = g.Acquire(c.ctx, key, func(n int) {
+		ahead = n
+		c.rep.queued(key, n)
+	})
+	at.Key, at.Ahead, at.GateWait = key, ahead, time.Since(start)
+	if err != nil {
+		return nil, errBusyGate(key, err)
+	}
+	return release, nil
+}
