@@ -131,7 +131,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err := c.prepareReplay(); err != nil {
 			return nil, err
 		}
-		c.sched = &schedule{p: p, first: time.Now()}
+		c.retry, c.sched = true, schedule{p: p, first: time.Now()}
 		c.ctx = mark(ctx)
 	}
 	return c.run()
@@ -174,7 +174,8 @@ type call struct {
 	req   *http.Request
 	ctx   context.Context // req's context, marked when it may retry
 	rep   reporter
-	sched *schedule // nil: one attempt, no header
+	retry bool     // whether the request may be retried: a policy, no mark
+	sched schedule // the retry state, when retry is set
 
 	getBody func() (io.ReadCloser, error) // replays the body; nil when it cannot be
 	body    io.ReadCloser                 // the first attempt's body
@@ -256,7 +257,7 @@ func (c *call) run() (*http.Response, error) {
 // next asks the schedule whether a failure is retried, first checking the
 // policy: it is read only now that a request has failed.
 func (c *call) next(fail error) (time.Duration, bool, error) {
-	if c.sched == nil || (c.body != nil && c.getBody == nil) {
+	if !c.retry || (c.body != nil && c.getBody == nil) {
 		return 0, false, nil
 	}
 	if c.sched.n == 0 {
@@ -273,7 +274,7 @@ func (c *call) next(fail error) (time.Duration, bool, error) {
 // attemptRequest returns the request for attempt n: the caller's own when
 // there is no policy, else a copy that carries the mark and AttemptHeader.
 func (c *call) attemptRequest(n int) (*http.Request, error) {
-	if c.sched == nil {
+	if !c.retry {
 		return c.req, nil
 	}
 	r := c.req.WithContext(c.ctx)
@@ -379,11 +380,11 @@ func (c *call) acquire(r *http.Request, at *Attempt) (release func(), err error)
 		return nil, nil
 	}
 	key := c.t.gateKey(r)
-	ahead := 0
+	ahead, rep := 0, c.rep // copies, so that the closure does not move c to the heap
 	start := time.Now()
 	release, err = g.Acquire(c.ctx, key, func(n int) {
 		ahead = n
-		c.rep.queued(key, n)
+		rep.queued(key, n)
 	})
 	at.Key, at.Ahead, at.GateWait = key, ahead, time.Since(start)
 	if err != nil {

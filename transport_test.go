@@ -1,0 +1,638 @@
+package outlast_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+)
+
+// Seed 003's completion conditions: 503, 529 and a refused connection are
+// retried to success, and to the bound.
+func TestTransportRetriesToSuccessAndToBound(t *testing.T) {
+	failures := []struct {
+		name string
+		fail step
+	}{
+		{"503", step{status: 503}},
+		{"529 overloaded", step{status: 529, body: `{"type":"error","error":{"type":"overloaded_error"}}`}},
+		{"connection refused", step{err: errRefused}},
+	}
+	for _, f := range failures {
+		// Two failures, then an answer: the caller sees the answer.
+		t.Run(f.name+"/success", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake(f.fail, f.fail, step{body: "ok"})
+				tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: outlast.Exponential(time.Second, 8*time.Second, 3)}, Logger: discardLogger()}
+				code, body, err := get(t, context.Background(), tr)
+				if err != nil || code != 200 || body != "ok" {
+					t.Fatalf("got %d %q %v, want 200 ok", code, body, err)
+				}
+				if n := len(fake.attempts()); n != 3 {
+					t.Errorf("got %d attempts, want 3", n)
+				}
+			})
+		})
+		// Failures past the bound: the caller sees the last failure.
+		t.Run(f.name+"/bound", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake(f.fail)
+				tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: ms(1, 2), MaxAttempts: 3}, Logger: discardLogger()}
+				code, _, err := get(t, context.Background(), tr)
+				if f.fail.err != nil {
+					if !errors.Is(err, f.fail.err) {
+						t.Fatalf("got %v, want the transport error", err)
+					}
+				} else if err != nil || code != f.fail.status {
+					t.Fatalf("got %d %v, want %d", code, err, f.fail.status)
+				}
+				if n := len(fake.attempts()); n != 3 {
+					t.Errorf("got %d attempts, want 3", n)
+				}
+			})
+		})
+	}
+}
+
+// Seed 003: Retry-After: 5 replaces the exponential wait and waits exactly
+// 5 s of virtual time.
+func TestTransportRetryAfterExact(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(step{status: 503, header: map[string]string{"Retry-After": "5"}}, step{})
+		p := &outlast.Policy{Waits: []time.Duration{time.Minute}, RetryAfter: outlast.RetryAfterExact}
+		tr := &outlast.Transport{Base: fake, Policy: p, Logger: discardLogger()}
+		start := time.Now()
+		if code, _, err := get(t, context.Background(), tr); err != nil || code != 200 {
+			t.Fatalf("got %d %v, want 200", code, err)
+		}
+		if got := time.Since(start); got != 5*time.Second {
+			t.Errorf("waited %v, want 5s", got)
+		}
+	})
+}
+
+// How the server's delay combines with the wait, mode by mode.
+func TestTransportRetryAfterModes(t *testing.T) {
+	cases := []struct {
+		name   string
+		mode   outlast.RetryAfterMode
+		wait   time.Duration
+		header string
+		want   time.Duration
+	}{
+		// At-least takes the longer of the two...
+		{"at-least, server longer", outlast.RetryAfterAtLeast, 2 * time.Second, "5", 5 * time.Second},
+		// ...so a short server delay never shortens the policy's wait.
+		{"at-least, server shorter", outlast.RetryAfterAtLeast, 10 * time.Second, "5", 10 * time.Second},
+		// Exact follows the server even when it asks for less.
+		{"exact, server shorter", outlast.RetryAfterExact, 10 * time.Second, "5", 5 * time.Second},
+		// Ignore never looks at the header.
+		{"ignore", outlast.RetryAfterIgnore, 2 * time.Second, "5", 2 * time.Second},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake(step{status: 429, header: map[string]string{"Retry-After": c.header}}, step{})
+				p := &outlast.Policy{Waits: []time.Duration{c.wait}, RetryAfter: c.mode}
+				tr := &outlast.Transport{Base: fake, Policy: p, Logger: discardLogger()}
+				start := time.Now()
+				if _, _, err := get(t, context.Background(), tr); err != nil {
+					t.Fatal(err)
+				}
+				if got := time.Since(start); got != c.want {
+					t.Errorf("waited %v, want %v", got, c.want)
+				}
+			})
+		})
+	}
+}
+
+// Jitter never shortens a wait the server asked for, in either mode.
+func TestTransportJitterNeverShortensServerDelay(t *testing.T) {
+	for _, j := range []outlast.Jitter{{Full: true}, {Spread: 0.5}} {
+		synctest.Test(t, func(t *testing.T) {
+			for range 50 {
+				fake := newFake(step{status: 429, header: map[string]string{"Retry-After-Ms": "5000"}}, step{})
+				p := &outlast.Policy{Waits: ms(100), Jitter: j}
+				tr := &outlast.Transport{Base: fake, Policy: p, Logger: discardLogger()}
+				start := time.Now()
+				if _, _, err := get(t, context.Background(), tr); err != nil {
+					t.Fatal(err)
+				}
+				if got := time.Since(start); got < 5*time.Second {
+					t.Fatalf("jitter %+v: waited %v, want at least the server's 5s", j, got)
+				}
+			}
+		})
+	}
+}
+
+// A server delay that breaks a bound ends retrying at once, rather than
+// waiting out part of it.
+func TestTransportServerDelayBreakingBoundStopsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(step{status: 429, header: map[string]string{"Retry-After": "120"}}, step{})
+		p := &outlast.Policy{Waits: ms(10), Reserve: 10 * time.Second}
+		tr := &outlast.Transport{Base: fake, Policy: p, Logger: discardLogger()}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+		defer cancel()
+		start := time.Now()
+		code, _, err := get(t, ctx, tr)
+		if err != nil || code != 429 {
+			t.Fatalf("got %d %v, want the 429", code, err)
+		}
+		if got := time.Since(start); got != 0 {
+			t.Errorf("returned after %v, want at once", got)
+		}
+	})
+}
+
+// MaxAttempts and Window bound retries with or without a deadline.
+func TestTransportAttemptAndWindowBounds(t *testing.T) {
+	cases := []struct {
+		name string
+		p    outlast.Policy
+		want int
+	}{
+		// MaxAttempts counts the first attempt, and caps the deadline's
+		// repeats of the last wait.
+		{"max attempts", outlast.Policy{Waits: ms(10), MaxAttempts: 3}, 3},
+		// Window caps the time from the first attempt to the end of the
+		// last wait: 1+10, +10 = 21 s… the third wait would end at 31 s.
+		{"window", outlast.Policy{Waits: []time.Duration{10 * time.Second}, Window: 30 * time.Second}, 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake(step{status: 503, delay: time.Second})
+				tr := &outlast.Transport{Base: fake, Policy: &c.p, Logger: discardLogger()}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+				defer cancel()
+				if _, _, err := get(t, ctx, tr); err != nil {
+					t.Fatal(err)
+				}
+				if n := len(fake.attempts()); n != c.want {
+					t.Errorf("got %d attempts, want %d", n, c.want)
+				}
+			})
+		})
+	}
+}
+
+// Seed 003: an error in the middle of a stream is not retried. The
+// response was returned, so its bytes may have reached the caller.
+func TestTransportMidStreamErrorNotRetried(t *testing.T) {
+	for _, fbt := range []time.Duration{0, time.Second} {
+		synctest.Test(t, func(t *testing.T) {
+			fake := newFake(step{body: "data: {\"x\":1}\n\n", bodyErr: io.ErrUnexpectedEOF, header: map[string]string{"Content-Type": "text/event-stream"}}, step{body: "never"})
+			tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: ms(10)}, FirstByteTimeout: fbt, Logger: discardLogger()}
+			_, body, err := get(t, context.Background(), tr)
+			if !errors.Is(err, io.ErrUnexpectedEOF) || !strings.HasPrefix(body, "data:") {
+				t.Fatalf("FirstByteTimeout %v: got %q %v, want the partial stream and its error", fbt, body, err)
+			}
+			if n := len(fake.attempts()); n != 1 {
+				t.Errorf("FirstByteTimeout %v: got %d attempts, want 1", fbt, n)
+			}
+		})
+	}
+}
+
+// With FirstByteTimeout, failures before the first body byte are retried,
+// and a clean empty body that is not a stream is an answer.
+func TestTransportFirstByte(t *testing.T) {
+	sse := map[string]string{"Content-Type": "text/event-stream"}
+	cases := []struct {
+		name     string
+		first    step
+		wantErr  error // recorded on the first attempt; nil: no retry
+		attempts int
+	}{
+		// A stall before the first byte is cut at the timeout and retried.
+		{"stall", step{stall: true, header: sse}, outlast.ErrStalled, 2},
+		// Headers that come later than the timeout are a stall too.
+		{"slow headers", step{delay: 5 * time.Second}, outlast.ErrStalled, 2},
+		// An event stream that ends before its first byte was not answered.
+		{"empty stream", step{header: sse}, outlast.ErrClosedEarly, 2},
+		// A body that fails before its first byte was not answered either.
+		{"body error", step{bodyErr: io.ErrUnexpectedEOF, header: sse}, outlast.ErrClosedEarly, 2},
+		// An empty JSON body is a complete answer, not a failure.
+		{"empty json", step{header: map[string]string{"Content-Type": "application/json"}}, nil, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake(c.first, step{body: "data: ok\n\n", header: sse})
+				var rec recorder
+				tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: ms(10)}, FirstByteTimeout: 2 * time.Second, Hooks: rec.hooks(), Logger: discardLogger()}
+				code, _, err := get(t, context.Background(), tr)
+				if err != nil || code != 200 {
+					t.Fatalf("got %d %v, want 200", code, err)
+				}
+				if n := len(fake.attempts()); n != c.attempts {
+					t.Fatalf("got %d attempts, want %d", n, c.attempts)
+				}
+				if got := rec.ends[0].Err; !errors.Is(got, c.wantErr) || (c.wantErr == nil && got != nil) {
+					t.Errorf("first attempt's error %v, want %v", got, c.wantErr)
+				}
+			})
+		})
+	}
+}
+
+// A stalled first byte is judged at FirstByteTimeout after the attempt was
+// sent, not later.
+func TestTransportStallTimedFromSend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(step{stall: true})
+		tr := &outlast.Transport{Base: fake, FirstByteTimeout: 3 * time.Second}
+		start := time.Now()
+		_, _, err := get(t, context.Background(), tr)
+		if !errors.Is(err, outlast.ErrStalled) {
+			t.Fatalf("got %v, want ErrStalled", err)
+		}
+		if got := time.Since(start); got != 3*time.Second {
+			t.Errorf("stalled after %v, want 3s", got)
+		}
+	})
+}
+
+// Every response that is thrown away is closed, and so is the returned
+// one once the caller closes it.
+func TestTransportClosesDiscardedResponses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(step{status: 503, body: "down"}, step{status: 502, body: "down"}, step{body: "ok"})
+		tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: ms(1, 1)}, Logger: discardLogger()}
+		if _, _, err := get(t, context.Background(), tr); err != nil {
+			t.Fatal(err)
+		}
+		if got := fake.closedBodies(); got != 3 {
+			t.Errorf("got %d bodies closed, want 3", got)
+		}
+	})
+}
+
+// The body is replayed on each attempt: from GetBody, from the
+// Transport's own buffer when there is no GetBody, and not at all when it
+// is too large to buffer, in which case the request is sent once.
+func TestTransportReplaysBody(t *testing.T) {
+	const payload = `{"model":"m","messages":[]}`
+	cases := []struct {
+		name     string
+		body     func() io.Reader
+		limit    int64
+		attempts int
+	}{
+		// http.NewRequest sets GetBody for a strings.Reader.
+		{"GetBody", func() io.Reader { return strings.NewReader(payload) }, 0, 3},
+		// A reader it does not know gets no GetBody: buffered.
+		{"buffered", func() io.Reader { return io.MultiReader(strings.NewReader(payload)) }, 0, 3},
+		// Larger than the limit: sent once, whole, and not retried.
+		{"too large", func() io.Reader { return io.MultiReader(strings.NewReader(payload)) }, 5, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake(step{status: 503})
+				tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: ms(1, 1)}, MaxBufferedBody: c.limit, Logger: discardLogger()}
+				req, _ := http.NewRequest(http.MethodPost, "http://model.test/v1/messages", c.body())
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				got := fake.attempts()
+				if len(got) != c.attempts {
+					t.Fatalf("got %d attempts, want %d", len(got), c.attempts)
+				}
+				for i, s := range got {
+					if s.body != payload {
+						t.Errorf("attempt %d sent body %q, want %q", i+1, s.body, payload)
+					}
+				}
+			})
+		})
+	}
+}
+
+// The caller's request is never changed: the attempt header goes on a copy.
+func TestTransportDoesNotChangeCallersRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(step{status: 503}, step{})
+		tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: ms(1)}, Logger: discardLogger()}
+		req, _ := http.NewRequest(http.MethodGet, "http://model.test/", nil)
+		req.Header.Set("Authorization", "Bearer sk-secret")
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if req.Header.Get(outlast.AttemptHeader) != "" || len(req.Header) != 1 {
+			t.Errorf("caller's header changed: %v", req.Header)
+		}
+		if got := []string{fake.attempts()[0].attempt, fake.attempts()[1].attempt}; got[0] != "1" || got[1] != "2" {
+			t.Errorf("got attempt headers %v, want [1 2]", got)
+		}
+	})
+}
+
+// Hooks see each attempt's start and end, in order, with time-ordered call
+// IDs, and the last end before RoundTrip returns.
+func TestTransportHooksOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(step{status: 503, header: map[string]string{"Retry-After": "2"}}, step{err: errRefused}, step{})
+		var rec recorder
+		ctxRec := recorder{}
+		tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: ms(10, 10)}, Hooks: rec.hooks(), Logger: discardLogger()}
+		ctx := outlast.WithHooks(context.Background(), ctxRec.hooks())
+		if _, _, err := get(t, ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+		want := "start 1,end 1,start 2,end 2,start 3,end 3"
+		for _, r := range []*recorder{&rec, &ctxRec} {
+			if got := strings.Join(r.events, ","); got != want {
+				t.Errorf("got events %s, want %s", got, want)
+			}
+		}
+		e := rec.ends
+		if e[0].Status != 503 || e[0].RetryAfter != 2*time.Second || e[0].RetryIn != 2*time.Second {
+			t.Errorf("attempt 1: got status %d RetryAfter %v RetryIn %v, want 503 2s 2s", e[0].Status, e[0].RetryAfter, e[0].RetryIn)
+		}
+		var se *outlast.StatusError
+		if !errors.As(e[0].Err, &se) || se.StatusCode != 503 {
+			t.Errorf("attempt 1: got Err %v, want a *StatusError 503", e[0].Err)
+		}
+		if !errors.Is(e[1].Err, errRefused) || e[1].Status != 0 {
+			t.Errorf("attempt 2: got %v status %d, want the refused error", e[1].Err, e[1].Status)
+		}
+		if e[2].Err != nil || e[2].Status != 200 || e[2].RetryIn != 0 {
+			t.Errorf("attempt 3: got %v %d %v, want success with no RetryIn", e[2].Err, e[2].Status, e[2].RetryIn)
+		}
+		for i := 1; i < len(e); i++ {
+			if e[i].CallID <= e[i-1].CallID {
+				t.Errorf("call IDs not increasing: %s then %s", e[i-1].CallID, e[i].CallID)
+			}
+			if rec.starts[i].CallID != e[i].CallID {
+				t.Errorf("attempt %d: start and end call IDs differ", i+1)
+			}
+		}
+	})
+}
+
+// Each retry is logged at warn with the status, the attempt about to
+// start and the wait, and without the URL's secrets.
+func TestTransportLogsEachRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: dropTime}))
+		fake := newFake(step{status: 503}, step{err: &urlErr}, step{})
+		tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: ms(1500, 1500)}, Logger: logger}
+		req, _ := http.NewRequest(http.MethodGet, "http://model.test/v1?key=sk-secret", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		want := []string{
+			`level=WARN msg="outlast: retrying" attempt=2 status=503 wait=1.5s error="outlast: status 503 Service Unavailable"`,
+			`level=WARN msg="outlast: retrying" attempt=3 status=0 wait=1.5s error="Get: dial tcp 127.0.0.1:1: connect: connection refused"`,
+		}
+		if len(lines) != len(want) {
+			t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), buf.String())
+		}
+		for i := range want {
+			if lines[i] != want[i] {
+				t.Errorf("line %d:\ngot  %s\nwant %s", i+1, lines[i], want[i])
+			}
+		}
+		if strings.Contains(buf.String(), "sk-secret") {
+			t.Error("the log holds the URL's secret")
+		}
+	})
+}
+
+var urlErr = url.Error{Op: "Get", URL: "http://model.test/v1?key=sk-secret", Err: errRefused}
+
+func dropTime(_ []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
+}
+
+// A policy in the context overrides the Transport's, and a nil one turns
+// retries off for that request.
+func TestTransportContextPolicy(t *testing.T) {
+	cases := []struct {
+		name     string
+		ctx      func() context.Context
+		tp       *outlast.Policy
+		attempts int
+	}{
+		{"context adds a policy", func() context.Context {
+			return outlast.WithPolicy(context.Background(), &outlast.Policy{Waits: ms(1, 1)})
+		}, nil, 3},
+		{"context replaces the policy", func() context.Context {
+			return outlast.WithPolicy(context.Background(), &outlast.Policy{Waits: ms(1)})
+		}, &outlast.Policy{Waits: ms(1, 1, 1)}, 2},
+		{"context turns retries off", func() context.Context {
+			return outlast.WithPolicy(context.Background(), nil)
+		}, &outlast.Policy{Waits: ms(1, 1, 1)}, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake(step{status: 503})
+				tr := &outlast.Transport{Base: fake, Policy: c.tp, Logger: discardLogger()}
+				if _, _, err := get(t, c.ctx(), tr); err != nil {
+					t.Fatal(err)
+				}
+				if n := len(fake.attempts()); n != c.attempts {
+					t.Errorf("got %d attempts, want %d", n, c.attempts)
+				}
+			})
+		})
+	}
+}
+
+// The caller's cancellation during a wait ends the request at once, with
+// an error that is both the cancellation and the last failure.
+func TestTransportCancelDuringWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(step{status: 503})
+		tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: []time.Duration{time.Minute}}, Logger: discardLogger()}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(10*time.Second, cancel)
+		start := time.Now()
+		_, _, err := get(t, ctx, tr)
+		var se *outlast.StatusError
+		if !errors.Is(err, context.Canceled) || !errors.As(err, &se) || se.StatusCode != 503 {
+			t.Fatalf("got %v, want context.Canceled wrapping the 503", err)
+		}
+		if got := time.Since(start); got != 10*time.Second {
+			t.Errorf("returned after %v, want 10s", got)
+		}
+		if n := len(fake.attempts()); n != 1 {
+			t.Errorf("got %d attempts, want 1", n)
+		}
+	})
+}
+
+// fakeGate is a Gate that records when it is held.
+type fakeGate struct {
+	mu     sync.Mutex // guards all below
+	held   int
+	events []string
+	busy   bool
+	ahead  int
+}
+
+func (g *fakeGate) Acquire(ctx context.Context, key string, queued func(int)) (func(), error) {
+	g.mu.Lock()
+	if g.busy {
+		g.mu.Unlock()
+		return nil, outlast.ErrBusy
+	}
+	ahead := g.ahead
+	g.mu.Unlock()
+	if ahead > 0 {
+		queued(ahead)
+		time.Sleep(time.Second) // the wait at the gate, in virtual time
+	}
+	g.mu.Lock()
+	g.held++
+	g.events = append(g.events, "acquire "+key)
+	g.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			g.held--
+			g.events = append(g.events, "release")
+			g.mu.Unlock()
+		})
+	}, nil
+}
+
+func (g *fakeGate) state() (int, []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held, append([]string(nil), g.events...)
+}
+
+// The gate is held around each attempt, never during the waits, and for
+// the returned response until its body is closed.
+func TestTransportHoldsGatePerAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &fakeGate{ahead: 2}
+		var rec recorder
+		fake := newFake(step{status: 503}, step{body: "ok"})
+		tr := &outlast.Transport{Base: fake, Gate: g, Policy: &outlast.Policy{Waits: ms(10)}, Hooks: rec.hooks(), Logger: discardLogger()}
+		req, _ := http.NewRequest(http.MethodGet, "http://model.test/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held, ev := g.state(); held != 1 || strings.Join(ev, ",") != "acquire model.test,release,acquire model.test" {
+			t.Fatalf("before close: held %d, events %v; want the second attempt's hold only", held, ev)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if held, _ := g.state(); held != 0 {
+			t.Errorf("after close: held %d, want 0", held)
+		}
+		if a := rec.ends[1]; a.Key != "model.test" || a.Ahead != 2 || a.GateWait != time.Second {
+			t.Errorf("attempt 2: got key %q ahead %d wait %v, want model.test 2 1s", a.Key, a.Ahead, a.GateWait)
+		}
+		if len(rec.queued) != 2 || rec.queued[0] != 2 {
+			t.Errorf("got Queued hooks %v, want [2 2]", rec.queued)
+		}
+	})
+}
+
+// A busy gate is not retried, and nothing is sent.
+func TestTransportBusyNotRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(step{})
+		tr := &outlast.Transport{Base: fake, Gate: &fakeGate{busy: true}, Policy: &outlast.Policy{Waits: ms(1)}, Logger: discardLogger()}
+		_, _, err := get(t, context.Background(), tr)
+		if !errors.Is(err, outlast.ErrBusy) {
+			t.Fatalf("got %v, want ErrBusy", err)
+		}
+		if n := len(fake.attempts()); n != 0 {
+			t.Errorf("got %d attempts sent, want 0", n)
+		}
+	})
+}
+
+// Do retries any function under the same rules, taking the server's delay
+// from a *StatusError, and an inner Do under an outer one tries once.
+func TestDo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var rec recorder
+		ctx := outlast.WithHooks(context.Background(), rec.hooks())
+		p := &outlast.Policy{Waits: ms(10, 10)}
+		calls := 0
+		start := time.Now()
+		err := outlast.Do(ctx, p, func(ctx context.Context) error {
+			return outlast.Do(ctx, p, func(context.Context) error {
+				calls++
+				if calls == 1 {
+					return &outlast.StatusError{StatusCode: 429, RetryAfter: 3 * time.Second}
+				}
+				return errRefused
+			})
+		})
+		if !errors.Is(err, errRefused) {
+			t.Fatalf("got %v, want the last error", err)
+		}
+		if calls != 3 {
+			t.Errorf("got %d calls, want 3 (the inner Do must not retry)", calls)
+		}
+		if got := time.Since(start); got != 3*time.Second+10*time.Millisecond {
+			t.Errorf("took %v, want 3.01s", got)
+		}
+		// Each inner attempt is reported once by the inner Do and once by
+		// the outer, with the same RetryIn only on the outer's.
+		if got := rec.retryIns(); len(got) != 6 {
+			t.Errorf("got %d attempt ends, want 6", len(got))
+		}
+	})
+}
+
+// A request that succeeds at once costs at most 6 allocations beyond the
+// base transport: the context mark and the request copy with its header.
+func TestTransportSuccessAllocations(t *testing.T) {
+	resp := &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}}
+	base := roundTripFunc(func(*http.Request) (*http.Response, error) { return resp, nil })
+	tr := &outlast.Transport{Base: base, Policy: &outlast.Policy{Waits: ms(1)}}
+	req, _ := http.NewRequest(http.MethodPost, "http://model.test/v1/chat/completions", nil)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer x")
+	got := testing.AllocsPerRun(100, func() {
+		if _, err := tr.RoundTrip(req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if got > 6 {
+		t.Errorf("got %v allocations per request, want at most 6", got)
+	}
+	none := &outlast.Transport{Base: base}
+	if got := testing.AllocsPerRun(100, func() { none.RoundTrip(req) }); got != 0 {
+		t.Errorf("without a policy: got %v allocations, want 0", got)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
