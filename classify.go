@@ -50,7 +50,9 @@ func ServerGone(err error) bool {
 	}
 	var se *StatusError
 	if errors.As(err, &se) {
-		return se.StatusCode == http.StatusServiceUnavailable
+		// Narrower than IsRetryable, never broader: a 503 that the server
+		// marks x-should-retry: false is not retried either.
+		return se.StatusCode == http.StatusServiceUnavailable && statusRetryable(se)
 	}
 	return isGone(err) || isTimeout(err)
 }
@@ -74,11 +76,43 @@ func statusRetryable(se *StatusError) bool {
 	return false
 }
 
-// isCallerDone reports whether err is a context's end. The transport
-// checks the caller's own context before it retries, so an error of this
-// kind that reaches a predicate is the caller's and not the server's.
+// isCallerDone reports whether err is a context's end: the caller's own
+// cancellation or deadline, not the server's failure. It compares the
+// chain's errors by identity rather than with errors.Is, because
+// net/http's own timeouts (ResponseHeaderTimeout) say they are
+// context.DeadlineExceeded through an Is method, and those are the server's.
 func isCallerDone(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	for _, e := range chain(err) {
+		if e == context.Canceled || e == context.DeadlineExceeded {
+			return true
+		}
+	}
+	return false
+}
+
+// chain returns err and every error it wraps, depth first, through both
+// Unwrap forms. It stops at 64 errors, a bound no real chain reaches.
+func chain(err error) []error {
+	var out []error
+	stack := []error{err}
+	for len(stack) > 0 && len(out) < 64 {
+		e := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if e == nil {
+			continue
+		}
+		out = append(out, e)
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			stack = append(stack, u.Unwrap())
+		case interface{ Unwrap() []error }:
+			errs := u.Unwrap()
+			for i := len(errs) - 1; i >= 0; i-- {
+				stack = append(stack, errs[i])
+			}
+		}
+	}
+	return out
 }
 
 // isGone reports a connection that failed before a response.

@@ -69,7 +69,10 @@ type StatusError struct {
 // Error returns a line naming the status, such as
 // "outlast: status 503 Service Unavailable".
 func (e *StatusError) Error() string {
-	s := fmt.Sprintf("outlast: status %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+	s := fmt.Sprintf("outlast: status %d", e.StatusCode)
+	if text := http.StatusText(e.StatusCode); text != "" {
+		s += " " + text
+	}
 	if e.RetryAfter > 0 {
 		s += fmt.Sprintf(" (retry after %v)", e.RetryAfter)
 	}

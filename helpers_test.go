@@ -2,7 +2,6 @@ package outlast_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -229,4 +228,3 @@ func equalDurations(a, b []time.Duration) bool {
 	return true
 }
 
-var errBoom = errors.New("boom")

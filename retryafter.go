@@ -47,12 +47,13 @@ func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	return min(d, maxDelay), true
 }
 
-// parseDelay parses a non-negative decimal number of units. It refuses
+// parseDelay parses a non-negative decimal number of units, of any
+// length (RFC 9110's delay-seconds is 1*DIGIT, unbounded). It refuses
 // signs, exponents, hex, "Inf" and "NaN", which strconv.ParseFloat would
 // otherwise take.
 func parseDelay(s string, unit time.Duration) (time.Duration, bool) {
 	s = strings.TrimSpace(s)
-	if s == "" || len(s) > 32 {
+	if s == "" {
 		return 0, false
 	}
 	dot := false
