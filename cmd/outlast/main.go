@@ -1,0 +1,30 @@
+// Command outlast runs the outlast tools: the demo now, and the gateway,
+// the mock server and the journal reader as they land. Run "outlast help"
+// for the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/outlast-llm/outlast/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil:
+	case errors.Is(err, cli.ErrUsage):
+		fmt.Fprintln(os.Stderr, "outlast:", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "outlast:", err)
+		os.Exit(1)
+	}
+}
