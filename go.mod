@@ -2,4 +2,4 @@ module github.com/outlast-llm/outlast
 
 go 1.26
 
-require go.uber.org/goleak v1.3.0 // indirect
+require go.uber.org/goleak v1.3.0

@@ -1,0 +1,103 @@
+// Package bench_test compares outlast with the libraries users would pick
+// instead. It is a separate module so that none of them enters the
+// library's go.mod.
+package bench_test
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/hashicorp/go-retryablehttp"
+	"github.com/outlast-llm/outlast"
+)
+
+// canned answers every request at once with the same response, so that a
+// benchmark over it measures only the layers above it.
+type canned struct{ resp *http.Response }
+
+func (c canned) RoundTrip(*http.Request) (*http.Response, error) {
+	r := *c.resp
+	r.Body = http.NoBody
+	return &r, nil
+}
+
+// layers returns each retrying client the benchmark compares, over base,
+// configured to retry (so that its retry machinery is armed) with the same
+// budget of two retries.
+func layers(base http.RoundTripper) []struct {
+	name string
+	do   func(*http.Request) (*http.Response, error)
+} {
+	rc := retryablehttp.NewClient()
+	rc.HTTPClient = &http.Client{Transport: base}
+	rc.Logger = nil
+	rc.RetryMax = 2
+	fs := &http.Client{Transport: failsafehttp.NewRoundTripper(base,
+		failsafehttp.NewRetryPolicyBuilder().WithMaxRetries(2).Build())}
+	ol := &http.Client{Transport: &outlast.Transport{
+		Base:   base,
+		Policy: &outlast.Policy{Waits: outlast.Exponential(time.Second, time.Minute, 2)},
+		Logger: slog.New(slog.DiscardHandler),
+	}}
+	bare := &http.Client{Transport: base}
+	return []struct {
+		name string
+		do   func(*http.Request) (*http.Response, error)
+	}{
+		{"bare", bare.Do},
+		{"outlast", ol.Do},
+		{"retryablehttp", func(r *http.Request) (*http.Response, error) {
+			rr, err := retryablehttp.FromRequest(r)
+			if err != nil {
+				return nil, err
+			}
+			return rc.Do(rr)
+		}},
+		{"failsafehttp", fs.Do},
+	}
+}
+
+const chatBody = `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
+
+// BenchmarkSuccess measures a request that succeeds at once: the cost of
+// each retry layer on the path nobody should pay for. "overhead" uses an
+// in-memory base transport, so the numbers are the layer's alone;
+// "loopback" adds a real http.Transport and httptest server.
+func BenchmarkSuccess(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[{"message":{"content":"hi"}}]}`)
+	}))
+	defer srv.Close()
+	bases := []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"overhead", canned{&http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}}}},
+		{"loopback", &http.Transport{MaxIdleConnsPerHost: 16}},
+	}
+	for _, base := range bases {
+		for _, l := range layers(base.rt) {
+			b.Run("base="+base.name+"/impl="+l.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+					req.Header.Set("Content-Type", "application/json")
+					resp, err := l.do(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
+	}
+}
