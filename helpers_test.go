@@ -227,4 +227,3 @@ func equalDurations(a, b []time.Duration) bool {
 	}
 	return true
 }
-
