@@ -1,0 +1,159 @@
+package outlast_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gate"
+)
+
+// inflight is a base transport that counts the requests in flight at once,
+// counting a request until its response body has ended or is closed, as a
+// server's slot is busy until then.
+type inflight struct {
+	now, peak atomic.Int32
+	order     []string // the X-Run header of each attempt, in arrival order
+	mu        sync.Mutex
+	fail      map[string]int // X-Run → failures before success
+	work      time.Duration
+}
+
+func (s *inflight) RoundTrip(r *http.Request) (*http.Response, error) {
+	n := s.now.Add(1)
+	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
+	}
+	run := r.Header.Get("X-Run")
+	s.mu.Lock()
+	s.order = append(s.order, run)
+	failing := s.fail[run] > 0
+	if failing {
+		s.fail[run]--
+	}
+	s.mu.Unlock()
+	time.Sleep(s.work)
+	status := 200
+	if failing {
+		status = 503
+	}
+	return &http.Response{StatusCode: status, Header: http.Header{}, Body: &doneBody{s: s}, Request: r}, nil
+}
+
+type doneBody struct {
+	s    *inflight
+	once sync.Once
+	read bool
+}
+
+func (b *doneBody) Read(p []byte) (int, error) {
+	if !b.read {
+		b.read = true
+		return copy(p, "ok"), nil
+	}
+	b.once.Do(func() { b.s.now.Add(-1) })
+	return 0, io.EOF
+}
+
+func (b *doneBody) Close() error {
+	b.once.Do(func() { b.s.now.Add(-1) })
+	return nil
+}
+
+// Through the Transport, a gate of one slot lets one attempt be in flight
+// at a time, serves the waiting requests in arrival order, refuses the
+// one over the queue bound, and is not held during a retry's wait: a
+// waiting request goes ahead while another waits to retry.
+func TestTransportWithGate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &inflight{work: time.Second, fail: map[string]int{"a": 1}}
+		g := gate.New(1, 2)
+		tr := &outlast.Transport{Base: base, Gate: g, Policy: &outlast.Policy{Waits: []time.Duration{500 * time.Millisecond}}, Logger: discardLogger()}
+		results := make(map[string]error)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, run := range []string{"a", "b", "c", "d"} {
+			wg.Go(func() {
+				req, _ := http.NewRequest(http.MethodPost, "http://slot.test/completion", nil)
+				req.Header.Set("X-Run", run)
+				resp, err := tr.RoundTrip(req)
+				if err == nil {
+					time.Sleep(100 * time.Millisecond) // the host is slow to read: the slot stays held
+					io.Copy(io.Discard, resp.Body)
+					time.Sleep(100 * time.Millisecond) // and slow to close: the slot is free at EOF
+					resp.Body.Close()
+				}
+				mu.Lock()
+				results[run] = err
+				mu.Unlock()
+			})
+			synctest.Wait() // each request arrives, and queues, before the next
+		}
+		wg.Wait()
+		if !errors.Is(results["d"], outlast.ErrBusy) || !errors.Is(results["d"], gate.ErrBusy) {
+			t.Errorf("d: got %v, want busy (queue of 2 already full)", results["d"])
+		}
+		for _, run := range []string{"a", "b", "c"} {
+			if results[run] != nil {
+				t.Errorf("%s: got %v, want success", run, results[run])
+			}
+		}
+		// a fails and waits 500 ms without the slot; b and c go ahead of
+		// its retry, in their arrival order.
+		if got, want := base.order, []string{"a", "b", "c", "a"}; !equalStrings(got, want) {
+			t.Errorf("got attempt order %v, want %v", got, want)
+		}
+		if p := base.peak.Load(); p != 1 {
+			t.Errorf("got %d attempts in flight at once, want 1", p)
+		}
+		if held, waiting := g.Load("slot.test"); held != 0 || waiting != 0 {
+			t.Errorf("after all: %d held, %d waiting, want 0 0", held, waiting)
+		}
+	})
+}
+
+// A caller that gives up while queued leaves the gate as it was.
+func TestTransportGateCancelWhileQueued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := &inflight{work: 10 * time.Second, fail: map[string]int{}}
+		g := gate.New(1, 4)
+		tr := &outlast.Transport{Base: base, Gate: g}
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodGet, "http://slot.test/", nil)
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+		})
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://slot.test/", nil)
+		if _, err := tr.RoundTrip(req); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v, want the deadline", err)
+		}
+		if held, waiting := g.Load("slot.test"); held != 1 || waiting != 0 {
+			t.Errorf("got %d held, %d waiting, want 1 0", held, waiting)
+		}
+	})
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
