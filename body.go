@@ -37,33 +37,82 @@ func (c *call) send(r *http.Request, release func()) (*http.Response, error) {
 	return firstByte(resp, timer, ctx, parent, release, cancel)
 }
 
-// firstByte reads the first body byte of resp before it is committed.
+// firstByte reads the first body byte of resp before it is committed,
+// and for an event stream its whole first event, so that a stream that
+// opens with an error event (Anthropic's overloaded_error) fails the
+// attempt while nothing has reached the caller. Such a failure comes with
+// the response, its body intact, for the caller if it is not retried.
 func firstByte(resp *http.Response, timer *time.Timer, ctx, parent context.Context, release func(), cancel context.CancelCauseFunc) (*http.Response, error) {
 	b := &body{rc: resp.Body, release: release, cancel: cancel}
-	n, err := readSome(resp.Body, b.one[:])
+	sse := isEventStream(resp.Header)
+	err := b.peek(sse)
 	if !timer.Stop() {
 		// The timer fired, so ctx is or will be cancelled: whatever was
 		// read, the rest of the body is lost.
-		resp.Body.Close()
-		b.finish()
-		return nil, stallCause(ctx, parent, ErrStalled)
+		return nil, b.abandon(stallCause(ctx, parent, ErrStalled))
 	}
 	switch {
-	case n > 0:
-		b.head = b.one[:n]
-	case err == io.EOF && !isEventStream(resp.Header):
+	case sse && len(b.head) > 0 && !eventEnded(b.head) && err != nil:
+		// The stream broke inside its first event.
+		return nil, b.abandon(stallCause(ctx, parent, closedEarly(err)))
+	case len(b.head) > 0:
+		resp.Body = b
+		if sse {
+			if ferr := firstEventError(b.head, resp.Header); ferr != nil {
+				return resp, ferr
+			}
+		}
+		return resp, nil
+	case err == io.EOF && !sse:
 		// A clean, empty body is a complete answer.
+		resp.Body = b
+		return resp, nil
 	case err == io.EOF:
-		resp.Body.Close()
-		b.finish()
-		return nil, ErrClosedEarly
+		return nil, b.abandon(ErrClosedEarly)
 	default:
-		resp.Body.Close()
-		b.finish()
-		return nil, stallCause(ctx, parent, fmt.Errorf("%w: %w", ErrClosedEarly, err))
+		return nil, b.abandon(stallCause(ctx, parent, closedEarly(err)))
 	}
-	resp.Body = b
-	return resp, nil
+}
+
+func closedEarly(err error) error {
+	if err == io.EOF {
+		return ErrClosedEarly
+	}
+	return fmt.Errorf("%w: %w", ErrClosedEarly, err)
+}
+
+// maxFirstEvent bounds how much of an event stream is read before commit.
+const maxFirstEvent = 64 << 10
+
+// peek reads the first byte of the body into head, and with sse the rest
+// of the first event, up to maxFirstEvent.
+func (b *body) peek(sse bool) error {
+	n, err := readSome(b.rc, b.one[:])
+	b.head = b.one[:n]
+	if n == 0 || !sse || err != nil {
+		return err
+	}
+	buf := append(make([]byte, 0, 4096), b.head...)
+	for !eventEnded(buf) && len(buf) < maxFirstEvent {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		m, err := b.rc.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			b.head = buf
+			return err
+		}
+	}
+	b.head = buf
+	return nil
+}
+
+// abandon closes a body that will not be committed and returns err.
+func (b *body) abandon(err error) error {
+	b.rc.Close()
+	b.finish()
+	return err
 }
 
 // readSome reads until it gets a byte or an error.

@@ -355,7 +355,12 @@ func (c *call) attempt(r *http.Request, n int) (result, error) {
 	res.at.End = time.Now()
 	switch {
 	case err != nil:
-		res.fail = err
+		// resp, if any, is a stream that opened with an error event.
+		res.resp, res.fail = resp, err
+		var se *StatusError
+		if errors.As(err, &se) {
+			res.at.Status = se.StatusCode
+		}
 	case isFailure(resp.StatusCode):
 		res.resp = resp
 		d, _ := RetryAfter(resp.Header, res.at.End)

@@ -636,3 +636,52 @@ func TestTransportSuccessAllocations(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A 200 stream that opens with an error event failed before anything
+// reached the caller: it is retried as the status its error type stands
+// for, and when it is not retryable the caller gets the stream intact.
+func TestTransportFirstEventError(t *testing.T) {
+	sse := map[string]string{"Content-Type": "text/event-stream"}
+	overloaded := "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+	openaiErr := "data: {\"error\":{\"type\":\"server_error\",\"message\":\"try again\"}}\n\n"
+	invalid := "event: error\r\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\"}}\r\n\r\n"
+	cases := []struct {
+		name       string
+		first      string
+		wantStatus int // recorded on the first attempt
+		attempts   int
+		wantBody   string
+	}{
+		// Anthropic's overloaded_error as the first event: a 529.
+		{"anthropic overloaded", overloaded, 529, 2, "data: ok\n\n"},
+		// OpenAI's error object in the first data line: a 500.
+		{"openai server_error", openaiErr, 500, 2, "data: ok\n\n"},
+		// A request error is not retried; the caller reads it as sent,
+		// with CRLF line ends kept.
+		{"invalid request", invalid, 400, 1, invalid},
+		// An ordinary first event is the answer.
+		{"ordinary", "event: message_start\ndata: {\"type\":\"message_start\"}\n\n", 200, 1, "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake(step{body: c.first, header: sse}, step{body: "data: ok\n\n", header: sse})
+				var rec recorder
+				tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: ms(10)}, FirstByteTimeout: time.Second, Hooks: rec.hooks(), Logger: discardLogger()}
+				code, body, err := get(t, context.Background(), tr)
+				if err != nil || code != 200 || body != c.wantBody {
+					t.Fatalf("got %d %q %v, want 200 %q", code, body, err, c.wantBody)
+				}
+				if n := len(fake.attempts()); n != c.attempts {
+					t.Errorf("got %d attempts, want %d", n, c.attempts)
+				}
+				if got := rec.ends[0].Status; got != c.wantStatus {
+					t.Errorf("first attempt recorded status %d, want %d", got, c.wantStatus)
+				}
+				if c.wantStatus != 200 && !errors.Is(rec.ends[0].Err, outlast.ErrErrorEvent) {
+					t.Errorf("first attempt's error %v, want ErrErrorEvent", rec.ends[0].Err)
+				}
+			})
+		})
+	}
+}
