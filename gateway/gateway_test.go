@@ -1,0 +1,557 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+)
+
+// upstream is an httptest server that answers attempt n with script[n-1]
+// (the last entry once past the end) and records what it saw.
+type upstream struct {
+	*httptest.Server
+	mu     sync.Mutex // guards seen
+	seen   []*http.Request
+	bodies []string
+	script []http.HandlerFunc
+}
+
+func newUpstream(t *testing.T, script ...http.HandlerFunc) *upstream {
+	t.Helper()
+	u := &upstream{script: script}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.seen = append(u.seen, r)
+		u.bodies = append(u.bodies, string(b))
+		h := u.script[min(len(u.seen), len(u.script))-1]
+		u.mu.Unlock()
+		h(w, r)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *upstream) attempts() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.seen)
+}
+
+func (u *upstream) request(i int) *http.Request {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.seen[i]
+}
+
+func status(code int, body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		io.WriteString(w, body)
+	}
+}
+
+func sse(events ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, e := range events {
+			io.WriteString(w, e)
+			w.(http.Flusher).Flush()
+		}
+	}
+}
+
+// gw starts a gateway in front of up with the given changes to its
+// upstream settings, and returns its URL.
+func gw(t *testing.T, up *upstream, change func(*gateway.Upstream)) (string, *gateway.Gateway) {
+	t.Helper()
+	u, _ := url.Parse(up.URL)
+	cfg := gateway.Upstream{
+		URL:              u,
+		Policy:           &outlast.Policy{Waits: []time.Duration{time.Millisecond, time.Millisecond}},
+		FirstByteTimeout: 2 * time.Second,
+	}
+	if change != nil {
+		change(&cfg)
+	}
+	g, err := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{cfg}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewServer(g)
+	t.Cleanup(s.Close)
+	return s.URL, g
+}
+
+func send(t *testing.T, method, target, body string, header map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, target, strings.NewReader(body))
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the body: %v", err)
+	}
+	return resp, string(b)
+}
+
+const chat = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+
+// Retried to success: the caller sees the last attempt's answer unchanged,
+// with the gateway's headers; the upstream saw each attempt numbered, with
+// the body, the caller's credentials, and none of the gateway's headers.
+func TestRetriedToSuccess(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, status(503, `{"error":"down"}`), status(502, `{"error":"down"}`), status(200, `{"ok":true}`))
+	base, _ := gw(t, up, nil)
+	resp, body := send(t, http.MethodPost, base+"/v1/chat/completions?x=1", chat, map[string]string{
+		"Authorization": "Bearer sk-secret", "X-Api-Key": "ak", "Outlast-Run": "run-1",
+		"Connection": "X-Hop", "X-Hop": "drop me",
+	})
+	if resp.StatusCode != 200 || body != `{"ok":true}` {
+		t.Fatalf("got %d %s, want 200 {\"ok\":true}", resp.StatusCode, body)
+	}
+	if got := resp.Header.Get("Outlast-Attempts"); got != "3" || up.attempts() != 3 {
+		t.Errorf("got Outlast-Attempts %q and %d upstream attempts, want 3 and 3", got, up.attempts())
+	}
+	if resp.Header.Get("Outlast-Request-Id") == "" {
+		t.Error("no Outlast-Request-Id")
+	}
+	for i := range 3 {
+		r := up.request(i)
+		if got := r.Header.Get("Outlast-Attempt"); got != fmt.Sprint(i+1) {
+			t.Errorf("attempt %d carried Outlast-Attempt %q", i+1, got)
+		}
+		if r.URL.Path != "/v1/chat/completions" || r.URL.RawQuery != "x=1" {
+			t.Errorf("attempt %d went to %s?%s", i+1, r.URL.Path, r.URL.RawQuery)
+		}
+		if r.Header.Get("Authorization") != "Bearer sk-secret" || r.Header.Get("X-Api-Key") != "ak" {
+			t.Errorf("attempt %d lost the caller's credentials", i+1)
+		}
+		if r.Header.Get("Outlast-Run") != "" || r.Header.Get("X-Hop") != "" {
+			t.Errorf("attempt %d carried headers that must be removed: %v", i+1, r.Header)
+		}
+	}
+	if up.bodies[2] != chat {
+		t.Errorf("the last attempt's body is %q, want %q", up.bodies[2], chat)
+	}
+}
+
+// To the bound: the last failure is returned unchanged, its Retry-After
+// kept.
+func TestRetriedToBound(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "0")
+		status(429, `{"error":{"type":"rate_limit_error"}}`)(w, r)
+	})
+	base, _ := gw(t, up, nil)
+	resp, body := send(t, http.MethodPost, base+"/v1/messages", chat, nil)
+	if resp.StatusCode != 429 || body != `{"error":{"type":"rate_limit_error"}}` || resp.Header.Get("Retry-After") != "0" {
+		t.Fatalf("got %d %s Retry-After %q, want the upstream's 429", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+	if got := resp.Header.Get("Outlast-Attempts"); got != "3" || up.attempts() != 3 {
+		t.Errorf("got Outlast-Attempts %q, %d upstream attempts; want 3, 3", got, up.attempts())
+	}
+	if resp.Header.Get("Outlast-Error") != "" {
+		t.Error("an upstream's answer carries Outlast-Error")
+	}
+}
+
+// A 400 is not retried.
+func TestBadRequestNotRetried(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, status(400, `{"error":"bad"}`))
+	base, _ := gw(t, up, nil)
+	resp, _ := send(t, http.MethodPost, base+"/v1/chat/completions", chat, nil)
+	if resp.StatusCode != 400 || up.attempts() != 1 || resp.Header.Get("Outlast-Attempts") != "1" {
+		t.Errorf("got %d after %d attempts, want 400 after 1", resp.StatusCode, up.attempts())
+	}
+}
+
+// The Outlast-* headers set the request's policy; a bad one is refused
+// with 400 naming it, and nothing is sent.
+func TestHeaderOverrides(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		header   map[string]string
+		status   int
+		attempts int
+		errText  string
+	}{
+		{"retry off", map[string]string{"Outlast-Retry": "off"}, 503, 1, ""},
+		{"more waits", map[string]string{"Outlast-Waits": "1ms,1ms,1ms,1ms"}, 503, 5, ""},
+		{"max attempts", map[string]string{"Outlast-Max-Attempts": "2"}, 503, 2, ""},
+		// An outer outlast layer is retrying: one attempt only.
+		{"outer layer", map[string]string{"Outlast-Attempt": "2"}, 503, 1, ""},
+		{"bad waits", map[string]string{"Outlast-Waits": "15s,soon"}, 400, 0, "Outlast-Waits"},
+		{"empty waits", map[string]string{"Outlast-Waits": ","}, 400, 0, "Outlast-Waits"},
+		{"bad timeout", map[string]string{"Outlast-Timeout": "-3s"}, 400, 0, "Outlast-Timeout"},
+		{"bad deadline", map[string]string{"Outlast-Deadline": "tomorrow"}, 400, 0, "Outlast-Deadline"},
+		{"bad reserve", map[string]string{"Outlast-Reserve": "lots"}, 400, 0, "Outlast-Reserve"},
+		{"bad max attempts", map[string]string{"Outlast-Max-Attempts": "-1"}, 400, 0, "Outlast-Max-Attempts"},
+		{"bad retry", map[string]string{"Outlast-Retry": "maybe"}, 400, 0, "Outlast-Retry"},
+		{"bad slot", map[string]string{"Outlast-Slot": "first"}, 400, 0, "Outlast-Slot"},
+		{"bad progress", map[string]string{"Outlast-Progress": "yes"}, 400, 0, "Outlast-Progress"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, status(503, "{}"))
+			base, _ := gw(t, up, nil)
+			resp, body := send(t, http.MethodPost, base+"/v1/chat/completions", chat, c.header)
+			if resp.StatusCode != c.status || up.attempts() != c.attempts {
+				t.Fatalf("got %d after %d attempts, want %d after %d (%s)", resp.StatusCode, up.attempts(), c.status, c.attempts, body)
+			}
+			if c.errText != "" {
+				e := decodeError(t, body)
+				if !strings.Contains(e.Error.Message, c.errText) || resp.Header.Get("Outlast-Error") != "invalid" {
+					t.Errorf("got error %q (Outlast-Error %q), want one naming %s", e.Error.Message, resp.Header.Get("Outlast-Error"), c.errText)
+				}
+			}
+		})
+	}
+}
+
+type errorShape struct {
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func decodeError(t *testing.T, body string) errorShape {
+	t.Helper()
+	var e errorShape
+	if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error.Type == "" || e.Error.Message == "" {
+		t.Fatalf("body %q is not the OpenAI error shape: %v", body, err)
+	}
+	return e
+}
+
+// A body over --max-body gets 413 and is never forwarded.
+func TestTooLarge(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, status(200, "{}"))
+	u, _ := url.Parse(up.URL)
+	g, _ := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{{URL: u}}, MaxBody: 10, Logger: slog.New(slog.DiscardHandler)})
+	s := httptest.NewServer(g)
+	defer s.Close()
+	for _, chunked := range []bool{false, true} {
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(chat))
+		if chunked {
+			req.ContentLength = -1 // the gateway must count, not trust the header
+			req.Body = io.NopCloser(strings.NewReader(chat))
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 413 || resp.Header.Get("Outlast-Error") != "too-large" {
+			t.Errorf("chunked %v: got %d %q, want 413 too-large", chunked, resp.StatusCode, resp.Header.Get("Outlast-Error"))
+		}
+		decodeError(t, string(b))
+	}
+	if up.attempts() != 0 {
+		t.Errorf("the upstream saw %d attempts, want 0", up.attempts())
+	}
+}
+
+// With one slot and no queue, a second request is refused at once as busy,
+// with a Retry-After estimate; the first still succeeds.
+func TestBusy(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		status(200, "{}")(w, r)
+	})
+	base, g := gw(t, up, func(u *gateway.Upstream) { u.Slots, u.Queue = 1, -1 })
+	done := make(chan int)
+	go func() {
+		resp, _ := send(t, http.MethodPost, base+"/v1/chat/completions", chat, nil)
+		done <- resp.StatusCode
+	}()
+	waitFor(t, func() bool { return g.Health().Upstreams[0].InFlight == 1 })
+	resp, body := send(t, http.MethodPost, base+"/v1/chat/completions", chat, nil)
+	close(release)
+	if resp.StatusCode != 503 || resp.Header.Get("Outlast-Error") != "busy" || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("got %d %q Retry-After %q, want 503 busy with Retry-After", resp.StatusCode, resp.Header.Get("Outlast-Error"), resp.Header.Get("Retry-After"))
+	}
+	if e := decodeError(t, body); e.Error.Type != "outlast_busy" {
+		t.Errorf("got error type %q, want outlast_busy", e.Error.Type)
+	}
+	if code := <-done; code != 200 {
+		t.Errorf("the first request got %d, want 200", code)
+	}
+}
+
+// waitFor polls cond: the state it waits for is another goroutine's, seen
+// through the gateway's health, with no event to wait on.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// An upstream that cannot be reached gets 502; one whose first byte never
+// comes gets 504.
+func TestUnreachableAndTimeout(t *testing.T) {
+	t.Parallel()
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	u, _ := url.Parse("http://" + addr)
+	g, _ := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{{URL: u, Policy: &outlast.Policy{Waits: []time.Duration{time.Millisecond}}}}, Logger: slog.New(slog.DiscardHandler)})
+	s := httptest.NewServer(g)
+	defer s.Close()
+	resp, body := send(t, http.MethodPost, s.URL+"/v1/chat/completions", chat, nil)
+	if resp.StatusCode != 502 || resp.Header.Get("Outlast-Error") != "unreachable" || resp.Header.Get("Outlast-Attempts") != "2" {
+		t.Errorf("got %d %q after %s attempts, want 502 unreachable after 2", resp.StatusCode, resp.Header.Get("Outlast-Error"), resp.Header.Get("Outlast-Attempts"))
+	}
+	decodeError(t, body)
+
+	stall := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	base, _ := gw(t, stall, func(u *gateway.Upstream) { u.FirstByteTimeout = 50 * time.Millisecond })
+	resp, _ = send(t, http.MethodPost, base+"/v1/chat/completions", `{"stream":true}`, nil)
+	if resp.StatusCode != 504 || resp.Header.Get("Outlast-Error") != "timeout" || stall.attempts() != 3 {
+		t.Errorf("got %d %q after %d attempts, want 504 timeout after 3", resp.StatusCode, resp.Header.Get("Outlast-Error"), stall.attempts())
+	}
+}
+
+// A stream that fails before its first byte is retried; the caller gets
+// the whole second stream.
+func TestStreamRetriedBeforeFirstByte(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t,
+		func(w http.ResponseWriter, r *http.Request) { // headers, then silence
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		},
+		sse("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n"), // Anthropic's overload
+		sse("data: one\n\n", "data: two\n\n", "data: [DONE]\n\n"),
+	)
+	base, _ := gw(t, up, func(u *gateway.Upstream) { u.FirstByteTimeout = 100 * time.Millisecond })
+	resp, body := send(t, http.MethodPost, base+"/v1/chat/completions", `{"model":"m","stream":true}`, nil)
+	if resp.StatusCode != 200 || body != "data: one\n\ndata: two\n\ndata: [DONE]\n\n" {
+		t.Fatalf("got %d %q, want the third attempt's stream", resp.StatusCode, body)
+	}
+	if resp.Header.Get("Outlast-Attempts") != "3" || up.attempts() != 3 {
+		t.Errorf("got Outlast-Attempts %q, %d upstream attempts; want 3, 3", resp.Header.Get("Outlast-Attempts"), up.attempts())
+	}
+}
+
+// A stream that fails after its first byte is not retried: it ends with
+// an error event carrying JSON.
+func TestStreamFailsAfterFirstByte(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		conn.Close()
+	})
+	base, _ := gw(t, up, nil)
+	resp, body := send(t, http.MethodPost, base+"/v1/chat/completions", `{"stream":true}`, nil)
+	if resp.StatusCode != 200 || up.attempts() != 1 {
+		t.Fatalf("got %d after %d attempts, want 200 after 1", resp.StatusCode, up.attempts())
+	}
+	rest, ok := strings.CutPrefix(body, "data: one\n\nevent: error\ndata: ")
+	if !ok {
+		t.Fatalf("got %q, want the first event, then an error event", body)
+	}
+	decodeError(t, strings.TrimSpace(rest))
+}
+
+// Stream chunks are forwarded as they arrive, not buffered.
+func TestStreamNotBuffered(t *testing.T) {
+	t.Parallel()
+	next := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		<-next
+		io.WriteString(w, "data: two\n\n")
+	})
+	base, _ := gw(t, up, nil)
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(`{"stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "data: one\n" {
+		t.Fatalf("got %q %v before the second event was sent, want the first event", line, err)
+	}
+	close(next)
+	rest, _ := io.ReadAll(br)
+	if string(rest) != "\ndata: two\n\n" {
+		t.Errorf("got the rest %q", rest)
+	}
+}
+
+// A path in the upstream URL is a prefix joined to the request's path, and
+// an upstream's prefix routes and is removed.
+func TestRouting(t *testing.T) {
+	t.Parallel()
+	a := newUpstream(t, status(200, "a"))
+	b := newUpstream(t, status(200, "b"))
+	ua, _ := url.Parse(a.URL + "/v1")
+	ub, _ := url.Parse(b.URL + "/api?key=k")
+	g, err := gateway.New(gateway.Config{Logger: slog.New(slog.DiscardHandler), Upstreams: []gateway.Upstream{
+		{Name: "a", URL: ua},
+		{Name: "b", Prefix: "/llama/", URL: ub},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewServer(g)
+	defer s.Close()
+	cases := []struct{ path, body, seenPath, seenQuery string }{
+		{"/chat/completions?q=1", "a", "/v1/chat/completions", "q=1"},
+		{"/llama/completion", "b", "/api/completion", "key=k"},
+		{"/llamas", "a", "/v1/llamas", ""},
+	}
+	for _, c := range cases {
+		resp, body := send(t, http.MethodGet, s.URL+c.path, "", nil)
+		if resp.StatusCode != 200 || body != c.body {
+			t.Errorf("%s: got %d %q, want 200 %q", c.path, resp.StatusCode, body, c.body)
+		}
+	}
+	if r := a.request(0); r.URL.Path != "/v1/chat/completions" || r.URL.RawQuery != "q=1" {
+		t.Errorf("a saw %s?%s", r.URL.Path, r.URL.RawQuery)
+	}
+	if r := b.request(0); r.URL.Path != "/api/completion" || r.URL.RawQuery != "key=k" {
+		t.Errorf("b saw %s?%s", r.URL.Path, r.URL.RawQuery)
+	}
+}
+
+// A request that names a llama.cpp slot waits for that slot alone.
+func TestNamedSlots(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		status(200, "{}")(w, r)
+	})
+	base, g := gw(t, up, nil)
+	var wg sync.WaitGroup
+	for _, slot := range []string{`{"id_slot":0}`, `{"id_slot":0}`, `{"id_slot":1}`} {
+		wg.Go(func() { send(t, http.MethodPost, base+"/completion", slot, nil) })
+		time.Sleep(20 * time.Millisecond) // arrival order, for the queue's sake
+	}
+	waitFor(t, func() bool {
+		h := g.Health().Upstreams[0]
+		return h.InFlight == 2 && h.Queued == 1 && h.Named["slot 0"] == 1
+	})
+	close(release)
+	wg.Wait()
+	if up.attempts() != 3 {
+		t.Errorf("got %d attempts, want 3", up.attempts())
+	}
+}
+
+// The health endpoint names the upstreams and their load; other paths
+// under /outlast/ are the gateway's, not forwarded.
+func TestOwnEndpoints(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, status(200, "{}"))
+	base, _ := gw(t, up, func(u *gateway.Upstream) { u.Name, u.Slots = "llama", 2 })
+	resp, body := send(t, http.MethodGet, base+"/outlast/health", "", nil)
+	var h gateway.Health
+	if err := json.Unmarshal([]byte(body), &h); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("got %d %q: %v", resp.StatusCode, body, err)
+	}
+	if len(h.Upstreams) != 1 || h.Upstreams[0].Name != "llama" || h.Upstreams[0].Slots != 2 || h.Version == "" {
+		t.Errorf("got %+v", h)
+	}
+	resp, _ = send(t, http.MethodGet, base+"/outlast/nothing", "", nil)
+	if resp.StatusCode != 404 || up.attempts() != 0 {
+		t.Errorf("got %d with %d upstream attempts, want 404 and nothing forwarded", resp.StatusCode, up.attempts())
+	}
+}
+
+// SIGINT or SIGTERM drains: a request in flight when serving ends still
+// gets its answer, and Serve returns nil.
+func TestGracefulDrain(t *testing.T) {
+	t.Parallel()
+	started, release := make(chan struct{}), make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-release
+		status(200, `{"late":true}`)(w, r)
+	})
+	u, _ := url.Parse(up.URL)
+	g, _ := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{{URL: u}}, Logger: slog.New(slog.DiscardHandler)})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- gateway.Serve(ctx, l, g, 10*time.Second) }()
+	answer := make(chan string, 1)
+	go func() {
+		resp, body := send(t, http.MethodPost, "http://"+l.Addr().String()+"/v1/x", chat, nil)
+		answer <- fmt.Sprint(resp.StatusCode, " ", body)
+	}()
+	<-started
+	cancel()
+	close(release)
+	select {
+	case got := <-answer:
+		if got != `200 {"late":true}` {
+			t.Errorf("got %s, want the answer", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request in flight did not finish")
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve returned %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after the drain")
+	}
+}

@@ -1,0 +1,60 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// serveOwn serves the gateway's own endpoints under /outlast/.
+func (g *Gateway) serveOwn(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/outlast/health":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "invalid", "invalid_request_error", "outlast: /outlast/health takes GET")
+			return
+		}
+		g.health(w)
+	default:
+		writeError(w, http.StatusNotFound, "not-found", "invalid_request_error", "outlast: no such endpoint: "+r.URL.Path)
+	}
+}
+
+// Health is the body of GET /outlast/health.
+type Health struct {
+	Version   string           `json:"version"`
+	Upstreams []UpstreamHealth `json:"upstreams"`
+}
+
+// UpstreamHealth is one upstream's part of Health.
+type UpstreamHealth struct {
+	Name     string         `json:"name"`
+	Prefix   string         `json:"prefix"`
+	URL      string         `json:"url"`
+	Slots    int            `json:"slots"`
+	InFlight int            `json:"in_flight"`
+	Queued   int            `json:"queued"`
+	Named    map[string]int `json:"named_slots_queued,omitempty"`
+}
+
+// Health reports the gateway's upstreams and their load.
+func (g *Gateway) Health() Health {
+	h := Health{Version: Version, Upstreams: []UpstreamHealth{}}
+	for _, u := range g.upstreams {
+		inFlight, queued, named := u.gates.load()
+		uh := UpstreamHealth{Name: u.Name, Prefix: u.Prefix, URL: u.URL.Redacted(), Slots: u.Slots, InFlight: inFlight, Queued: queued}
+		for k, v := range named {
+			if uh.Named == nil {
+				uh.Named = map[string]int{}
+			}
+			uh.Named[k] = v[1]
+		}
+		h.Upstreams = append(h.Upstreams, uh)
+	}
+	return h
+}
+
+func (g *Gateway) health(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(g.Health())
+}

@@ -1,0 +1,157 @@
+package gateway_test
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+)
+
+// Tests of the gateway's timing, in virtual time: the handler is called
+// directly, and the upstream is a RoundTripper in the same bubble.
+
+// fakeUpstream answers attempt n with script[n-1], the last once past the
+// end, after delay.
+type fakeUpstream struct {
+	mu     sync.Mutex // guards n
+	n      int
+	delay  time.Duration
+	script []func() *http.Response
+}
+
+func (f *fakeUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
+	f.mu.Lock()
+	f.n++
+	mk := f.script[min(f.n, len(f.script))-1]
+	f.mu.Unlock()
+	select {
+	case <-time.After(f.delay):
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	resp := mk()
+	resp.Request = r
+	return resp, nil
+}
+
+func (f *fakeUpstream) attempts() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+func answer(code int, contentType, body string) func() *http.Response {
+	return func() *http.Response {
+		return &http.Response{StatusCode: code, Status: http.StatusText(code), Header: http.Header{"Content-Type": {contentType}}, Body: io.NopCloser(strings.NewReader(body))}
+	}
+}
+
+func virtualGateway(t *testing.T, f *fakeUpstream, p *outlast.Policy) *gateway.Gateway {
+	t.Helper()
+	u, _ := url.Parse("http://upstream.test")
+	g, err := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{{URL: u, Policy: p, FirstByteTimeout: time.Minute}},
+		Transport: f,
+		Logger:    slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func serve(g http.Handler, body string, header map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	g.ServeHTTP(rec, req)
+	return rec
+}
+
+// Outlast-Timeout with Outlast-Reserve: the last wait repeats while the
+// deadline would keep the reserve, then the last failure is returned at
+// once.
+func TestDeadlineWithReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeUpstream{delay: time.Second, script: []func() *http.Response{answer(503, "application/json", `{"error":"down"}`)}}
+		g := virtualGateway(t, f, &outlast.Policy{Waits: []time.Duration{20 * time.Second}})
+		start := time.Now()
+		rec := serve(g, chat, map[string]string{"Outlast-Timeout": "100s", "Outlast-Reserve": "30s"})
+		// Attempts end at 1, 22, 43 and 64 s; after 64 s a 20 s wait would
+		// leave 16 s, less than the 30 s reserve.
+		if rec.Code != 503 || rec.Header().Get("Outlast-Attempts") != "4" || f.attempts() != 4 {
+			t.Errorf("got %d after %s attempts (%d seen), want 503 after 4", rec.Code, rec.Header().Get("Outlast-Attempts"), f.attempts())
+		}
+		if got := time.Since(start); got != 64*time.Second {
+			t.Errorf("answered after %v, want 64s", got)
+		}
+	})
+}
+
+// A deadline that passes while an attempt is in flight gets 504 deadline.
+func TestDeadlinePassesInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeUpstream{delay: 10 * time.Second, script: []func() *http.Response{answer(200, "application/json", "{}")}}
+		g := virtualGateway(t, f, &outlast.Policy{Waits: []time.Duration{time.Second}})
+		rec := serve(g, chat, map[string]string{"Outlast-Timeout": "5s"})
+		if rec.Code != 504 || rec.Header().Get("Outlast-Error") != "deadline" {
+			t.Errorf("got %d %q, want 504 deadline", rec.Code, rec.Header().Get("Outlast-Error"))
+		}
+	})
+}
+
+// A streaming request that asks for progress gets SSE comments while it
+// waits out the outage, at least every 15 s, then the stream.
+func TestProgressComments(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeUpstream{script: []func() *http.Response{
+			answer(503, "application/json", "{}"),
+			answer(503, "application/json", "{}"),
+			answer(200, "text/event-stream", "data: hello\n\n"),
+		}}
+		g := virtualGateway(t, f, &outlast.Policy{Waits: []time.Duration{40 * time.Second, 40 * time.Second}})
+		rec := serve(g, `{"stream":true}`, map[string]string{"Outlast-Progress": "sse"})
+		want := ": outlast retrying attempt=2 in=40s status=503\n\n" +
+			": outlast waiting\n\n" + // 15 s
+			": outlast waiting\n\n" + // 30 s
+			": outlast retrying attempt=3 in=40s status=503\n\n" + // 40 s
+			": outlast waiting\n\n" + // 45 s
+			": outlast waiting\n\n" + // 60 s
+			": outlast waiting\n\n" + // 75 s
+			"data: hello\n\n" // 80 s
+		if rec.Code != 200 || rec.Body.String() != want {
+			t.Errorf("got %d\n%s\nwant 200\n%s", rec.Code, rec.Body.String(), want)
+		}
+		if ct := rec.Header().Get("Content-Type"); ct != "text/event-stream" {
+			t.Errorf("got Content-Type %q, want text/event-stream", ct)
+		}
+	})
+}
+
+// Once progress comments have gone out, an upstream failure before the
+// stream starts ends the response as an error event.
+func TestProgressThenFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeUpstream{script: []func() *http.Response{answer(503, "application/json", `{"error":"down"}`)}}
+		g := virtualGateway(t, f, &outlast.Policy{Waits: []time.Duration{20 * time.Second}})
+		rec := serve(g, `{"stream":true}`, map[string]string{"Outlast-Progress": "sse"})
+		body := rec.Body.String()
+		if rec.Code != 200 || !strings.HasPrefix(body, ": outlast retrying attempt=2 in=20s status=503\n\n: outlast waiting\n\n") {
+			t.Fatalf("got %d %q, want progress comments first", rec.Code, body)
+		}
+		if !strings.Contains(body, "event: error\ndata: {") || !strings.Contains(body, `\"down\"`) {
+			t.Errorf("got %q, want an error event carrying the upstream's answer", body)
+		}
+	})
+}
