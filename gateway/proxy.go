@@ -155,7 +155,9 @@ func (x *exchange) context() (context.Context, context.CancelCauseFunc) {
 // outbound is the request to send upstream: the caller's, unchanged but
 // for its URL, hop-by-hop headers and the gateway's own headers.
 func (x *exchange) outbound(ctx context.Context, body []byte) *http.Request {
-	out := x.r.Clone(ctx)
+	// A shallow copy: the header map is replaced whole below, and nothing
+	// else that the copy shares with the caller's request is changed.
+	out := x.r.WithContext(ctx)
 	out.RequestURI = ""
 	out.URL = x.up.target(x.path, x.r.URL.RawQuery)
 	out.Host = ""
