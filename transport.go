@@ -131,7 +131,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err := c.prepareReplay(); err != nil {
 			return nil, err
 		}
-		c.retry, c.sched = true, schedule{p: p, first: time.Now()}
+		c.retry, c.sched = true, schedule{p: p} // first is set at the first failure
 		c.ctx = mark(ctx)
 	}
 	return c.run()
@@ -231,7 +231,7 @@ func (c *call) run() (*http.Response, error) {
 		if err != nil || res.fail == nil {
 			return res.resp, err
 		}
-		wait, ok, err := c.next(res.fail)
+		wait, ok, err := c.next(res.fail, res.at.Start)
 		if err != nil {
 			c.rep.end(res.at)
 			discard(res.resp)
@@ -256,7 +256,7 @@ func (c *call) run() (*http.Response, error) {
 
 // next asks the schedule whether a failure is retried, first checking the
 // policy: it is read only now that a request has failed.
-func (c *call) next(fail error) (time.Duration, bool, error) {
+func (c *call) next(fail error, start time.Time) (time.Duration, bool, error) {
 	if !c.retry || (c.body != nil && c.getBody == nil) {
 		return 0, false, nil
 	}
@@ -264,6 +264,7 @@ func (c *call) next(fail error) (time.Duration, bool, error) {
 		if err := c.sched.p.Validate(); err != nil {
 			return 0, false, fmt.Errorf("%w (the request failed: %w)", err, fail)
 		}
+		c.sched.first = start
 	}
 	c.sched.n++
 	d, has := errDelay(fail)
@@ -352,7 +353,11 @@ func (c *call) attempt(r *http.Request, n int) (result, error) {
 		c.rep.start(res.at)
 	}
 	resp, err := c.send(r, release)
-	res.at.End = time.Now()
+	// time.Now is a measurable part of a success's cost: the end is read
+	// only when someone will look at it.
+	if active || err != nil || isFailure(resp.StatusCode) {
+		res.at.End = time.Now()
+	}
 	switch {
 	case err != nil:
 		// resp, if any, is a stream that opened with an error event.

@@ -25,7 +25,8 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"demo": {"show a run outlasting a provider outage, in one process", runDemo},
+	"demo":  {"show a run outlasting a provider outage, in one process", runDemo},
+	"serve": {"run the gateway: retries, slot gate and record in front of an LLM API", runServe},
 }
 
 // Run runs the subcommand that args name.
