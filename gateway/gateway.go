@@ -156,8 +156,11 @@ func New(cfg Config) (*Gateway, error) {
 	if len(cfg.Upstreams) == 0 {
 		return nil, errors.New("gateway: no upstreams: give at least one")
 	}
-	if cfg.MaxBody == 0 {
+	switch {
+	case cfg.MaxBody == 0:
 		cfg.MaxBody = DefaultMaxBody
+	case cfg.MaxBody < 0:
+		return nil, fmt.Errorf("gateway: max body %d is negative", cfg.MaxBody)
 	}
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = DefaultProgressInterval
@@ -189,6 +192,11 @@ func New(cfg Config) (*Gateway, error) {
 func (g *Gateway) newUpstream(i int, u Upstream, base http.RoundTripper) (*upstream, error) {
 	if u.URL == nil || (u.URL.Scheme != "http" && u.URL.Scheme != "https") || u.URL.Host == "" {
 		return nil, fmt.Errorf("gateway: upstreams[%d]: url %q is not an absolute http(s) URL", i, urlString(u.URL))
+	}
+	if u.URL.User != nil {
+		// Credentials belong in the caller's headers, which pass through;
+		// in the URL they would show in logs and health.
+		return nil, fmt.Errorf("gateway: upstreams[%d]: url %q carries credentials: send them as the request's Authorization or x-api-key header", i, u.URL.Redacted())
 	}
 	if u.Name == "" {
 		u.Name = u.URL.Host

@@ -56,15 +56,26 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun \"outlast <command> --help\" for a command's flags and their defaults.")
 }
 
-// parseFlags parses args with fs, turning flag errors into usage errors
-// and --help into a nil error with done set.
+// parseFlags parses args with fs. A flag error becomes a one-line usage
+// error, without the flag package's own message and help; --help prints
+// the help to stderr and sets done with a nil error.
 func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (done bool, err error) {
+	usage := fs.Usage
+	fs.Usage = func() {} // the flag package calls it on every error
+	fs.SetOutput(io.Discard)
+	err = fs.Parse(args)
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
+	fs.Usage = usage
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			if usage == nil {
+				fs.PrintDefaults()
+			} else {
+				usage()
+			}
 			return true, nil
 		}
-		return true, fmt.Errorf("%w: %s: %v", ErrUsage, fs.Name(), err)
+		return true, fmt.Errorf("%w: %s: %v (see --help)", ErrUsage, fs.Name(), err)
 	}
 	if fs.NArg() > 0 {
 		return true, fmt.Errorf("%w: %s: unexpected argument %q", ErrUsage, fs.Name(), fs.Arg(0))

@@ -1,0 +1,340 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+)
+
+const exampleConfig = "testdata/outlast.example.yaml"
+
+// loadServe parses args as serve does, failing the test on an error.
+func loadServe(t *testing.T, args ...string) *serveConfig {
+	t.Helper()
+	cfg, done, err := serveConfigFrom(args, io.Discard)
+	if err != nil || done {
+		t.Fatalf("serve %q: got done %v, error %v; want a config", args, done, err)
+	}
+	return cfg
+}
+
+// writeConfig writes a config file named config.yaml and returns its path.
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// line prints its operands with spaces between, as fmt.Println does.
+func line(a ...any) string {
+	return strings.TrimSuffix(fmt.Sprintln(a...), "\n")
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// upstreamString prints an upstream with its URL and policy, not their pointers.
+func upstreamString(u gateway.Upstream) string {
+	return fmt.Sprintf("{%s %s %s slots %d queue %d policy %+v first byte %v idle %v}",
+		u.Name, u.Prefix, u.URL, u.Slots, u.Queue, *u.Policy, u.FirstByteTimeout, u.IdleTimeout)
+}
+
+func TestServeConfigExample(t *testing.T) {
+	t.Parallel()
+	cfg := loadServe(t, "--config", exampleConfig)
+	want := []gateway.Upstream{{
+		Name: "openai", Prefix: "/openai", URL: mustURL(t, "https://api.openai.com"),
+		Policy: &outlast.Policy{
+			Waits:   []time.Duration{15 * time.Second, 45 * time.Second, 120 * time.Second, 240 * time.Second},
+			Reserve: 60 * time.Second, Window: 10 * time.Minute, Jitter: outlast.Jitter{Spread: 0.25},
+			RetryAfter: outlast.RetryAfterAtLeast,
+		},
+		Slots: 0, Queue: 16, FirstByteTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute,
+	}, {
+		Name: "llama", Prefix: "/llama", URL: mustURL(t, "http://127.0.0.1:8080"),
+		Policy: &outlast.Policy{
+			Waits:   []time.Duration{2 * time.Second, 5 * time.Second, 10 * time.Second},
+			Reserve: 10 * time.Second,
+		},
+		Slots: 2, Queue: 8, FirstByteTimeout: 10 * time.Minute, IdleTimeout: defaultIdleTimeout,
+	}}
+	got := cfg.gateway.Upstreams
+	if len(got) != len(want) {
+		t.Fatalf("got %d upstreams, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Errorf("upstreams[%d]:\ngot  %s\nwant %s", i, upstreamString(got[i]), upstreamString(want[i]))
+		}
+	}
+	if cfg.listen != "127.0.0.1:8700" || cfg.gateway.MaxBody != 32<<20 || cfg.grace != 30*time.Second {
+		t.Errorf("got listen %q, max body %d, grace %v; want 127.0.0.1:8700, %d, 30s", cfg.listen, cfg.gateway.MaxBody, cfg.grace, 32<<20)
+	}
+	// The example must also make a gateway: prefixes and names are its to check.
+	if _, err := newGateway(cfg, io.Discard); err != nil {
+		t.Errorf("got %v, want the example to make a gateway", err)
+	}
+}
+
+func TestServeConfigFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		args  []string
+		check func(c *serveConfig) (got, want string)
+	}{{
+		// A flag on the command line overrides every upstream's key,
+		// including llama's slots: 2.
+		name: "slots overrides every upstream",
+		args: []string{"--config", exampleConfig, "--slots", "3"},
+		check: func(c *serveConfig) (string, string) {
+			return line(c.gateway.Upstreams[0].Slots, c.gateway.Upstreams[1].Slots), "3 3"
+		},
+	}, {
+		// The flags that were not given leave the file's keys alone.
+		name: "unset flags keep the file",
+		args: []string{"--config", exampleConfig, "--idle-timeout", "1m"},
+		check: func(c *serveConfig) (string, string) {
+			u := c.gateway.Upstreams[1]
+			return line(u.Slots, u.Queue, u.Policy.Waits, u.IdleTimeout), "2 8 [2s 5s 10s] 1m0s"
+		},
+	}, {
+		// --waits replaces both lists, and --max-attempts sets both caps.
+		name: "policy flags override",
+		args: []string{"--config", exampleConfig, "--waits", "1s,2s", "--max-attempts", "3"},
+		check: func(c *serveConfig) (string, string) {
+			a, b := c.gateway.Upstreams[0].Policy, c.gateway.Upstreams[1].Policy
+			return line(a.Waits, a.MaxAttempts, b.Waits, b.MaxAttempts), "[1s 2s] 3 [1s 2s] 3"
+		},
+	}, {
+		// Overriding one upstream's policy must not change another's: each
+		// has its own copy.
+		name: "policies are not shared",
+		args: []string{"--config", exampleConfig, "--reserve", "5s"},
+		check: func(c *serveConfig) (string, string) {
+			a, b := c.gateway.Upstreams[0].Policy, c.gateway.Upstreams[1].Policy
+			return line(a != b, a.Reserve, b.Reserve), "true 5s 5s"
+		},
+	}, {
+		// The CLI's 0 means none: the gateway's and the Policy's zero would
+		// mean their defaults, so serve passes -1.
+		name: "zero queue and reserve mean none",
+		args: []string{"--upstream", "http://example.com", "--queue", "0", "--reserve", "0"},
+		check: func(c *serveConfig) (string, string) {
+			u := c.gateway.Upstreams[0]
+			return line(u.Queue, u.Policy.Reserve), "-1 -1ns"
+		},
+	}, {
+		// The top-level flags override the file's listen, max_body and grace.
+		name: "listen, max-body and grace override",
+		args: []string{"--config", exampleConfig, "--listen", ":9000", "--max-body", "10", "--grace", "1s"},
+		check: func(c *serveConfig) (string, string) {
+			return line(c.listen, c.gateway.MaxBody, c.grace), ":9000 10 1s"
+		},
+	}, {
+		// --upstream alone proxies every path with the defaults, and names
+		// the upstream for its host.
+		name: "upstream alone",
+		args: []string{"--upstream", "https://user:secret@api.example.com/v1"},
+		check: func(c *serveConfig) (string, string) {
+			u := c.gateway.Upstreams[0]
+			return line(len(c.gateway.Upstreams), u.Name, u.Prefix, u.URL.Path, u.Queue, u.Policy.Waits, u.Policy.Reserve, c.listen),
+				"1 api.example.com / /v1 16 [15s 45s 2m0s 4m0s] 1m0s 127.0.0.1:8700"
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, want := tt.check(loadServe(t, tt.args...))
+			if got != want {
+				t.Errorf("got %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+// A file without upstreams may give the settings for --upstream.
+func TestServeConfigFileWithoutUpstreams(t *testing.T) {
+	t.Parallel()
+	path := writeConfig(t, "listen: 127.0.0.1:9100\ngrace: 5s\n")
+	c := loadServe(t, "--config", path, "--upstream", "http://127.0.0.1:8080")
+	if got := line(c.listen, c.grace, len(c.gateway.Upstreams)); got != "127.0.0.1:9100 5s 1" {
+		t.Errorf("got %s, want 127.0.0.1:9100 5s 1", got)
+	}
+}
+
+func TestServeConfigErrors(t *testing.T) {
+	t.Parallel()
+	const ok = "upstreams:\n  - url: http://127.0.0.1:8080\n"
+	tests := []struct {
+		name string
+		yaml string // written to config.yaml and given as --config, if set
+		args []string
+		want string
+	}{{
+		// The issue's example: the bad part of --waits is named.
+		name: "bad waits flag",
+		args: []string{"--upstream", "http://x", "--waits", "15s,x"},
+		want: `serve: --waits "15s,x": "x" is not a duration such as 15s or 2m`,
+	}, {
+		// An empty list would fail at the first retry; refuse it at start.
+		name: "empty waits flag",
+		args: []string{"--upstream", "http://x", "--waits", ""},
+		want: `serve: --waits "": empty`,
+	}, {
+		name: "negative slots flag",
+		args: []string{"--upstream", "http://x", "--slots", "-1"},
+		want: "serve: --slots -1 is negative",
+	}, {
+		// The gateway would pass it, and refuse every body.
+		name: "zero max-body flag",
+		args: []string{"--upstream", "http://x", "--max-body", "0"},
+		want: "serve: --max-body 0: want 1 byte or more",
+	}, {
+		name: "upstream flag not http",
+		args: []string{"--upstream", "ftp://x"},
+		want: `serve: --upstream: "ftp://x" is not an absolute http(s) URL`,
+	}, {
+		// A host without a scheme parses as a path.
+		name: "upstream flag relative",
+		args: []string{"--upstream", "api.openai.com"},
+		want: `"api.openai.com" is not an absolute http(s) URL`,
+	}, {
+		// The password never reaches the terminal.
+		name: "upstream flag redacted",
+		args: []string{"--upstream", "ftp://me:secret@x"},
+		want: `"ftp://me:xxxxx@x" is not`,
+	}, {
+		name: "no upstream",
+		want: "serve: give --upstream URL or a --config file with upstreams",
+	}, {
+		// Which would win is a guess either way, so neither does.
+		name: "upstream flag and file upstreams",
+		yaml: ok,
+		args: []string{"--upstream", "http://x"},
+		want: "serve: give --upstream or upstreams in --config, not both",
+	}, {
+		// Strict decoding: a typo is refused with its line, not ignored.
+		name: "unknown key",
+		yaml: "upstreams:\n  - url: http://x\n    prefix: /a\n    slotz: 2\n",
+		want: "config.yaml line 4: field slotz not found",
+	}, {
+		name: "wrong type",
+		yaml: "upstreams:\n  - url: http://x\n    slots: two\n",
+		want: "config.yaml line 3: cannot unmarshal !!str `two` into int",
+	}, {
+		name: "syntax",
+		yaml: "upstreams:\n  - url: http://x\n    prefix: : /a\n",
+		want: "config.yaml line 3: mapping values are not allowed in this context",
+	}, {
+		name: "bad url",
+		yaml: "upstreams:\n  - url: http://x\n    prefix: /a\n  - url: ftp://x\n",
+		want: `config.yaml: upstreams[1].url: "ftp://x" is not an absolute http(s) URL`,
+	}, {
+		name: "missing url",
+		yaml: "upstreams:\n  - prefix: /a\n",
+		want: "config.yaml: upstreams[0].url: missing",
+	}, {
+		// Durations need a unit, as the duration flags do.
+		name: "bad duration",
+		yaml: ok + "    reserve: 60\n",
+		want: `config.yaml: upstreams[0].reserve: "60" is not a duration such as 15s or 2m`,
+	}, {
+		name: "bad wait in a list",
+		yaml: ok + "    waits: [15s, soon]\n",
+		want: `config.yaml: upstreams[0].waits "15s,soon": "soon" is not a duration such as 15s or 2m`,
+	}, {
+		name: "empty waits list",
+		yaml: ok + "    waits: []\n",
+		want: `config.yaml: upstreams[0].waits "": empty: give at least one wait`,
+	}, {
+		name: "waits a map",
+		yaml: ok + "    waits: {a: 1}\n",
+		want: "config.yaml line 3: waits: want a list of durations",
+	}, {
+		name: "negative slots",
+		yaml: ok + "    slots: -1\n",
+		want: "config.yaml: upstreams[0].slots -1 is negative",
+	}, {
+		name: "negative timeout",
+		yaml: ok + "    idle_timeout: -1s\n",
+		want: `config.yaml: upstreams[0].idle_timeout "-1s" is negative`,
+	}, {
+		name: "retry_after mode",
+		yaml: ok + "    retry_after: soon\n",
+		want: `config.yaml: upstreams[0].retry_after "soon": want at-least, exact or ignore`,
+	}, {
+		// Policy.Validate judges the policy as a whole, and the error
+		// names the upstream.
+		name: "policy",
+		yaml: ok + "    jitter_spread: 2\n",
+		want: "config.yaml: upstreams[0]: outlast: invalid policy: Jitter.Spread 2 is outside [0, 1]",
+	}, {
+		name: "zero grace",
+		yaml: ok + "grace: 0s\n",
+		want: `config.yaml: grace "0s": want a positive duration`,
+	}, {
+		// Only the first document would be read; the rest would be lost.
+		name: "two documents",
+		yaml: ok + "---\n" + ok,
+		want: "config.yaml: holds more than one YAML document",
+	}, {
+		// The gateway's own checks are usage errors too.
+		name: "same prefix twice",
+		yaml: ok + "  - url: http://y\n",
+		want: `serve: gateway: upstreams[1] (y): prefix "/" is used twice`,
+	}, {
+		name: "missing file",
+		args: []string{"--config", "testdata/no-such.yaml"},
+		want: "serve: --config: open testdata/no-such.yaml: no such file or directory",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := tt.args
+			if tt.yaml != "" {
+				args = append([]string{"--config", writeConfig(t, tt.yaml)}, args...)
+			}
+			err := setupServe(args)
+			switch {
+			case err == nil:
+				t.Fatalf("got no error, want %q", tt.want)
+			case !strings.Contains(err.Error(), tt.want):
+				t.Errorf("got %q, want it to contain %q", err, tt.want)
+			case strings.Contains(err.Error(), "\n"):
+				t.Errorf("got %q, want one line", err)
+			case !errors.Is(err, ErrUsage):
+				t.Errorf("got %v, want an error wrapping ErrUsage (exit 2)", err)
+			}
+		})
+	}
+}
+
+// setupServe runs serve's checks, up to the gateway, without listening.
+func setupServe(args []string) error {
+	cfg, done, err := serveConfigFrom(args, io.Discard)
+	if done {
+		return err
+	}
+	_, err = newGateway(cfg, io.Discard)
+	return err
+}

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/outlast-llm/outlast/gateway"
+)
+
+const serveUsage = `Usage: outlast serve [--config FILE] [--listen ADDR] [--upstream URL] [flags]
+
+Runs the gateway: an HTTP proxy that forwards LLM API requests to an
+upstream with retries, a slot gate and a record, for hosts in any language.
+Point a host's base URL at http://ADDR, or at http://ADDR/PREFIX for a
+config file's upstream. With --upstream alone, every path goes to it.
+
+A config file (YAML) names several upstreams, each with a path prefix;
+a key it leaves out takes the flag's default, and a flag given on the
+command line overrides the file for every upstream. Durations are such as
+15s or 2m. SIGINT or SIGTERM stops the gateway: it takes no new requests
+and lets those in flight finish for up to --grace.
+
+Flags:`
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, done, err := serveConfigFrom(args, stderr)
+	if done {
+		return err
+	}
+	g, err := newGateway(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	// Listen after every check, so that a wrong flag never holds the port.
+	l, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return serve(ctx, l, g, cfg, stderr)
+}
+
+// serveConfigFrom parses args and the config file they name. done is set
+// when there is nothing to serve: --help was asked for, or err says why.
+func serveConfigFrom(args []string, stderr io.Writer) (cfg *serveConfig, done bool, err error) {
+	var f serveFlags
+	fs := f.flagSet(stderr)
+	if done, err := parseFlags(fs, args, stderr); done {
+		return nil, true, err
+	}
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	cfg, err = f.load()
+	return cfg, err != nil, err
+}
+
+func (f *serveFlags) flagSet(stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, serveUsage)
+		fs.PrintDefaults()
+	}
+	// PrintDefaults omits a zero default, so those usages name it.
+	fs.StringVar(&f.config, "config", "", "a YAML `file` of upstreams and settings (default: none)")
+	fs.StringVar(&f.listen, "listen", defaultListen, "the `address` to serve on; :8700 takes other hosts too")
+	fs.StringVar(&f.upstream, "upstream", "", "the `URL` to forward every path to, instead of a config file's upstreams (default: none)")
+	fs.IntVar(&f.slots, "slots", 0, "requests in flight to an upstream; the rest wait in order. 0 means no bound (default 0)")
+	fs.IntVar(&f.queue, "queue", defaultQueue, "requests that may wait for a slot; more are refused at once with 503. 0 means none may wait")
+	fs.StringVar(&f.waits, "waits", defaultWaits, "the `list` of waits before retry 1, 2, …; the last repeats while a request's deadline allows")
+	fs.DurationVar(&f.reserve, "reserve", defaultReserve, "the time a request's deadline must still have after a wait for the retry to be made; 0 means none")
+	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "caps a request's attempts, the first included; 0 means no cap (default 0)")
+	fs.DurationVar(&f.firstByte, "first-byte-timeout", defaultFirstByteTimeout, "bounds an attempt's wait for its first byte; a slower attempt is retried. 0 means no bound")
+	fs.DurationVar(&f.idle, "idle-timeout", defaultIdleTimeout, "bounds the silence within a response being forwarded; 0 means no bound")
+	fs.Int64Var(&f.maxBody, "max-body", defaultMaxBody, "the largest request body, in `bytes`; a larger one gets 413 (32 MiB)")
+	fs.DurationVar(&f.grace, "grace", defaultGrace, "how long requests in flight may finish after SIGINT or SIGTERM")
+	return fs
+}
+
+// newGateway builds the gateway cfg describes, logging to stderr. Its
+// errors are usage errors: all of them name a setting.
+func newGateway(cfg *serveConfig, stderr io.Writer) (*gateway.Gateway, error) {
+	cfg.gateway.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	g, err := gateway.New(cfg.gateway)
+	if err != nil {
+		return nil, &usageError{err}
+	}
+	return g, nil
+}
+
+// serve serves h on l until ctx ends, then lets the requests in flight
+// finish for up to cfg.grace and returns nil.
+func serve(ctx context.Context, l net.Listener, h http.Handler, cfg *serveConfig, stderr io.Writer) error {
+	fmt.Fprintf(stderr, "outlast: serving on http://%s → %s\n", l.Addr(), describeUpstreams(cfg.gateway.Upstreams))
+	if err := gateway.Serve(ctx, l, h, cfg.grace); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// describeUpstreams lists the upstreams as "name (url) at /prefix", with
+// any password in a URL redacted.
+func describeUpstreams(ups []gateway.Upstream) string {
+	parts := make([]string, len(ups))
+	for i, u := range ups {
+		parts[i] = fmt.Sprintf("%s (%s)", u.Name, u.URL.Redacted())
+		if u.Prefix != "/" && u.Prefix != "" {
+			parts[i] += " at " + u.Prefix
+		}
+	}
+	return strings.Join(parts, ", ")
+}
