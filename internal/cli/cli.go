@@ -26,6 +26,7 @@ type command struct {
 
 var commands = map[string]command{
 	"demo":  {"show a run outlasting a provider outage, in one process", runDemo},
+	"mock":  {"serve a fault-injecting LLM provider (OpenAI, Anthropic, llama.cpp)", runMock},
 	"serve": {"run the gateway: retries, slot gate and record in front of an LLM API", runServe},
 }
 

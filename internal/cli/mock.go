@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/outlast-llm/outlast/mockllm"
+)
+
+// runMock serves a fault-injecting LLM provider until ctx is done.
+func runMock(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mock", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:8701", "the `address` to serve on")
+	slots := fs.Int("slots", 1, "requests served at once, like llama.cpp's --parallel; 0 for no limit")
+	script := fs.String("script", "", "the faults: a script `SPEC`, or a FILE with one step a line (empty: every request succeeds)")
+	chunks := fs.Int("chunks", 9, "content chunks in each response")
+	chunkDelay := fs.Duration("chunk-delay", 0, "the wait before each content chunk")
+	quiet := fs.Bool("quiet", false, "do not log each request to stderr")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, `Usage: outlast mock [flags]
+
+Serves a fake LLM provider that fails as a script says: OpenAI's
+POST /v1/chat/completions, Anthropic's POST /v1/messages, llama.cpp's
+POST /completion, GET /health and GET /slots, and GET /mock/stats with the
+requests it saw. Each request takes the script's next step; the last step
+repeats. For example:
+
+  outlast mock --script '502x3,429:retry-after=1,ok'
+  outlast mock --script 'refuse:5s,503 for 30s,ok'
+
+Faults: ok, a status (503, 500:body=...:header=Name=value), overloaded,
+overloaded-stream, loading, refuse:D, reset, close-after-headers, stall,
+stall-after=N, reset-after=N, slow-headers=D. Parameters: retry-after=S,
+retry-after-date=S, retry-after-ms=MS, header=NAME=VALUE, body=VALUE,
+delay=D. Repeat a step with xN, or for a time with "for D". The package
+documentation of mockllm gives the whole grammar.
+
+Flags:`)
+		fs.PrintDefaults()
+	}
+	if done, err := parseFlags(fs, args, stderr); done {
+		return err
+	}
+	if *slots < 0 || *chunks < 0 || *chunkDelay < 0 {
+		return fmt.Errorf("%w: mock: --slots, --chunks and --chunk-delay cannot be negative", ErrUsage)
+	}
+	sc, err := readScript(*script)
+	if err != nil {
+		return err
+	}
+	srv := &mockllm.Server{Script: sc, Slots: *slots, Chunks: *chunks, ChunkDelay: *chunkDelay}
+	if !*quiet {
+		srv.Logf = lineLogger(stderr)
+	}
+	if err := srv.Start(*listen); err != nil {
+		return fmt.Errorf("mock: %w", err)
+	}
+	defer srv.Close()
+	desc := sc.String()
+	if sc.Len() == 0 {
+		desc = "none (every request succeeds)"
+	}
+	fmt.Fprintf(stdout, "outlast mock: listening on %s, script: %s\n", srv.URL, desc)
+	<-ctx.Done()
+	return nil
+}
+
+// readScript parses --script: the contents of the file it names, if it
+// names one, or else the value itself.
+func readScript(v string) (mockllm.Script, error) {
+	src, flag := v, "--script"
+	if fi, err := os.Stat(v); v != "" && err == nil && fi.Mode().IsRegular() {
+		b, err := os.ReadFile(v)
+		if err != nil {
+			return mockllm.Script{}, fmt.Errorf("mock: --script: %w", err)
+		}
+		src, flag = string(b), "--script "+v
+	}
+	sc, err := mockllm.ParseScript(src)
+	if err != nil {
+		return mockllm.Script{}, fmt.Errorf("%w: mock: %s: %v", ErrUsage, flag, err)
+	}
+	return sc, nil
+}
+
+// lineLogger returns a Logf that writes whole lines to w, stamped, one at
+// a time.
+func lineLogger(w io.Writer) func(format string, args ...any) {
+	var mu sync.Mutex // guards w
+	return func(format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, "%s %s\n", time.Now().Format("15:04:05.000"), line)
+	}
+}

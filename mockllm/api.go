@@ -1,0 +1,376 @@
+package mockllm
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// api is one of the wire formats the server speaks: how its responses,
+// stream events and errors look.
+type api interface {
+	// whole is the body of a non-streaming response.
+	whole(r *reply) any
+	// head, chunk and tail are a streaming response's events: those
+	// before the content, the content chunk i, and those after it.
+	head(r *reply) []event
+	chunk(r *reply, i int) event
+	tail(r *reply) []event
+	// errorBody is the body of an error response with this status.
+	errorBody(status int) []byte
+}
+
+// event is one server-sent event; name is empty for data-only events.
+type event struct {
+	name string
+	data []byte
+}
+
+// words are the deterministic text of every response; chunk i is word
+// i mod 9, so that a response's text depends only on its chunk count.
+var words = strings.Fields("The quick brown fox jumps over the lazy dog.")
+
+// reply is what the server needs to answer one model request.
+type reply struct {
+	id      string
+	model   string
+	created int64
+	stream  bool
+	usage   bool // OpenAI's stream_options.include_usage
+	want    int  // llama.cpp's id_slot: the slot asked for, or -1
+	slot    int  // the slot serving it
+	task    int  // the request's number, from 1
+	prompt  int  // prompt tokens: words in the request's text
+	chunks  int  // content chunks
+}
+
+// word returns content chunk i.
+func (r *reply) word(i int) string {
+	w := words[i%len(words)]
+	if i > 0 {
+		w = " " + w
+	}
+	return w
+}
+
+func (r *reply) text() string {
+	var b strings.Builder
+	for i := range r.chunks {
+		b.WriteString(r.word(i))
+	}
+	return b.String()
+}
+
+// js marshals v, which is always one of this package's shapes.
+func js(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("mockllm: " + err.Error())
+	}
+	return b
+}
+
+// errorMessage is the message of an error response with this status.
+func errorMessage(status int) string {
+	if status == 529 {
+		return "Overloaded"
+	}
+	if t := http.StatusText(status); t != "" {
+		return t
+	}
+	return "Error"
+}
+
+// openAI speaks POST /v1/chat/completions.
+type openAI struct{}
+
+type openAIChoice struct {
+	Index        int            `json:"index"`
+	Message      *openAIMessage `json:"message,omitempty"`
+	Delta        *openAIMessage `json:"delta,omitempty"`
+	Logprobs     any            `json:"logprobs"`
+	FinishReason *string        `json:"finish_reason"`
+}
+
+type openAIMessage struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type openAIUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type openAICompletion struct {
+	ID                string         `json:"id"`
+	Object            string         `json:"object"`
+	Created           int64          `json:"created"`
+	Model             string         `json:"model"`
+	Choices           []openAIChoice `json:"choices"`
+	Usage             *openAIUsage   `json:"usage,omitempty"`
+	SystemFingerprint string         `json:"system_fingerprint"`
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (openAI) usage(r *reply) *openAIUsage {
+	return &openAIUsage{PromptTokens: r.prompt, CompletionTokens: r.chunks, TotalTokens: r.prompt + r.chunks}
+}
+
+func (openAI) completion(r *reply, object string, choices ...openAIChoice) openAICompletion {
+	return openAICompletion{ID: r.id, Object: object, Created: r.created, Model: r.model, Choices: choices, SystemFingerprint: "fp_mockllm"}
+}
+
+func (a openAI) whole(r *reply) any {
+	c := a.completion(r, "chat.completion", openAIChoice{
+		Message:      &openAIMessage{Role: "assistant", Content: ptr(r.text())},
+		FinishReason: ptr("stop"),
+	})
+	c.Usage = a.usage(r)
+	return c
+}
+
+func (a openAI) chunkEvent(r *reply, choices ...openAIChoice) event {
+	if choices == nil {
+		choices = []openAIChoice{}
+	}
+	return event{data: js(a.completion(r, "chat.completion.chunk", choices...))}
+}
+
+func (a openAI) head(r *reply) []event {
+	return []event{a.chunkEvent(r, openAIChoice{Delta: &openAIMessage{Role: "assistant", Content: ptr("")}})}
+}
+
+func (a openAI) chunk(r *reply, i int) event {
+	return a.chunkEvent(r, openAIChoice{Delta: &openAIMessage{Content: ptr(r.word(i))}})
+}
+
+func (a openAI) tail(r *reply) []event {
+	evs := []event{a.chunkEvent(r, openAIChoice{Delta: &openAIMessage{}, FinishReason: ptr("stop")})}
+	if r.usage {
+		// With stream_options.include_usage, a last chunk with no
+		// choices carries the usage.
+		c := a.completion(r, "chat.completion.chunk")
+		c.Choices, c.Usage = []openAIChoice{}, a.usage(r)
+		evs = append(evs, event{data: js(c)})
+	}
+	return append(evs, event{data: []byte("[DONE]")})
+}
+
+func (openAI) errorBody(status int) []byte {
+	typ, code := "server_error", any(nil)
+	switch {
+	case status == http.StatusTooManyRequests:
+		typ, code = "requests", "rate_limit_exceeded"
+	case status < 500:
+		typ = "invalid_request_error"
+	}
+	return js(map[string]any{"error": map[string]any{
+		"message": errorMessage(status), "type": typ, "param": nil, "code": code,
+	}})
+}
+
+// anthropic speaks POST /v1/messages.
+type anthropic struct{}
+
+type anthropicMessage struct {
+	ID           string           `json:"id"`
+	Type         string           `json:"type"`
+	Role         string           `json:"role"`
+	Model        string           `json:"model"`
+	Content      []anthropicBlock `json:"content"`
+	StopReason   *string          `json:"stop_reason"`
+	StopSequence *string          `json:"stop_sequence"`
+	Usage        anthropicUsage   `json:"usage"`
+}
+
+type anthropicBlock struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type anthropicUsage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+func (anthropic) message(r *reply) anthropicMessage {
+	return anthropicMessage{ID: r.id, Type: "message", Role: "assistant", Model: r.model, Content: []anthropicBlock{}}
+}
+
+func (a anthropic) whole(r *reply) any {
+	m := a.message(r)
+	m.Content = []anthropicBlock{{Type: "text", Text: r.text()}}
+	m.StopReason = ptr("end_turn")
+	m.Usage = anthropicUsage{InputTokens: r.prompt, OutputTokens: r.chunks}
+	return m
+}
+
+func (anthropic) event(typ string, fields map[string]any) event {
+	fields["type"] = typ
+	return event{name: typ, data: js(fields)}
+}
+
+func (a anthropic) head(r *reply) []event {
+	m := a.message(r)
+	m.Usage = anthropicUsage{InputTokens: r.prompt, OutputTokens: 1}
+	return []event{
+		a.event("message_start", map[string]any{"message": m}),
+		a.event("content_block_start", map[string]any{"index": 0, "content_block": anthropicBlock{Type: "text"}}),
+	}
+}
+
+func (a anthropic) chunk(r *reply, i int) event {
+	return a.event("content_block_delta", map[string]any{"index": 0, "delta": map[string]string{"type": "text_delta", "text": r.word(i)}})
+}
+
+func (a anthropic) tail(r *reply) []event {
+	return []event{
+		a.event("content_block_stop", map[string]any{"index": 0}),
+		a.event("message_delta", map[string]any{
+			"delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil},
+			"usage": map[string]int{"output_tokens": r.chunks},
+		}),
+		a.event("message_stop", map[string]any{}),
+	}
+}
+
+func (anthropic) errorBody(status int) []byte {
+	return js(anthropicError(status))
+}
+
+// anthropicError is the Anthropic API's error object for a status.
+func anthropicError(status int) map[string]any {
+	typ := map[int]string{
+		400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+		404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+		504: "timeout_error", 529: "overloaded_error",
+	}[status]
+	if typ == "" {
+		typ = "api_error"
+		if status < 500 {
+			typ = "invalid_request_error"
+		}
+	}
+	return map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": errorMessage(status)}}
+}
+
+// llamaCPP speaks llama.cpp's native POST /completion.
+type llamaCPP struct{}
+
+type llamaResult struct {
+	Index           int          `json:"index"`
+	Content         string       `json:"content"`
+	Tokens          []int        `json:"tokens"`
+	IDSlot          int          `json:"id_slot"`
+	Stop            bool         `json:"stop"`
+	Model           string       `json:"model,omitempty"`
+	TokensPredicted int          `json:"tokens_predicted"`
+	TokensEvaluated int          `json:"tokens_evaluated"`
+	StopType        string       `json:"stop_type,omitempty"`
+	StoppingWord    *string      `json:"stopping_word,omitempty"`
+	TokensCached    int          `json:"tokens_cached,omitempty"`
+	Truncated       *bool        `json:"truncated,omitempty"`
+	HasNewLine      *bool        `json:"has_new_line,omitempty"`
+	Timings         *llamaTiming `json:"timings,omitempty"`
+}
+
+type llamaTiming struct {
+	PromptN    int `json:"prompt_n"`
+	PredictedN int `json:"predicted_n"`
+}
+
+// final is the last result: the whole content when not streaming, and
+// none of it when streaming, with the totals.
+func (llamaCPP) final(r *reply, content string) llamaResult {
+	return llamaResult{
+		Content: content, Tokens: []int{}, IDSlot: r.slot, Stop: true, Model: r.model,
+		TokensPredicted: r.chunks, TokensEvaluated: r.prompt,
+		StopType: "eos", StoppingWord: ptr(""), TokensCached: r.prompt + r.chunks,
+		Truncated: ptr(false), HasNewLine: ptr(false),
+		Timings: &llamaTiming{PromptN: r.prompt, PredictedN: r.chunks},
+	}
+}
+
+func (l llamaCPP) whole(r *reply) any { return l.final(r, r.text()) }
+
+func (llamaCPP) head(*reply) []event { return nil }
+
+func (llamaCPP) chunk(r *reply, i int) event {
+	return event{data: js(llamaResult{
+		Content: r.word(i), Tokens: []int{}, IDSlot: r.slot,
+		TokensPredicted: i + 1, TokensEvaluated: r.prompt,
+	})}
+}
+
+// tail is the final result; llama.cpp's native stream has no [DONE].
+func (l llamaCPP) tail(r *reply) []event { return []event{{data: js(l.final(r, ""))}} }
+
+func (llamaCPP) errorBody(status int) []byte {
+	return llamaError(status, errorMessage(status))
+}
+
+// llamaError is llama.cpp's error body.
+func llamaError(status int, message string) []byte {
+	typ := map[int]string{
+		400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+		404: "not_found_error", 501: "not_supported_error", 503: "unavailable_error",
+	}[status]
+	if typ == "" {
+		typ = "server_error"
+		if status < 500 {
+			typ = "invalid_request_error"
+		}
+	}
+	return js(map[string]any{"error": map[string]any{"code": status, "message": message, "type": typ}})
+}
+
+// request is what the server reads from a model request's body: the
+// fields of all three formats.
+type request struct {
+	Model         string          `json:"model"`
+	Stream        bool            `json:"stream"`
+	Messages      json.RawMessage `json:"messages"`
+	Prompt        json.RawMessage `json:"prompt"`
+	IDSlot        *int            `json:"id_slot"`
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+// countWords counts the words in a request's text: the content of its
+// messages, as a string or as parts with text, or its prompt.
+func countWords(req *request) int {
+	n := 0
+	var msgs []struct {
+		Content json.RawMessage `json:"content"`
+	}
+	json.Unmarshal(req.Messages, &msgs)
+	for _, m := range msgs {
+		n += wordsIn(m.Content)
+	}
+	return n + wordsIn(req.Prompt)
+}
+
+func wordsIn(raw json.RawMessage) int {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return len(strings.Fields(s))
+	}
+	var parts []json.RawMessage
+	json.Unmarshal(raw, &parts)
+	n := 0
+	for _, p := range parts {
+		var part struct {
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(p, &part) == nil && part.Text != "" {
+			n += len(strings.Fields(part.Text))
+		} else {
+			n += wordsIn(p)
+		}
+	}
+	return n
+}

@@ -1,0 +1,144 @@
+// Package mockllm is a fake LLM provider that fails on cue: a server that
+// speaks the OpenAI, Anthropic and llama.cpp APIs well enough for their
+// clients, and answers each request as a script of faults says. It is
+// for testing how a host behaves in an outage.
+//
+// NewServer gives a Go test a server on a loopback port, as
+// httptest.NewServer does, running the same scripts as the "outlast mock"
+// command:
+//
+//	srv := mockllm.NewServer("502x2,ok")
+//	defer srv.Close()
+//	// srv.URL+"/v1/chat/completions" fails twice with 502, then succeeds.
+//
+// For other settings, fill in a Server and call Start.
+//
+// # Endpoints
+//
+// The model endpoints follow the script; each request takes the current
+// step, in the order the requests arrive:
+//
+//   - POST /v1/chat/completions, OpenAI's chat completions: a
+//     chat.completion with usage, or with "stream": true, chunks of
+//     chat.completion.chunk (the first with the assistant role, the last
+//     with finish_reason "stop", then the usage if stream_options asks
+//     for it), then "data: [DONE]".
+//   - POST /v1/messages, Anthropic's messages: a message, or with
+//     "stream": true, the events message_start, content_block_start,
+//     content_block_delta for each chunk, content_block_stop,
+//     message_delta and message_stop.
+//   - POST /completion, llama.cpp's native completion: its JSON (content,
+//     stop, id_slot, tokens_predicted, …), or with "stream": true one
+//     data event per chunk and a last one with "stop": true. The body's
+//     id_slot asks for a slot (see Server.Slots); -1 or none means any.
+//
+// The text is always "The quick brown fox jumps over the lazy dog." cut
+// into words, one a chunk, repeated or cut to Server.Chunks chunks. A body
+// that is not JSON gets a 400 in the API's error shape.
+//
+// The other endpoints take no step and are not counted:
+//
+//   - GET /health, llama.cpp's: {"status":"ok"}, or while a loading step
+//     is current, 503 {"error":{"code":503,"message":"Loading model",
+//     "type":"unavailable_error"}}.
+//   - GET /slots, llama.cpp's: one entry per slot, with id, id_task and
+//     is_processing.
+//   - GET /mock/stats: the Stats as JSON, as in
+//     {"total":5,"paths":{"/v1/chat/completions":{"502":2,"ok":3}}}.
+//
+// # Scripts
+//
+// A script is steps separated by commas or newlines; "#" starts a comment
+// that runs to the end of the line, so a script file can hold one step a
+// line with notes. Each request takes the current step. A step applies to
+// one request, or to N requests with xN, or to every request during a
+// window with "for D", measured from when the step became current (when
+// the server started, for the first step). The last step repeats forever:
+// "502x2,ok" is two 502s then success, and "503" alone is always 503. No
+// script at all means every request succeeds.
+//
+// A step is a fault, then parameters, each after a colon, then a count or
+// a window:
+//
+//	step      = fault [ "=" arg ] { ":" param } [ " " ] [ "x" N | " for " D ]
+//	param     = key "=" value | arg
+//
+// The faults:
+//
+//	ok                   a completion
+//	200…599              that status; its body is the body parameter, or for
+//	                     400 and above the API's error object
+//	overloaded           Anthropic's 529, {"type":"error","error":
+//	                     {"type":"overloaded_error","message":"Overloaded"}}
+//	overloaded-stream    a 200 event stream whose first event is that error,
+//	                     as "event: error"
+//	loading              llama.cpp's 503 "Loading model" (see GET /health)
+//	refuse:D             connections refused for D: the server closes its
+//	                     socket, then listens again on the same address, as
+//	                     a restart would (see below)
+//	reset                the connection reset (TCP RST) before any response
+//	close-after-headers  a 200's headers, then the connection closed
+//	stall                a 200's headers, then nothing until the client gives
+//	                     up
+//	stall-after=N        N content chunks, then nothing
+//	reset-after=N        N content chunks, then a reset
+//	slow-headers=D       a completion whose headers wait D
+//
+// A step's own argument (N or D) follows "=" or a colon: refuse:5s and
+// refuse=5s are the same. The parameters:
+//
+//	retry-after=S        Retry-After: S, in seconds
+//	retry-after-date=S   Retry-After as an HTTP-date S seconds ahead, rounded
+//	                     up to the second
+//	retry-after-ms=MS    Retry-After-Ms: MS, as OpenAI and Anthropic send it
+//	header=NAME=VALUE    a response header; it replaces the server's own
+//	                     header of that name, and may be given more than once
+//	body=VALUE           a status step's body
+//	delay=D              a wait before answering (slow-headers has its own)
+//
+// Every fault but refuse and reset takes the headers; body is for a
+// status only. N and S are whole numbers; D is a Go duration, as 200ms,
+// 1.5s or 2m. A value is bare (up to a comma, colon, "#" or space), a
+// balanced {…} or […], which may hold commas and colons as JSON does, or
+// a Go string literal in double quotes. After a bare value, put a space
+// before xN, which would otherwise be read as part of it. Examples:
+//
+//	503                                    always 503
+//	502x3,ok                               three 502s, then success
+//	429:retry-after=1x2,ok                 two 429s with Retry-After: 1
+//	500:body={"error":"x"}:header=X-Foo=bar
+//	500:body="not json, as text" x2
+//	502 for 30s,429:retry-after-ms=1500 for 10s,ok
+//	refuse:5s,ok                           down 5 s from the start, then up
+//	ok x3,reset,stall-after=2,ok
+//
+// A script parses to a Script; its String form is canonical and parses
+// back to an equal Script. A script that does not parse yields a
+// *ScriptError naming the step, its position and the problem.
+//
+// # Faults in detail
+//
+// Faults that cut a response short (stall-after, reset-after) count
+// content chunks: a stream first gets the events before the content
+// (OpenAI's role chunk; Anthropic's message_start and
+// content_block_start), then N content events, and never the events that
+// end it; with N of Chunks or more, all the content goes out but the
+// stream never ends. A non-streaming body is cut into Chunks parts of the
+// same size for them, so that the client gets the first N parts of the
+// JSON.
+//
+// A refuse step closes the socket when it becomes current, and with it
+// every idle connection; a response in progress finishes, with
+// "Connection: close". New connections are refused by the kernel until
+// the step's time is up, and the server cannot count them: Stats counts
+// as "refused" only requests that came during the step on a connection
+// opened before it, which the server resets. A script that ends with a
+// refuse step ends up, with every request succeeding, since a refuse step
+// is a restart. The address is bound again when the step ends; if some
+// other process took the port meanwhile, the server logs it and tries
+// again.
+//
+// Requests that generate a completion (ok, slow-headers, stall,
+// stall-after, reset-after and close-after-headers) hold a slot while
+// they run when Server.Slots is set; error responses do not.
+package mockllm

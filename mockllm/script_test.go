@@ -1,0 +1,159 @@
+package mockllm_test
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/outlast-llm/outlast/mockllm"
+)
+
+// Scripts that parse, and their canonical form.
+var validScripts = []struct {
+	name, src, want string
+	steps           int
+}{
+	// Nothing at all is a script with no steps: every request succeeds.
+	{"empty", "", "", 0},
+	{"blank and comments", "  # nothing\n\n", "", 0},
+	// The simplest scripts of the package documentation.
+	{"status", "503", "503", 1},
+	{"count", "502x3, ok", "502x3,ok", 2},
+	{"count after a name", "okx2", "okx2", 1},
+	{"count with a space", "ok x3", "okx3", 1},
+	// A count after a number parameter needs no space, since a number
+	// ends at a non-digit; the canonical form puts one in anyway.
+	{"count after a parameter", "429:retry-after=1x2,ok", "429:retry-after=1 x2,ok", 2},
+	{"window", "502 for 30s,ok", "502 for 30s,ok", 2},
+	{"window after a parameter", "429:retry-after-ms=1500 for 10s", "429:retry-after-ms=1500 for 10s", 1},
+	// JSON as a value may hold colons and commas; the canonical form puts
+	// headers before the body.
+	{"JSON body and header", `500:body={"error":"x","n":[1,2]}:header=X-Foo=bar`, `500:header=X-Foo=bar:body={"error":"x","n":[1,2]}`, 1},
+	{"quoted body", `500:body="a, b: c" x2`, `500:body="a, b: c" x2`, 1},
+	{"empty body", `200:body=`, `200:body=""`, 1},
+	{"header twice", `ok:header=A=1:header=A=2`, `ok:header=A=1:header=A=2`, 1},
+	{"header with a colon", `503:header="Link=<http://x>"`, `503:header="Link=<http://x>"`, 1},
+	{"every retry-after", "429:retry-after-ms=5:retry-after-date=2", "429:retry-after-date=2:retry-after-ms=5", 1},
+	// A fault's argument may follow "=" or ":".
+	{"refuse colon", "refuse:5s", "refuse:5s", 1},
+	{"refuse equals", "refuse=1m", "refuse:1m0s", 1},
+	{"stall-after colon", "stall-after:3", "stall-after=3", 1},
+	{"reset-after", "reset-after=0", "reset-after=0", 1},
+	{"slow-headers", "slow-headers=1.5s", "slow-headers=1.5s", 1},
+	{"delay", "502:delay=200ms x2", "502:delay=200ms x2", 1},
+	{"every name", "ok,overloaded,overloaded-stream,loading,reset,close-after-headers,stall", "ok,overloaded,overloaded-stream,loading,reset,close-after-headers,stall", 7},
+	// A script file: one step a line, comments, a trailing comma.
+	{"file", "# the outage\n502x3   # down\n429:retry-after=1,\n\nok\n", "502x3,429:retry-after=1,ok", 3},
+	{"CRLF file", "502\r\nok\r\n", "502,ok", 2},
+}
+
+func TestParseScript(t *testing.T) {
+	t.Parallel()
+	for _, tc := range validScripts {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := mockllm.ParseScript(tc.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.String(); got != tc.want {
+				t.Errorf("String: got %q, want %q", got, tc.want)
+			}
+			if s.Len() != tc.steps {
+				t.Errorf("Len: got %d, want %d", s.Len(), tc.steps)
+			}
+			again, err := mockllm.ParseScript(s.String())
+			if err != nil || !reflect.DeepEqual(again, s) {
+				t.Errorf("String %q parses to %v, %v; want the same script", s.String(), again, err)
+			}
+		})
+	}
+}
+
+func TestParseScriptErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, src  string
+		step, line int
+		col        int
+		want       string // in the message
+	}{
+		// Each error names the step, where it starts and what is wrong.
+		{"unknown fault", "ok,foo", 2, 1, 4, `unknown fault "foo"`},
+		{"status out of range", "50", 1, 1, 1, "status 50: want 200 to 599"},
+		{"status too high", "600", 1, 1, 1, "status 600"},
+		{"zero count", "502x0", 1, 1, 1, "at least 1"},
+		{"unknown parameter", "500:bdy=x", 1, 1, 1, `unknown parameter "bdy"`},
+		{"parameter twice", "429:retry-after=1:retry-after=2", 1, 1, 1, "given twice"},
+		{"missing argument", "refuse", 1, 1, 1, "refuse needs an argument"},
+		{"zero refuse", "refuse:0s", 1, 1, 1, "more than 0"},
+		{"argument where none is taken", "ok=3", 1, 1, 1, "ok takes no argument"},
+		{"value without a key", "stall:3", 1, 1, 1, "want key=value"},
+		{"empty step", "ok,,ok", 2, 1, 4, "empty step"},
+		{"bad duration", "502 for 3", 1, 1, 1, `for: want a duration such as 2s, got "3"`},
+		{"negative window", "502 for -1s", 1, 1, 1, "for: want a duration"},
+		{"body on ok", "ok:body=x", 1, 1, 1, "ok takes no body"},
+		{"count on refuse", "refuse:5s x2", 1, 1, 1, "no count or window"},
+		{"header on reset", "reset:header=A=b", 1, 1, 1, "reset sends no headers"},
+		{"unbalanced JSON", `500:body={"a":1`, 1, 1, 1, "unbalanced {"},
+		{"unterminated string", `500:body="abc`, 1, 1, 1, "unterminated string"},
+		{"header without a value", "ok:header=X-Foo", 1, 1, 1, "want NAME=VALUE"},
+		{"bad header name", `ok:header="X Foo=1"`, 1, 1, 1, "not a valid header name"},
+		{"newline in a header", `ok:header="X=a\nb"`, 1, 1, 1, "control character"},
+		{"two Retry-Afters", "429:retry-after=1:retry-after-date=2", 1, 1, 1, "give one"},
+		{"junk after a step", "502 oops", 1, 1, 1, `unexpected "oops"`},
+		{"junk after JSON", `500:body={}x`, 1, 1, 1, `unexpected "x"`},
+		{"huge number", "502x99999999999999999999", 1, 1, 1, "too large"},
+		// The position is the step's line and column in a file.
+		{"third line", "ok\n502\n  bogus", 3, 3, 3, `unknown fault "bogus"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := mockllm.ParseScript(tc.src)
+			var se *mockllm.ScriptError
+			if !errors.As(err, &se) {
+				t.Fatalf("got %v, want a *ScriptError", err)
+			}
+			if se.Step != tc.step || se.Line != tc.line || se.Column != tc.col {
+				t.Errorf("got step %d at %d:%d, want step %d at %d:%d", se.Step, se.Line, se.Column, tc.step, tc.line, tc.col)
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "mockllm: script step ") {
+				t.Errorf("got %q, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzParseScript checks that the parser never panics, and that what it
+// parses prints in a form that parses back to the same script.
+func FuzzParseScript(f *testing.F) {
+	for _, tc := range validScripts {
+		f.Add(tc.src)
+	}
+	for _, s := range []string{
+		`500:body=[{"a":"]"},"\"x"]:header=X=1 for 1h`,
+		`200:body="\xff\x00" x1`,
+		"refuse:1.5µs,stall-after=2x3,slow-headers=0s for 1ns",
+		"500:body=a#b,ok",
+		`503:header="A=#,:"`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		s, err := mockllm.ParseScript(src)
+		if err != nil {
+			var se *mockllm.ScriptError
+			if !errors.As(err, &se) {
+				t.Fatalf("got %T, want a *ScriptError", err)
+			}
+			return
+		}
+		out := s.String()
+		again, err := mockllm.ParseScript(out)
+		if err != nil {
+			t.Fatalf("%q parsed, but its String %q does not: %v", src, out, err)
+		}
+		if !reflect.DeepEqual(again, s) {
+			t.Fatalf("%q: String %q parses to %q, a different script", src, out, again.String())
+		}
+	})
+}

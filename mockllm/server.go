@@ -1,0 +1,307 @@
+package mockllm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"maps"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// defaultChunks is the number of content chunks when Server.Chunks is
+// zero: the nine words of "The quick brown fox jumps over the lazy dog."
+const defaultChunks = 9
+
+// maxBody bounds the request bodies the server reads.
+const maxBody = 16 << 20
+
+// A Server is a fake LLM provider that fails as its Script says. It
+// speaks OpenAI's chat completions, Anthropic's messages and llama.cpp's
+// completion, streaming and not; see the package documentation.
+//
+// Set the fields, then call Start; NewServer does both for a test. The
+// fields must not change after Start. The zero value is a Server whose
+// every request succeeds, with no slot limit. A started Server's methods
+// are safe for concurrent use.
+type Server struct {
+	// Script is the faults the server applies to model requests. The
+	// zero Script has no steps: every request succeeds.
+	Script Script
+
+	// Slots is how many model requests the server serves at once, like
+	// llama.cpp's --parallel: a request holds a slot for its whole
+	// response, and the others wait in arrival order. GET /slots lists
+	// them and llama.cpp's id_slot picks one. Zero means no limit, and
+	// GET /slots answers 501, as llama.cpp does without slots.
+	Slots int
+
+	// Chunks is how many content chunks a response has: stream events,
+	// or parts of a body. Zero means 9.
+	Chunks int
+
+	// ChunkDelay is the wait before each content chunk; a non-streaming
+	// response waits for all its chunks before it is sent. Zero means no
+	// wait.
+	ChunkDelay time.Duration
+
+	// Logf, if not nil, is told about each model request and what the
+	// script did to it, and about errors the server hit. It may be
+	// called concurrently.
+	Logf func(format string, args ...any)
+
+	// URL is the server's base URL, as http://127.0.0.1:PORT, set by
+	// Start. It stays the same across refuse steps.
+	URL string
+
+	ln     *listener
+	sched  *schedule
+	slots  *slots // nil if Slots is 0
+	srv    *http.Server
+	done   chan struct{} // closed by Close, to end waits and stalls
+	served chan struct{} // closed when srv.Serve returns
+	seq    atomic.Int64  // completions begun: their ids, and llama.cpp's tasks
+
+	mu       sync.Mutex // guards started, closed and the handlers' Add
+	started  bool
+	closed   bool
+	handlers sync.WaitGroup // running handlers, waited for by Close
+
+	statsMu sync.Mutex // guards total and paths
+	total   int
+	paths   map[string]map[string]int
+}
+
+// Stats are the model requests a Server has seen: in total, and by path
+// and outcome. An outcome is "ok", a status such as "502", the name of
+// the fault (as "reset" or "stall-after"), or "refused".
+//
+// Connections refused during a refuse step never reach the server and
+// are not counted: the kernel refuses them. "refused" counts only the
+// requests that came during the step on a connection opened before it;
+// the server resets them.
+type Stats struct {
+	// Total is the number of model requests.
+	Total int `json:"total"`
+	// Paths maps each path to the number of requests per outcome.
+	Paths map[string]map[string]int `json:"paths"`
+}
+
+// NewServer parses script and starts a Server for it on a loopback port,
+// for a test, as httptest.NewServer does. It panics if the script does
+// not parse or the server cannot listen. Call Close when done.
+func NewServer(script string) *Server {
+	s := &Server{Script: MustParseScript(script)}
+	if err := s.Start(""); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Start listens on addr ("127.0.0.1:0" if empty), sets URL, and serves
+// in the background until Close. The script's first step becomes current
+// now.
+func (s *Server) Start(addr string) error {
+	if s.Slots < 0 || s.Chunks < 0 || s.ChunkDelay < 0 {
+		return fmt.Errorf("mockllm: Slots %d, Chunks %d and ChunkDelay %v cannot be negative", s.Slots, s.Chunks, s.ChunkDelay)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("mockllm: server already started")
+	}
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := listen(addr)
+	if err != nil {
+		return fmt.Errorf("mockllm: %w", err)
+	}
+	s.started = true
+	s.ln = ln
+	s.URL = "http://" + ln.Addr().String()
+	s.sched = newSchedule(s.Script, ln.setRefusing, s.Logf)
+	if s.Slots > 0 {
+		s.slots = newSlots(s.Slots)
+	}
+	s.done = make(chan struct{})
+	s.served = make(chan struct{})
+	s.paths = map[string]map[string]int{}
+	s.srv = &http.Server{
+		Handler:           s.routes(),
+		ConnState:         ln.connState,
+		ReadHeaderTimeout: time.Minute,
+		ErrorLog:          log.New(logWriter{s}, "", 0),
+	}
+	s.sched.start(time.Now())
+	go func() {
+		defer close(s.served)
+		s.srv.Serve(ln)
+	}()
+	return nil
+}
+
+// Close stops the server: it ends every response in progress, closes
+// every connection, and returns when every handler has returned. It may
+// be called more than once.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if !s.started || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+
+	s.sched.close()
+	close(s.done)
+	s.srv.Close()
+	s.ln.Close() // in case Serve had not started to track it
+	<-s.served
+	s.handlers.Wait()
+}
+
+// Stats returns the model requests the server has seen so far.
+func (s *Server) Stats() Stats {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	st := Stats{Total: s.total, Paths: make(map[string]map[string]int, len(s.paths))}
+	for p, o := range s.paths {
+		st.Paths[p] = maps.Clone(o)
+	}
+	return st
+}
+
+func (s *Server) count(path, outcome string) {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	s.total++
+	if s.paths[path] == nil {
+		s.paths[path] = map[string]int{}
+	}
+	s.paths[path][outcome]++
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.Logf != nil {
+		s.Logf(format, args...)
+	}
+}
+
+// logWriter sends the http.Server's own errors to Logf.
+type logWriter struct{ s *Server }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.s.logf("mockllm: %s", strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// enter counts a handler in, unless the server is closing.
+func (s *Server) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.handlers.Add(1)
+	return true
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.model(openAI{}))
+	mux.HandleFunc("POST /v1/messages", s.model(anthropic{}))
+	mux.HandleFunc("POST /completion", s.model(llamaCPP{}))
+	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /slots", s.listSlots)
+	mux.HandleFunc("GET /mock/stats", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, js(s.Stats()))
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.enter() {
+			return
+		}
+		defer s.handlers.Done()
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// health is llama.cpp's GET /health: it fails while a loading step is
+// current, without using the step.
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	if s.sched.peek(time.Now()).fault == faultLoading {
+		writeJSON(w, http.StatusServiceUnavailable, loadingBody())
+		return
+	}
+	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
+}
+
+// loadingBody is llama.cpp's answer while it loads the model.
+func loadingBody() []byte { return llamaError(http.StatusServiceUnavailable, "Loading model") }
+
+// listSlots is llama.cpp's GET /slots.
+func (s *Server) listSlots(w http.ResponseWriter, _ *http.Request) {
+	if s.slots == nil {
+		writeJSON(w, http.StatusNotImplemented, llamaError(http.StatusNotImplemented,
+			"This server does not support slots endpoint. Start it with `--slots`"))
+		return
+	}
+	writeJSON(w, http.StatusOK, js(s.slots.states()))
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// chunks returns the number of content chunks in a response.
+func (s *Server) chunks() int {
+	if s.Chunks == 0 {
+		return defaultChunks
+	}
+	return s.Chunks
+}
+
+// model returns the handler for one API's model endpoint: it takes the
+// script's step for the request, counts it, and answers as the step says.
+func (s *Server) model(a api) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		// Read the whole body first, so that a reset or a stall meets a
+		// client that has finished sending, and so that the server
+		// notices when the client hangs up.
+		body, err := readBody(w, r)
+		if err != nil {
+			return
+		}
+		st, n := s.sched.take(time.Now())
+		x := &exchange{s: s, w: w, r: r, api: a, st: st}
+		outcome := st.label()
+		if x.generates() {
+			if err := x.parse(body); err != nil {
+				outcome = "400"
+				x.st = step{fault: faultStatus, status: http.StatusBadRequest, hasBody: true, body: string(a.errorBody(http.StatusBadRequest))}
+				s.logf("mockllm: %s %s: %v", r.Method, r.URL.Path, err)
+			}
+		}
+		s.count(r.URL.Path, outcome)
+		s.logf("mockllm: %s %s: step %d (%s): %s", r.Method, r.URL.Path, n+1, stepString(st), outcome)
+		if s.ln.isRefusing() {
+			// A refuse step began: this connection must not be reused.
+			w.Header().Set("Connection", "close")
+		}
+		x.answer()
+	}
+}
+
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+}
+
+func stepString(st step) string {
+	return Script{steps: []step{st}}.String()
+}
