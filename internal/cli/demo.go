@@ -2,32 +2,29 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
-	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/outlast-llm/outlast"
-	"github.com/outlast-llm/outlast/gate"
+	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/mockllm"
 )
 
-// The demo's provider is down, then rate-limited, then up:
+// The demo's provider is the mock, down then rate-limited then up:
 //
-//	0 s to 1.5 s   502 Bad Gateway
+//	0 s to 1.5 s   502 Bad Gateway, after 200 ms
 //	1.5 s to 3 s   429 Too Many Requests, Retry-After: 1
-//	from 3 s       200, after 300 ms of work (streams: 3 events, 100 ms apart)
-const (
-	demoDownUntil    = 1500 * time.Millisecond
-	demoLimitedUntil = 3 * time.Second
-)
+//	from 3 s       answers: 300 ms of work; streams, 3 chunks 100 ms apart
+const demoScript = "502:delay=200ms for 1.5s,429:retry-after=1 for 1.5s,ok:delay=300ms"
 
 // demoRun is one host run in the demo, and what it is expected to end as.
 type demoRun struct {
@@ -38,9 +35,8 @@ type demoRun struct {
 	want     string // "ok", "failed" or "refused"
 
 	// filled in as it runs
-	got      string
-	detail   string
-	attempts atomic.Int32
+	got    string
+	detail string
 }
 
 func demoRuns() []*demoRun {
@@ -55,70 +51,117 @@ func demoRuns() []*demoRun {
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	keep := fs.Bool("keep", false, "leave the gateway and the mock running after the summary, until interrupted")
+	plain := fs.Bool("plain", false, "print plain timeline lines even on a terminal")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: outlast demo\n\nRuns a provider outage in one process: five host runs share one slot\n(queue 2) through outlast, and a timeline shows each queue, attempt and\nwait. Exits 0 when every run ends as expected, 1 otherwise.")
+		fmt.Fprintln(stderr, `Usage: outlast demo [flags]
+
+Runs a provider outage in one process, with nothing to install: a mock
+provider that is down, then rate-limited, then up; the outlast gateway in
+front of it with one slot and a queue of 2; and five host runs, one of
+them with a deadline too short to survive and one over the queue bound.
+A timeline shows each queue, attempt and wait as it happens, then a
+summary. Exits 0 when every run ends as expected and the mock saw exactly
+the attempts the record holds, 1 otherwise.
+
+Flags:`)
 		fs.PrintDefaults()
 	}
 	if done, err := parseFlags(fs, args, stderr); done {
 		return err
 	}
-	d := newDemo(stdout)
-	defer d.provider.Close()
-	fmt.Fprintf(stdout, "outlast demo: a provider that is down (502) until %v, rate-limited (429, Retry-After: 1) until %v, then up.\n", demoDownUntil, demoLimitedUntil)
-	fmt.Fprintln(stdout, "Five runs share one slot with a queue of 2; policy: waits 500ms, 1s, 2s (the last repeats under a deadline), reserve 1s.")
-	fmt.Fprintln(stdout)
+	d, err := startDemo(newTimeline(stdout, !*plain && isTerminal(stdout)))
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	d.tl.intro()
 	d.runAll(ctx)
-	return d.summary()
+	err = d.summary()
+	if *keep && ctx.Err() == nil {
+		fmt.Fprintf(stdout, "\nThe gateway is at %s (health: %s/outlast/health), the mock at %s (%s/mock/stats).\nPress Ctrl-C to stop.\n", d.gwURL, d.gwURL, d.mock.URL, d.mock.URL)
+		<-ctx.Done()
+	}
+	return err
 }
 
 type demo struct {
-	start    time.Time
-	provider *httptest.Server
-	client   *http.Client
-	runs     []*demoRun
-	seen     atomic.Int32 // attempts the provider saw
+	tl    *timeline
+	mock  *mockllm.Server
+	gw    *http.Server
+	gwURL string
+	runs  []*demoRun
 
-	mu  sync.Mutex // guards out
-	out io.Writer
+	mu     sync.Mutex // guards record
+	record []gateway.Request
 }
 
-func newDemo(out io.Writer) *demo {
-	d := &demo{start: time.Now(), out: out, runs: demoRuns()}
-	d.provider = httptest.NewServer(http.HandlerFunc(d.serve))
-	d.client = &http.Client{Transport: &outlast.Transport{
-		Policy: &outlast.Policy{
-			Waits:   []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second},
-			Reserve: time.Second,
+// startDemo starts the mock and the gateway in front of it.
+func startDemo(tl *timeline) (*demo, error) {
+	d := &demo{tl: tl, runs: demoRuns()}
+	script, err := mockllm.ParseScript(demoScript)
+	if err != nil {
+		return nil, err
+	}
+	d.mock = &mockllm.Server{Script: script, Chunks: 3, ChunkDelay: 100 * time.Millisecond}
+	if err := d.mock.Start(""); err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(d.mock.URL)
+	g, err := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{{
+			Name:             "mock",
+			URL:              u,
+			Policy:           &outlast.Policy{Waits: []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}, Reserve: time.Second},
+			Slots:            1,
+			Queue:            2,
+			FirstByteTimeout: 10 * time.Second,
+		}},
+		Logger:   slog.New(slog.DiscardHandler), // the timeline says it instead
+		Observer: d.observer(),
+	})
+	if err != nil {
+		d.mock.Close()
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		d.mock.Close()
+		return nil, err
+	}
+	d.gw = &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	d.gwURL = "http://" + l.Addr().String()
+	go d.gw.Serve(l)
+	return d, nil
+}
+
+func (d *demo) close() {
+	d.gw.Close()
+	d.mock.Close()
+}
+
+// observer turns the gateway's view of each request into timeline lines,
+// and keeps the record.
+func (d *demo) observer() gateway.Observer {
+	return gateway.Observer{
+		Queued: func(r *gateway.Request, _ string, ahead int) {
+			d.tl.event(r.Run, stateQueued, "queued at the slot, %d ahead", ahead)
 		},
-		Gate:   gate.New(1, 2),
-		Logger: slog.New(slog.DiscardHandler), // the timeline says it instead
-	}}
-	return d
-}
-
-// serve is the provider.
-func (d *demo) serve(w http.ResponseWriter, r *http.Request) {
-	d.seen.Add(1)
-	io.Copy(io.Discard, r.Body)
-	switch since := time.Since(d.start); {
-	case since < demoDownUntil:
-		time.Sleep(200 * time.Millisecond)
-		http.Error(w, `{"error":{"type":"server_error","message":"upstream connect error"}}`, http.StatusBadGateway)
-	case since < demoLimitedUntil:
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, `{"error":{"type":"rate_limit_error","message":"slow down"}}`, http.StatusTooManyRequests)
-	case r.Header.Get("Accept") == "text/event-stream":
-		w.Header().Set("Content-Type", "text/event-stream")
-		for i := range 3 {
-			time.Sleep(100 * time.Millisecond)
-			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"part %d\"}}]}\n\n", i+1)
-			w.(http.Flusher).Flush()
-		}
-		fmt.Fprint(w, "data: [DONE]\n\n")
-	default:
-		time.Sleep(300 * time.Millisecond)
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprint(w, `{"choices":[{"message":{"role":"assistant","content":"hello"}}]}`)
+		AttemptStart: func(r *gateway.Request, a outlast.Attempt) {
+			d.tl.event(r.Run, stateSending, "attempt %d sent", a.N)
+		},
+		AttemptEnd: func(r *gateway.Request, a outlast.Attempt) {
+			state := stateSending
+			if a.RetryIn > 0 {
+				state = stateWaiting
+			}
+			d.tl.event(r.Run, state, "attempt %d %s", a.N, describe(a))
+		},
+		Done: func(r *gateway.Request) {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			d.record = append(d.record, *r)
+		},
 	}
 }
 
@@ -138,52 +181,49 @@ func (d *demo) runAll(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+	d.tl.finish()
 }
 
-// run sends one host run's request and records how it ended.
+// run sends one host run's request to the gateway, as a host in any
+// language would, and records how it ended.
 func (d *demo) run(ctx context.Context, r *demoRun) {
-	ctx, cancel := context.WithTimeout(ctx, r.deadline)
-	defer cancel()
-	d.say(r, "starts, deadline %v", r.deadline)
-	ctx = outlast.WithHooks(ctx, outlast.Hooks{
-		Queued: func(_ string, ahead int) { d.say(r, "queued at the slot, %d ahead", ahead) },
-		AttemptStart: func(a outlast.Attempt) {
-			r.attempts.Add(1)
-			d.say(r, "attempt %d sent", a.N)
-		},
-		AttemptEnd: func(a outlast.Attempt) { d.say(r, "attempt %d %s", a.N, describe(a)) },
-	})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.provider.URL+"/v1/chat/completions",
-		strings.NewReader(`{"model":"demo","messages":[{"role":"user","content":"hi"}]}`))
+	d.tl.event(r.name, stateSending, "starts, deadline %v", r.deadline)
+	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}]}`
 	if r.stream {
-		req.Header.Set("Accept", "text/event-stream")
+		body = `{"model":"demo","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	}
-	resp, err := d.client.Do(req)
-	switch {
-	case errors.Is(err, outlast.ErrBusy):
-		r.got, r.detail = "refused", "busy: the slot's queue was full"
-	case err != nil:
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.gwURL+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(gateway.HeaderRun, r.name)
+	req.Header.Set(gateway.HeaderTimeout, r.deadline.String())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
 		r.got, r.detail = "failed", err.Error()
-	default:
-		r.got, r.detail = d.finish(r, resp)
+	} else {
+		r.got, r.detail = finish(r, resp)
 	}
-	d.say(r, "ends: %s (%s)", r.got, r.detail)
+	state := map[string]runState{"ok": stateDone, "refused": stateRefused}[r.got]
+	if r.got != "ok" && r.got != "refused" {
+		state = stateFailed
+	}
+	d.tl.event(r.name, state, "ends: %s (%s)", r.got, r.detail)
 }
 
 // finish reads a response to its end, as the host would.
-func (d *demo) finish(r *demoRun, resp *http.Response) (string, string) {
+func finish(r *demoRun, resp *http.Response) (string, string) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	if err != nil {
+	switch {
+	case err != nil:
 		return "failed", err.Error()
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "failed", fmt.Sprintf("%s, the deadline left no room for another wait", resp.Status)
-	}
-	if r.stream {
+	case resp.Header.Get(gateway.HeaderError) == "busy":
+		return "refused", fmt.Sprintf("%s: the slot's queue was full; Retry-After %ss", resp.Status, resp.Header.Get("Retry-After"))
+	case resp.StatusCode != http.StatusOK:
+		return "failed", fmt.Sprintf("%s after %s attempts: the deadline left no room for another wait", resp.Status, resp.Header.Get(gateway.HeaderAttempts))
+	case r.stream:
 		return "ok", fmt.Sprintf("streamed %d events", strings.Count(string(body), "data: "))
 	}
-	return "ok", fmt.Sprintf("%d bytes", len(body))
+	return "ok", fmt.Sprintf("%d bytes after %s attempts", len(body), resp.Header.Get(gateway.HeaderAttempts))
 }
 
 func describe(a outlast.Attempt) string {
@@ -196,48 +236,56 @@ func describe(a outlast.Attempt) string {
 	if a.RetryAfter > 0 {
 		s += fmt.Sprintf(" (Retry-After %v)", a.RetryAfter)
 	}
-	if a.RetryIn > 0 {
+	switch {
+	case a.RetryIn > 0:
 		s += fmt.Sprintf(", retrying in %v", a.RetryIn.Round(time.Millisecond))
-	} else if a.Err != nil {
+	case a.Err != nil:
 		s += ", no retry left"
 	}
 	return s
 }
 
-// say prints one timeline line.
-func (d *demo) say(r *demoRun, format string, args ...any) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	elapsed := time.Since(d.start).Seconds()
-	fmt.Fprintf(d.out, "%6.2fs  %-15s %s\n", elapsed, r.name, fmt.Sprintf(format, args...))
-}
-
-// summary prints the table and reports whether every run ended as
-// expected and the record matches what the provider saw.
+// summary prints the table, and reports whether every run ended as
+// expected and the record matches what the mock saw.
 func (d *demo) summary() error {
-	fmt.Fprintln(d.out)
-	tw := tabwriter.NewWriter(d.out, 2, 8, 2, ' ', 0)
+	out := d.tl.out
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\toutcome\texpected\tattempts\tdetail")
 	bad := 0
-	var recorded int32
+	recorded := d.attempts()
+	total := 0
 	for _, r := range d.runs {
 		mark := ""
 		if r.got != r.want {
 			bad++
 			mark = "  <-- unexpected"
 		}
-		recorded += r.attempts.Load()
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s%s\n", r.name, r.got, r.want, r.attempts.Load(), r.detail, mark)
+		total += recorded[r.name]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s%s\n", r.name, r.got, r.want, recorded[r.name], r.detail, mark)
 	}
 	tw.Flush()
-	fmt.Fprintf(d.out, "\nthe provider saw %d attempts; the record has %d.\n", d.seen.Load(), recorded)
-	if d.seen.Load() != recorded {
+	seen := d.mock.Stats().Total
+	fmt.Fprintf(out, "\nThe mock saw %d attempts; the record holds %d.\n", seen, total)
+	if seen != total {
 		bad++
 	}
 	if bad > 0 {
-		fmt.Fprintf(d.out, "demo: %d unexpected outcome(s)\n", bad)
+		fmt.Fprintf(out, "demo: %d unexpected outcome(s)\n", bad)
 		return ErrFailed
 	}
-	fmt.Fprintln(d.out, "demo: every run ended as expected.")
+	fmt.Fprintln(out, "demo: every run ended as expected.")
 	return nil
 }
+
+// attempts returns the attempts the record holds, per run.
+func (d *demo) attempts() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := map[string]int{}
+	for _, r := range d.record {
+		n[r.Run] += len(r.Attempts)
+	}
+	return n
+}
+
