@@ -288,4 +288,3 @@ func (d *demo) attempts() map[string]int {
 	}
 	return n
 }
-
