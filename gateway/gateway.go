@@ -101,8 +101,15 @@ type Config struct {
 	// DefaultProgressInterval (15 s).
 	ProgressInterval time.Duration
 
-	// Observer is told of each request's queueing, attempts and end.
+	// Observer is told of each request's queueing, attempts and end. Use
+	// Observers to tell several.
 	Observer Observer
+
+	// Endpoints are served under /outlast/, keyed by the rest of the path:
+	// "requests" serves /outlast/requests and, with a trailing slash,
+	// "requests/" serves every path below it. The gateway serves
+	// /outlast/health itself. Nil means none.
+	Endpoints map[string]http.Handler
 }
 
 // Observer is told what the gateway does as it does it. Any field may be
@@ -114,6 +121,47 @@ type Observer struct {
 	AttemptStart func(r *Request, a outlast.Attempt)
 	AttemptEnd   func(r *Request, a outlast.Attempt)
 	Done         func(r *Request)
+}
+
+// Observers returns an Observer that tells each of obs in turn.
+func Observers(obs ...Observer) Observer {
+	var o Observer
+	for _, x := range obs {
+		if f := x.Queued; f != nil {
+			prev := o.Queued
+			o.Queued = func(r *Request, key string, ahead int) { call3(prev, r, key, ahead); f(r, key, ahead) }
+		}
+		if f := x.AttemptStart; f != nil {
+			prev := o.AttemptStart
+			o.AttemptStart = func(r *Request, a outlast.Attempt) { call2(prev, r, a); f(r, a) }
+		}
+		if f := x.AttemptEnd; f != nil {
+			prev := o.AttemptEnd
+			o.AttemptEnd = func(r *Request, a outlast.Attempt) { call2(prev, r, a); f(r, a) }
+		}
+		if f := x.Done; f != nil {
+			prev := o.Done
+			o.Done = func(r *Request) {
+				if prev != nil {
+					prev(r)
+				}
+				f(r)
+			}
+		}
+	}
+	return o
+}
+
+func call2(f func(*Request, outlast.Attempt), r *Request, a outlast.Attempt) {
+	if f != nil {
+		f(r, a)
+	}
+}
+
+func call3(f func(*Request, string, int), r *Request, key string, ahead int) {
+	if f != nil {
+		f(r, key, ahead)
+	}
 }
 
 // Request is the record of one request through the gateway.

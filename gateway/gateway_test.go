@@ -555,3 +555,46 @@ func TestGracefulDrain(t *testing.T) {
 		t.Fatal("Serve did not return after the drain")
 	}
 }
+
+// Endpoints mount handlers under /outlast/, exact or by prefix, and
+// Observers tells every observer, in order.
+func TestEndpointsAndObservers(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, status(200, "{}"))
+	u, _ := url.Parse(up.URL)
+	var mu sync.Mutex
+	var calls []string
+	note := func(s string) func(*gateway.Request) {
+		return func(*gateway.Request) { mu.Lock(); calls = append(calls, s); mu.Unlock() }
+	}
+	g, err := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{{URL: u}},
+		Logger:    slog.New(slog.DiscardHandler),
+		Observer:  gateway.Observers(gateway.Observer{Done: note("a")}, gateway.Observer{}, gateway.Observer{Done: note("b")}),
+		Endpoints: map[string]http.Handler{
+			"metrics":   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m") }),
+			"requests/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "r:"+r.URL.Path) }),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewServer(g)
+	defer s.Close()
+	for path, want := range map[string]string{
+		"/outlast/metrics":       "m",
+		"/outlast/requests/abc":  "r:/outlast/requests/abc",
+		"/outlast/metrics/extra": `{"type":"error"`,
+	} {
+		_, body := send(t, http.MethodGet, s.URL+path, "", nil)
+		if !strings.HasPrefix(body, want) {
+			t.Errorf("%s: got %q, want %q", path, body, want)
+		}
+	}
+	send(t, http.MethodGet, s.URL+"/v1/models", "", nil)
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(calls, ",") != "a,b" {
+		t.Errorf("got observer calls %v, want [a b]", calls)
+	}
+}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 )
 
 // serveOwn serves the gateway's own endpoints under /outlast/.
@@ -16,8 +17,31 @@ func (g *Gateway) serveOwn(w http.ResponseWriter, r *http.Request) {
 		}
 		g.health(w)
 	default:
+		if h := g.endpoint(strings.TrimPrefix(r.URL.Path, "/outlast/")); h != nil {
+			h.ServeHTTP(w, r)
+			return
+		}
 		writeError(w, http.StatusNotFound, "not-found", "invalid_request_error", "outlast: no such endpoint: "+r.URL.Path)
 	}
+}
+
+// endpoint returns the handler of Config.Endpoints for rest, the path
+// below /outlast/: an exact key, or the longest key ending in "/" that
+// prefixes it.
+func (g *Gateway) endpoint(rest string) http.Handler {
+	if h, ok := g.cfg.Endpoints[rest]; ok {
+		return h
+	}
+	var best string
+	for k := range g.cfg.Endpoints {
+		if strings.HasSuffix(k, "/") && strings.HasPrefix(rest, k) && len(k) > len(best) {
+			best = k
+		}
+	}
+	if best == "" {
+		return nil
+	}
+	return g.cfg.Endpoints[best]
 }
 
 // Health is the body of GET /outlast/health.
