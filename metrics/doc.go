@@ -1,0 +1,50 @@
+// Package metrics exports what the gateway does as Prometheus metrics, for
+// /outlast/metrics.
+//
+// A [Metrics] is a gateway.Observer and an http.Handler over a registry of
+// its own, so that the host's other metrics, and its Go runtime's, never
+// mix with outlast's. Wire it in before the gateway, whose Config takes
+// the Observer, and give it the gateway's Health after:
+//
+//	m := metrics.New([]string{"openai", "llama"})
+//	g, err := gateway.New(gateway.Config{
+//		Upstreams: ups,
+//		Observer:  m.Observer(),
+//		Endpoints: map[string]http.Handler{"metrics": m.Handler()},
+//	})
+//	…
+//	m.SetHealth(g.Health)
+//
+// # Metrics
+//
+//	outlast_requests_total{upstream,code}           requests, by the status sent to the caller (499: the caller left)
+//	outlast_attempts_total{upstream,outcome}        attempts sent upstream, by how they ended
+//	outlast_retries_total{upstream,reason}          attempts followed by a retry, by the failure that caused it
+//	outlast_retry_wait_seconds_total{upstream}      the waits before those retries, summed
+//	outlast_busy_total{upstream}                    requests refused because the gate's queue was full
+//	outlast_upstream_latency_seconds{upstream}      histogram: each attempt's time from send to first byte (or failure)
+//	outlast_gate_wait_seconds{upstream}             histogram: each gated attempt's wait at the gate
+//	outlast_gate_queue_depth{upstream,slot}         gauge: requests waiting now, at the upstream's bound (slot="") or a named slot
+//	outlast_journal_dropped_total                   records the journal dropped because its queue was full
+//
+// An outcome, and a retry's reason, is one of ok, rate_limited (429),
+// overloaded (529), status_4xx, status_5xx, error_event, stalled,
+// closed_early, refused, reset, timeout, canceled and other; a reason is
+// never ok. The names are those of the journal's error classes, with the
+// status classes split.
+//
+// # Cardinality
+//
+// Every label value comes from a fixed set or from the configuration: the
+// upstream names given to [New] (any other name counts as "other"), the
+// outcomes above, a status code between 100 and 599 (else "other"), and a
+// named slot "slot N" with N below 64 (else "other"). No run, path, model,
+// request ID, header value or URL ever becomes a label, so secrets in them
+// never reach the metrics.
+//
+// Every series known in advance is exported from the start, at zero, as
+// Prometheus's instrumentation guidance asks: for each configured upstream,
+// every outcome and reason, the codes 200, 499, 502, 503 and 504, the
+// counters without other labels, both histograms, and the queue depth of
+// its bound (slot="").
+package metrics

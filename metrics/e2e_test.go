@@ -1,0 +1,175 @@
+package metrics_test
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/metrics"
+)
+
+// stack is a gateway with metrics in front of one upstream, named "llm",
+// with one slot.
+type stack struct {
+	m    *metrics.Metrics
+	srv  *httptest.Server
+	done chan struct{} // a value per request, after the metrics counted it
+}
+
+func newStack(t *testing.T, upstream http.Handler, extra gateway.Observer) *stack {
+	t.Helper()
+	up := httptest.NewServer(upstream)
+	t.Cleanup(up.Close)
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stack{m: metrics.New([]string{"llm"}), done: make(chan struct{}, 16)}
+	g, err := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{{
+			Name:   "llm",
+			URL:    u,
+			Slots:  1,
+			Policy: &outlast.Policy{Waits: []time.Duration{10 * time.Millisecond}},
+		}},
+		Logger: slog.New(slog.DiscardHandler),
+		// The metrics' Done runs first, so a value on done means the
+		// request is counted.
+		Observer:  gateway.Observers(s.m.Observer(), extra, gateway.Observer{Done: func(*gateway.Request) { s.done <- struct{}{} }}),
+		Endpoints: map[string]http.Handler{"metrics": s.m.Handler()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.m.SetHealth(g.Health)
+	s.srv = httptest.NewServer(g)
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// post sends a chat request through the gateway and returns its status.
+func (s *stack) post(t *testing.T) int {
+	t.Helper()
+	resp, err := http.Post(s.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// scrape GETs /outlast/metrics through the gateway.
+func (s *stack) scrape(t *testing.T) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(s.srv.URL + "/outlast/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("GET /outlast/metrics: got %d %q, want 200 text/plain", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	return parse(t, string(body))
+}
+
+func (s *stack) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not end")
+	}
+}
+
+// TestGatewayEndToEnd sends a request through a real gateway to an
+// upstream that fails once, then reads the metrics through the gateway.
+func TestGatewayEndToEnd(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	s := newStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, `{"choices":[]}`)
+	}), gateway.Observer{})
+	if got := s.post(t); got != http.StatusOK {
+		t.Fatalf("POST through the gateway: got %d, want 200", got)
+	}
+	s.wait(t)
+	got := s.scrape(t)
+	checkSeries(t, got, map[string]float64{
+		`outlast_requests_total{code="200",upstream="llm"}`:           1,
+		`outlast_attempts_total{outcome="status_5xx",upstream="llm"}`: 1,
+		`outlast_attempts_total{outcome="ok",upstream="llm"}`:         1,
+		`outlast_retries_total{reason="status_5xx",upstream="llm"}`:   1,
+		`outlast_upstream_latency_seconds_count{upstream="llm"}`:      2,
+		// Slots: 1 puts every attempt through the gate.
+		`outlast_gate_wait_seconds_count{upstream="llm"}`:  2,
+		`outlast_gate_queue_depth{slot="",upstream="llm"}`: 0,
+	})
+	// The wait is the policy's 10 ms, without jitter.
+	if k := `outlast_retry_wait_seconds_total{upstream="llm"}`; got[k] != 0.01 {
+		t.Errorf("%s: got %v, want 0.01", k, got[k])
+	}
+}
+
+// TestGatewayQueueDepth holds the upstream's one slot and scrapes while a
+// second request waits for it.
+func TestGatewayQueueDepth(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	queued := make(chan struct{}, 1)
+	s := newStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		io.WriteString(w, `{}`)
+	}), gateway.Observer{Queued: func(*gateway.Request, string, int) {
+		select {
+		case queued <- struct{}{}:
+		default:
+		}
+	}})
+	// Registered after newStack's, so it runs first: a failed test must
+	// not leave the upstream's handler blocking its Close.
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	results := make(chan int, 2)
+	for range 2 {
+		go func() { results <- s.post(t) }()
+	}
+	select {
+	case <-queued:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no request queued")
+	}
+	k := `outlast_gate_queue_depth{slot="",upstream="llm"}`
+	if got := s.scrape(t)[k]; got != 1 {
+		t.Errorf("%s while one request waits: got %v, want 1", k, got)
+	}
+	open()
+	for range 2 {
+		if got := <-results; got != http.StatusOK {
+			t.Errorf("POST through the gateway: got %d, want 200", got)
+		}
+		s.wait(t)
+	}
+	if got := s.scrape(t)[k]; got != 0 {
+		t.Errorf("%s after both ended: got %v, want 0", k, got)
+	}
+}

@@ -1,0 +1,266 @@
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+)
+
+// otherLabel stands for every label value outside a label's bounded set:
+// an upstream New was not told of, a status outside 100–599, a named slot
+// past maxSlotLabel.
+const otherLabel = "other"
+
+// busyKind is the gateway's Outlast-Error kind for a request refused
+// because the gate's queue was full.
+const busyKind = "busy"
+
+// Histogram buckets, in seconds. An LLM API's first byte comes in tens of
+// milliseconds for a cached stream and in minutes for a long completion
+// that is not streamed; a llama.cpp slot is held for a whole generation,
+// so gate waits span the same range.
+var (
+	latencyBuckets  = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 300}
+	gateWaitBuckets = []float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 300}
+)
+
+// precreatedCodes are the statuses exported at zero for each upstream: the
+// success, and those the gateway sends itself when an upstream fails it
+// (the caller left, unreachable, busy, out of time).
+var precreatedCodes = []int{200, 499, 502, 503, 504}
+
+// Metrics counts what a gateway does, for Prometheus. Make one with New;
+// the zero value is not usable. It is safe for concurrent use.
+type Metrics struct {
+	reg     *prometheus.Registry
+	handler http.Handler
+
+	requests  *prometheus.CounterVec
+	attempts  *prometheus.CounterVec
+	retries   *prometheus.CounterVec
+	retryWait *prometheus.CounterVec
+	busy      *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	gateWait  *prometheus.HistogramVec
+
+	// byName holds the series of each upstream New was told of. It is
+	// written only by New, so lookups need no lock.
+	byName map[string]*series
+	// labels are the configured upstreams' labels, in New's order.
+	labels []string
+
+	otherOnce sync.Once // makes other on the first unknown upstream
+	other     *series
+
+	health  atomic.Pointer[func() gateway.Health]
+	dropped atomic.Pointer[func() uint64]
+}
+
+// series are one upstream's children of the vectors, resolved once so that
+// observing costs no label hashing and no allocation.
+type series struct {
+	label     string
+	attempts  [numOutcomes]prometheus.Counter
+	retries   [numOutcomes]prometheus.Counter // nil at outcomeOK: a success is never a reason
+	retryWait prometheus.Counter
+	busy      prometheus.Counter
+	latency   prometheus.Observer
+	gateWait  prometheus.Observer
+	codes     codes
+}
+
+// New returns Metrics for a gateway whose upstreams have the given names
+// (gateway.Upstream.Name, or the URL's host when it is empty), with every
+// series known in advance at zero. Observations of any other upstream are
+// counted as upstream="other"; nil upstreams count everything so.
+func New(upstreams []string) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), byName: map[string]*series{}}
+	m.register()
+	for _, name := range upstreams {
+		if _, ok := m.byName[name]; ok {
+			continue
+		}
+		label := labelValue(name)
+		m.byName[name] = m.newSeries(label)
+		m.labels = append(m.labels, label)
+	}
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return m
+}
+
+// register makes the collectors and registers them. MustRegister's panic
+// can only be a bug here: the names and labels are constants.
+func (m *Metrics) register() {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
+	histogram := func(name, help string, buckets []float64) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, []string{"upstream"})
+	}
+	m.requests = counter("outlast_requests_total", "Requests through the gateway, by the status sent to the caller (499: the caller left first).", "upstream", "code")
+	m.attempts = counter("outlast_attempts_total", "Attempts sent upstream, by how they ended.", "upstream", "outcome")
+	m.retries = counter("outlast_retries_total", "Attempts followed by a retry, by the failure that caused it.", "upstream", "reason")
+	m.retryWait = counter("outlast_retry_wait_seconds_total", "Time waited before retries, summed.", "upstream")
+	m.busy = counter("outlast_busy_total", "Requests refused because the gate's queue was full.", "upstream")
+	m.latency = histogram("outlast_upstream_latency_seconds", "Time from sending an attempt to its first byte, or to its failure.", latencyBuckets)
+	m.gateWait = histogram("outlast_gate_wait_seconds", "Time a gated attempt waited at the gate.", gateWaitBuckets)
+	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "outlast_journal_dropped_total",
+		Help: "Records the journal dropped because its queue was full.",
+	}, m.journalDropped)
+	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.retryWait, m.busy,
+		m.latency, m.gateWait, dropped, queueDepth{m})
+}
+
+func (m *Metrics) newSeries(label string) *series {
+	s := &series{
+		label:     label,
+		retryWait: m.retryWait.WithLabelValues(label),
+		busy:      m.busy.WithLabelValues(label),
+		latency:   m.latency.WithLabelValues(label),
+		gateWait:  m.gateWait.WithLabelValues(label),
+		codes:     codes{vec: m.requests, label: label},
+	}
+	for o := range numOutcomes {
+		s.attempts[o] = m.attempts.WithLabelValues(label, o.String())
+		if o != outcomeOK {
+			s.retries[o] = m.retries.WithLabelValues(label, o.String())
+		}
+	}
+	for _, c := range precreatedCodes {
+		s.codes.get(c)
+	}
+	return s
+}
+
+// seriesOf returns the series of the upstream with the given name.
+func (m *Metrics) seriesOf(upstream string) *series {
+	if s, ok := m.byName[upstream]; ok {
+		return s
+	}
+	// Made on first use, so that a gateway whose names all match never
+	// shows an "other" upstream.
+	m.otherOnce.Do(func() { m.other = m.newSeries(otherLabel) })
+	return m.other
+}
+
+// upstreamLabel returns the label of the upstream with the given name.
+func (m *Metrics) upstreamLabel(name string) string {
+	if s, ok := m.byName[name]; ok {
+		return s.label
+	}
+	return otherLabel
+}
+
+// labelValue makes name a valid label value: client_golang panics on
+// invalid UTF-8.
+func labelValue(name string) string {
+	return strings.ToValidUTF8(name, "\uFFFD")
+}
+
+// Observer returns the gateway.Observer that feeds m. Its funcs may be
+// called concurrently.
+func (m *Metrics) Observer() gateway.Observer {
+	return gateway.Observer{AttemptEnd: m.attemptEnd, Done: m.done}
+}
+
+// attemptEnd counts an attempt by its outcome, and its retry if one
+// follows.
+func (m *Metrics) attemptEnd(r *gateway.Request, a outlast.Attempt) {
+	s := m.seriesOf(r.Upstream)
+	o := outcomeOf(a.Err)
+	s.attempts[o].Inc()
+	if !a.Start.IsZero() && !a.End.Before(a.Start) {
+		s.latency.Observe(a.End.Sub(a.Start).Seconds())
+	}
+	// An attempt went through a gate if it held a named key or waited at
+	// all: the gateway's upstreams all have one (a bound, or named slots
+	// only), while a Transport without a Gate leaves both zero.
+	if a.Key != "" || a.GateWait > 0 {
+		s.gateWait.Observe(a.GateWait.Seconds())
+	}
+	if a.RetryIn > 0 {
+		if o == outcomeOK {
+			o = outcomeOther // unreachable today: a success ends the request
+		}
+		s.retries[o].Inc()
+		s.retryWait.Add(a.RetryIn.Seconds())
+	}
+}
+
+// done counts a request by the status sent to its caller.
+func (m *Metrics) done(r *gateway.Request) {
+	s := m.seriesOf(r.Upstream)
+	s.codes.get(r.Status).Inc()
+	if r.Error == busyKind {
+		s.busy.Inc()
+	}
+}
+
+// Handler returns the handler that serves m's metrics in Prometheus's
+// exposition formats, for Config.Endpoints["metrics"].
+func (m *Metrics) Handler() http.Handler { return m.handler }
+
+// SetHealth sets the func that each scrape reads the gate queue depths
+// from: the gateway's Health method. It exists apart from New because the
+// gateway is made after its Observer. Until it is set, or if f is nil,
+// each configured upstream's depth is 0.
+func (m *Metrics) SetHealth(f func() gateway.Health) {
+	if f == nil {
+		m.health.Store(nil)
+		return
+	}
+	m.health.Store(&f)
+}
+
+// SetJournalDropped sets the func that each scrape reads
+// outlast_journal_dropped_total from, such as journal.Writer's Dropped.
+// Until it is set, or if f is nil, the counter is 0.
+func (m *Metrics) SetJournalDropped(f func() uint64) {
+	if f == nil {
+		m.dropped.Store(nil)
+		return
+	}
+	m.dropped.Store(&f)
+}
+
+func (m *Metrics) journalDropped() float64 {
+	if f := m.dropped.Load(); f != nil {
+		return float64((*f)())
+	}
+	return 0
+}
+
+// codes are one upstream's outlast_requests_total children, made on first
+// use: a status is bounded, but most never occur, so they are not all
+// exported at zero.
+type codes struct {
+	vec   *prometheus.CounterVec
+	label string
+	by    [500]atomic.Pointer[counter] // status 100 at 0
+}
+
+type counter struct{ prometheus.Counter }
+
+func (c *codes) get(status int) prometheus.Counter {
+	i := status - 100
+	if i < 0 || i >= len(c.by) {
+		return c.vec.WithLabelValues(c.label, otherLabel)
+	}
+	if p := c.by[i].Load(); p != nil {
+		return p.Counter
+	}
+	// Two first uses may race; both get the vector's one child, so either
+	// store is right.
+	p := &counter{c.vec.WithLabelValues(c.label, strconv.Itoa(status))}
+	c.by[i].Store(p)
+	return p.Counter
+}
