@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/metrics"
 )
 
 const serveUsage = `Usage: outlast serve [--config FILE] [--listen ADDR] [--upstream URL] [flags]
@@ -81,15 +82,35 @@ func (f *serveFlags) flagSet(stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// newGateway builds the gateway cfg describes, logging to stderr. Its
-// errors are usage errors: all of them name a setting.
+// newGateway builds the gateway cfg describes, with its metrics, logging
+// to stderr: JSON lines, or text on a terminal. Its errors are usage
+// errors: all of them name a setting.
 func newGateway(cfg *serveConfig, stderr io.Writer) (*gateway.Gateway, error) {
-	cfg.gateway.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	cfg.gateway.Logger = newLogger(stderr)
+	names := make([]string, len(cfg.gateway.Upstreams))
+	for i, u := range cfg.gateway.Upstreams {
+		names[i] = u.Name
+	}
+	m := metrics.New(names)
+	cfg.gateway.Observer = gateway.Observers(cfg.gateway.Observer, m.Observer())
+	if cfg.gateway.Endpoints == nil {
+		cfg.gateway.Endpoints = map[string]http.Handler{}
+	}
+	cfg.gateway.Endpoints["metrics"] = m.Handler()
 	g, err := gateway.New(cfg.gateway)
 	if err != nil {
 		return nil, &usageError{err}
 	}
+	m.SetHealth(g.Health)
 	return g, nil
+}
+
+// newLogger logs JSON lines, for a log collector, unless w is a terminal.
+func newLogger(w io.Writer) *slog.Logger {
+	if isTerminal(w) {
+		return slog.New(slog.NewTextHandler(w, nil))
+	}
+	return slog.New(slog.NewJSONHandler(w, nil))
 }
 
 // serve serves h on l until ctx ends, then lets the requests in flight

@@ -138,6 +138,16 @@ func TestServeEndToEnd(t *testing.T) {
 	if got := seen.Load(); got != 2 {
 		t.Errorf("got %d attempts at the upstream, want 2", got)
 	}
+	// The metrics are served, and counted the retry.
+	resp, err = newClient(t).Get(addr + "/outlast/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `outlast_retries_total{reason="status_5xx",upstream="` + strings.TrimPrefix(upstream.URL, "http://") + `"} 1`; !strings.Contains(string(body), want) {
+		t.Errorf("/outlast/metrics lacks %s:\n%s", want, body)
+	}
 	cancel()
 	waitServe(t, done)
 }
