@@ -1,0 +1,157 @@
+package journal
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite" // registers the driver "sqlite"
+)
+
+// A dialect is what differs between the two databases; the SQL itself is
+// shared.
+type dialect struct {
+	// types maps the schema's placeholders {time}, {json} and {bool} to
+	// the database's types.
+	types *strings.Replacer
+	// numbered says bind parameters are numbered ($1); otherwise they
+	// are anonymous (?), and a query must use each once, in order.
+	numbered bool
+	// rowsPerInsert bounds the rows of one INSERT.
+	rowsPerInsert int
+	// lock, if set, is the first statement of the migration's
+	// transaction, so that replicas starting together take turns.
+	lock string
+	// readTx are the options of the transactions that read a record and
+	// its attempts, so that the two queries see one state.
+	readTx sql.TxOptions
+	// timeArg is a time as the database takes it; nil for the zero time.
+	timeArg func(time.Time) any
+}
+
+var sqliteDialect = &dialect{
+	types: strings.NewReplacer("{time}", "TEXT", "{json}", "TEXT", "{bool}", "INTEGER"),
+	// Anonymous parameters, because the driver looks a numbered one's
+	// name up in a list for each argument: quadratic in a batch's
+	// thousands of arguments.
+	numbered: false,
+	// Statements of a few rows, prepared once: SQLite parses a long
+	// statement for longer than it saves.
+	rowsPerInsert: 32,
+	readTx:        sql.TxOptions{ReadOnly: true},
+	timeArg: func(t time.Time) any {
+		if t.IsZero() {
+			return nil
+		}
+		// Fixed-width text in UTC sorts as the times do, and reads well
+		// in the sqlite3 shell.
+		return t.UTC().Format(timeLayout)
+	},
+}
+
+var postgresDialect = &dialect{
+	types:    strings.NewReplacer("{time}", "TIMESTAMPTZ", "{json}", "JSONB", "{bool}", "BOOLEAN"),
+	numbered: true,
+	// Multi-row statements: each statement is a round trip.
+	rowsPerInsert: 500,
+	// The lock is per schema (current_schema), so that replicas sharing a
+	// schema take turns while unrelated schemas, such as parallel test
+	// runs', do not wait on each other. The first key is "outl".
+	lock: "SELECT pg_advisory_xact_lock(1869968492, hashtext(current_schema()))",
+	// Read committed would let a Prune or a rewrite land between the
+	// request's query and its attempts'.
+	readTx: sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead},
+	timeArg: func(t time.Time) any {
+		if t.IsZero() {
+			return nil
+		}
+		// timestamptz keeps microseconds; the record keeps milliseconds
+		// in both stores.
+		return t.UTC().Truncate(time.Millisecond)
+	},
+}
+
+// ph returns the n-th bind parameter, counting from 1.
+func (d *dialect) ph(n int) string {
+	if !d.numbered {
+		return "?"
+	}
+	return "$" + strconv.Itoa(n)
+}
+
+// openSQLite opens the SQLite database at path.
+func openSQLite(ctx context.Context, path string) (Store, error) {
+	switch {
+	case path == "":
+		return nil, errors.New("journal: spec sqlite: needs a path, as in sqlite:outlast.db")
+	case strings.ContainsAny(path, "?#"):
+		// The driver reads its settings from a query after the path.
+		return nil, fmt.Errorf("journal: sqlite path %q: ? and # are not allowed", path)
+	}
+	// busy_timeout: another process may hold the write lock for a batch.
+	// WAL: readers do not wait for the writer, nor the writer for them.
+	// synchronous=NORMAL: in WAL mode a commit survives the process
+	// crashing; only a power loss may lose the last ones.
+	// _txlock=immediate: a write transaction takes the write lock when
+	// it begins, so two that read first cannot deadlock upgrading.
+	dsn := path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	w, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("journal: sqlite %q: %w", path, err)
+	}
+	// One writing connection: batches queue here, in Go, rather than in
+	// SQLite's busy loop.
+	w.SetMaxOpenConns(1)
+	r := w
+	if path == ":memory:" {
+		// Every connection to :memory: is a database of its own: keep the
+		// one forever.
+		w.SetConnMaxIdleTime(0)
+		w.SetConnMaxLifetime(0)
+	} else if r, err = sql.Open("sqlite", dsn); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("journal: sqlite %q: %w", path, err)
+	}
+	s := &sqlStore{d: sqliteDialect, w: w, r: r}
+	if err := w.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("journal: sqlite %q: %w", path, err)
+	}
+	if err := migrate(ctx, w, sqliteDialect); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("journal: sqlite %q: %w", path, err)
+	}
+	return s, nil
+}
+
+// openPostgres opens the PostgreSQL database at the connection string
+// spec, through a pgx pool.
+func openPostgres(ctx context.Context, spec string) (Store, error) {
+	cfg, err := pgxpool.ParseConfig(spec)
+	if err != nil {
+		// pgx's parse errors hide the password themselves.
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("journal: postgres %s: %w", redactSpec(spec), err)
+	}
+	// database/sql over the pool lets both stores share their SQL.
+	db := stdlib.OpenDBFromPool(pool)
+	s := &sqlStore{d: postgresDialect, w: db, r: db, pool: pool}
+	if err := db.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("journal: postgres %s: %w", redactSpec(spec), err)
+	}
+	if err := migrate(ctx, db, postgresDialect); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("journal: postgres %s: %w", redactSpec(spec), err)
+	}
+	return s, nil
+}

@@ -1,0 +1,38 @@
+// Package journal is the gateway's durable record: one [Record] per request
+// and one [Attempt] per try at it, so that anyone reading a run later sees
+// each failure, the wait that followed and the next attempt.
+//
+// A [Store] keeps the records. [Open] makes one from a spec:
+//   - "sqlite:PATH", an embedded SQLite database (pure Go, no cgo), the
+//     default being [DefaultSpec];
+//   - "postgres://…" or "postgresql://…", a PostgreSQL database that
+//     several gateway replicas share;
+//   - "off", no record at all: Open returns a nil Store and a nil error.
+//
+// Open creates the schema, or migrates it, before it returns. The
+// migrations are an ordered list recorded in the table
+// outlast_schema_version; applying them twice changes nothing, and
+// replicas that start together on PostgreSQL take turns under an advisory
+// lock.
+//
+// # What is kept, and what never is
+//
+// No request or response body is kept. The request's headers are kept
+// through [Redact], which removes the credentials (Authorization, X-Api-Key,
+// Cookie, Proxy-Authorization and the like) and any header a deployment
+// names; every Store removes the credentials again on write, in case a
+// caller forgot. Error messages pass through [Sanitize], which cuts the
+// query and the user info from any URL in them, because transport errors
+// quote the URL they failed on and some APIs take keys in the query.
+//
+// # Writes never slow a request
+//
+// A [Writer] takes records from the request path without blocking and
+// writes them in batches, each batch in one transaction, from a goroutine
+// of its own. When its buffer is full it drops records and counts them; a
+// crash loses what it held, which is at most [WriterConfig.Size] records
+// and at most [WriterConfig.FlushInterval] of them.
+//
+// A [Keeper] deletes old records on a schedule; [ParseKeep] reads its
+// setting, as in --journal-keep 7d.
+package journal

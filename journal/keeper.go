@@ -1,0 +1,121 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"time"
+)
+
+// DefaultPruneInterval is the time between prunes for a Keeper whose
+// Interval is zero.
+const DefaultPruneInterval = time.Hour
+
+// A Keeper deletes the records of requests older than Keep, now and then
+// every Interval. The zero Keeper keeps everything. Its fields must not
+// change while Run runs.
+type Keeper struct {
+	// Store is pruned. If nil, Run returns at once.
+	Store Store
+
+	// Keep is how long a request's record is kept after it ended. Zero
+	// or negative means forever: Run returns at once.
+	Keep time.Duration
+
+	// Interval is the time between prunes. Zero means
+	// DefaultPruneInterval (1 h).
+	Interval time.Duration
+
+	// Logger receives a line per prune that deleted records or failed.
+	// If nil, slog.Default() is used.
+	Logger *slog.Logger
+}
+
+// Run prunes at once and then every Interval, in the caller's goroutine,
+// until ctx is done. A failed prune is logged and tried again at the next
+// tick: the records wait, and nothing else does.
+func (k *Keeper) Run(ctx context.Context) {
+	if k.Store == nil || k.Keep <= 0 {
+		return
+	}
+	interval := k.Interval
+	if interval <= 0 {
+		interval = DefaultPruneInterval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		k.prune(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (k *Keeper) prune(ctx context.Context) {
+	logger := k.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	before := time.Now().Add(-k.Keep)
+	n, err := k.Store.Prune(ctx, before)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		logger.Warn("journal: prune failed", "before", before, "deleted", n, "err", err)
+	case n > 0:
+		logger.Info("journal: pruned", "before", before, "deleted", n)
+	}
+}
+
+// ParseKeep parses a retention such as "7d", "36h", "90m" or "1d12h": one
+// or more whole counts, each of days (24 h), hours or minutes. "0" means
+// keep forever, as a zero Keeper.Keep does.
+func ParseKeep(s string) (time.Duration, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	bad := func(why string) (time.Duration, error) {
+		return 0, fmt.Errorf("journal: keep %q: %s", s, why)
+	}
+	if s == "" {
+		return bad("empty: want a count and a unit (d, h or m), as in 7d")
+	}
+	var total time.Duration
+	for rest := s; rest != ""; {
+		i := 0
+		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+			i++
+		}
+		if i == 0 || i == len(rest) {
+			return bad("want a count and a unit (d, h or m), as in 7d")
+		}
+		n, err := strconv.ParseInt(rest[:i], 10, 64)
+		if err != nil {
+			return bad("too long")
+		}
+		var unit time.Duration
+		switch rest[i] {
+		case 'd':
+			unit = 24 * time.Hour
+		case 'h':
+			unit = time.Hour
+		case 'm':
+			unit = time.Minute
+		default:
+			return bad(fmt.Sprintf("unit %q: want d, h or m", rest[i:i+1]))
+		}
+		if n > int64((math.MaxInt64-total)/unit) {
+			return bad("too long")
+		}
+		total += time.Duration(n) * unit
+		rest = rest[i+1:]
+	}
+	return total, nil
+}

@@ -1,0 +1,135 @@
+package journal
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// A migration is one step of the schema. Migrations are applied in order,
+// each once; a database records the versions it has in
+// outlast_schema_version.
+//
+// A migration must leave the schema usable by the code of the versions
+// before it (add, never rename or drop), because a replica that has not
+// been upgraded yet keeps writing to a database that one that has been
+// has migrated.
+type migration struct {
+	version int
+	name    string
+	// stmts run in order, with {time}, {json} and {bool} replaced by the
+	// dialect's types.
+	stmts []string
+}
+
+var migrations = []migration{
+	{1, "requests and attempts", []string{
+		`CREATE TABLE outlast_requests (
+			id            TEXT PRIMARY KEY,
+			run           TEXT NOT NULL,
+			method        TEXT NOT NULL,
+			path          TEXT NOT NULL,
+			upstream      TEXT NOT NULL,
+			slot          TEXT NOT NULL,
+			model         TEXT NOT NULL,
+			headers       {json} NOT NULL,
+			started_at    {time} NOT NULL,
+			ended_at      {time},
+			status        INTEGER NOT NULL,
+			error         TEXT NOT NULL,
+			attempt_count INTEGER NOT NULL,
+			stream        {bool} NOT NULL,
+			committed     {bool} NOT NULL,
+			bytes         BIGINT NOT NULL
+		)`,
+		// List pages newest first by (started_at, id); Run reads a run
+		// oldest first; Prune looks for old ends.
+		`CREATE INDEX outlast_requests_started ON outlast_requests (started_at, id)`,
+		`CREATE INDEX outlast_requests_run ON outlast_requests (run, started_at, id)`,
+		`CREATE INDEX outlast_requests_ended ON outlast_requests (ended_at)`,
+		`CREATE TABLE outlast_attempts (
+			request_id     TEXT NOT NULL REFERENCES outlast_requests (id) ON DELETE CASCADE,
+			n              INTEGER NOT NULL,
+			call_id        TEXT NOT NULL,
+			started_at     {time},
+			ended_at       {time},
+			queued_ahead   INTEGER NOT NULL,
+			gate_wait_ms   BIGINT NOT NULL,
+			status         INTEGER NOT NULL,
+			error_class    TEXT NOT NULL,
+			error          TEXT NOT NULL,
+			retry_in_ms    BIGINT NOT NULL,
+			retry_after_ms BIGINT NOT NULL,
+			bytes          BIGINT NOT NULL,
+			PRIMARY KEY (request_id, n)
+		)`,
+	}},
+}
+
+// migrate brings db's schema up to the last migration, in one
+// transaction: a replica that fails halfway leaves the schema as it was.
+// The transaction first takes the dialect's lock (SQLite's write lock, taken
+// at BEGIN IMMEDIATE, serves on SQLite), so that replicas starting at once
+// apply each migration once between them.
+func migrate(ctx context.Context, db *sql.DB, d *dialect) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	if d.lock != "" {
+		if _, err := tx.ExecContext(ctx, d.lock); err != nil {
+			return fmt.Errorf("migrate: lock: %w", err)
+		}
+	}
+	have, err := schemaVersion(ctx, tx, d)
+	if err != nil {
+		return err
+	}
+	for _, m := range migrations {
+		if m.version <= have {
+			continue
+		}
+		if err := apply(ctx, tx, d, m); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: commit: %w", err)
+	}
+	return nil
+}
+
+// schemaVersion creates the version table if need be and returns the
+// highest version applied, 0 for a new database.
+func schemaVersion(ctx context.Context, tx *sql.Tx, d *dialect) (int, error) {
+	ddl := d.types.Replace(`CREATE TABLE IF NOT EXISTS outlast_schema_version (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at {time} NOT NULL
+	)`)
+	if _, err := tx.ExecContext(ctx, ddl); err != nil {
+		return 0, fmt.Errorf("migrate: version table: %w", err)
+	}
+	var have int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM outlast_schema_version`).Scan(&have); err != nil {
+		return 0, fmt.Errorf("migrate: version: %w", err)
+	}
+	return have, nil
+}
+
+func apply(ctx context.Context, tx *sql.Tx, d *dialect, m migration) error {
+	for _, s := range m.stmts {
+		if _, err := tx.ExecContext(ctx, d.types.Replace(s)); err != nil {
+			return fmt.Errorf("migrate: version %d (%s): %w", m.version, m.name, err)
+		}
+	}
+	_, err := tx.ExecContext(ctx,
+		`INSERT INTO outlast_schema_version (version, name, applied_at) VALUES (`+d.ph(1)+`, `+d.ph(2)+`, `+d.ph(3)+`)`,
+		m.version, m.name, d.timeArg(time.Now()))
+	if err != nil {
+		return fmt.Errorf("migrate: version %d (%s): %w", m.version, m.name, err)
+	}
+	return nil
+}

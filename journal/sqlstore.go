@@ -1,0 +1,573 @@
+package journal
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// sqlStore is the Store of both databases, through database/sql.
+type sqlStore struct {
+	d    *dialect
+	w    *sql.DB       // for writes
+	r    *sql.DB       // for reads; w itself on PostgreSQL
+	pool *pgxpool.Pool // under w and r on PostgreSQL, else nil
+}
+
+// chunkRows bounds the IDs of one IN list, well under SQLite's 32766 bind
+// parameters.
+const chunkRows = 500
+
+const (
+	requestCols = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes"
+	attemptCols = "request_id, n, call_id, started_at, ended_at, queued_ahead, gate_wait_ms, status, error_class, error, retry_in_ms, retry_after_ms, bytes"
+	// requestUpsert makes writing a record again replace it.
+	requestUpsert = ` ON CONFLICT (id) DO UPDATE SET run = excluded.run, method = excluded.method,
+		path = excluded.path, upstream = excluded.upstream, slot = excluded.slot, model = excluded.model,
+		headers = excluded.headers, started_at = excluded.started_at, ended_at = excluded.ended_at,
+		status = excluded.status, error = excluded.error, attempt_count = excluded.attempt_count,
+		stream = excluded.stream, committed = excluded.committed, bytes = excluded.bytes`
+)
+
+func (s *sqlStore) Close() error {
+	err := s.w.Close()
+	if s.r != s.w {
+		err = errors.Join(err, s.r.Close())
+	}
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	return err
+}
+
+// Write stores recs in one transaction; see [Store.Write].
+func (s *sqlStore) Write(ctx context.Context, recs []Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	for i := range recs {
+		if err := recs[i].validate(); err != nil {
+			return err
+		}
+	}
+	recs = lastOfEach(recs)
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("journal: write: %w", err)
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	if err := s.writeRequests(ctx, tx, recs); err != nil {
+		return fmt.Errorf("journal: write requests: %w", err)
+	}
+	if err := s.writeAttempts(ctx, tx, recs); err != nil {
+		return fmt.Errorf("journal: write attempts: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("journal: write: commit: %w", err)
+	}
+	return nil
+}
+
+// lastOfEach returns recs with only the last record of each ID, because a
+// statement may not insert and update one row twice.
+func lastOfEach(recs []Record) []Record {
+	last := make(map[string]int, len(recs))
+	for i := range recs {
+		last[recs[i].ID] = i
+	}
+	if len(last) == len(recs) {
+		return recs
+	}
+	out := make([]Record, 0, len(last))
+	for i := range recs {
+		if last[recs[i].ID] == i {
+			out = append(out, recs[i])
+		}
+	}
+	return out
+}
+
+func (s *sqlStore) writeRequests(ctx context.Context, tx *sql.Tx, recs []Record) error {
+	args := make([]any, 0, len(recs)*16)
+	for i := range recs {
+		args = s.requestArgs(args, &recs[i])
+	}
+	return s.insertRows(ctx, tx, "outlast_requests", requestCols, 16, requestUpsert, args)
+}
+
+func (s *sqlStore) requestArgs(args []any, r *Record) []any {
+	headers, _ := json.Marshal(cleanHeader(r.Header)) // a map of strings always marshals
+	return append(args,
+		clean(r.ID), clean(r.Run), clean(r.Method), clean(r.Path), clean(r.Upstream),
+		clean(r.Slot), clean(r.Model), string(headers),
+		s.d.timeArg(r.Start), s.d.timeArg(r.End),
+		r.Status, Sanitize(clean(r.Error)), len(r.Attempts), r.Stream, r.Committed, r.Bytes)
+}
+
+// writeAttempts replaces the attempts of recs: those of a record written
+// before go, whatever their numbers.
+func (s *sqlStore) writeAttempts(ctx context.Context, tx *sql.Tx, recs []Record) error {
+	ids := make([]string, len(recs))
+	n := 0
+	for i := range recs {
+		ids[i] = clean(recs[i].ID)
+		n += len(recs[i].Attempts)
+	}
+	if err := s.deleteIn(ctx, tx, "outlast_attempts", "request_id", ids); err != nil {
+		return err
+	}
+	args := make([]any, 0, n*13)
+	for i := range recs {
+		for j := range recs[i].Attempts {
+			args = s.attemptArgs(args, ids[i], &recs[i].Attempts[j])
+		}
+	}
+	return s.insertRows(ctx, tx, "outlast_attempts", attemptCols, 13, "", args)
+}
+
+// insertRows inserts the rows whose arguments args holds, ncols to a row,
+// in statements of up to the dialect's rowsPerInsert rows each, with tail
+// after the VALUES. The statement of a full chunk is prepared once.
+func (s *sqlStore) insertRows(ctx context.Context, tx *sql.Tx, table, cols string, ncols int, tail string, args []any) error {
+	per := max(s.d.rowsPerInsert, 1)
+	var full *sql.Stmt
+	for len(args) > 0 {
+		n := min(len(args)/ncols, per)
+		chunk := args[:n*ncols]
+		args = args[n*ncols:]
+		var err error
+		switch {
+		case n < per:
+			_, err = tx.ExecContext(ctx, s.insert(table, cols, ncols, n)+tail, chunk...)
+		case full == nil:
+			if full, err = tx.PrepareContext(ctx, s.insert(table, cols, ncols, n)+tail); err != nil {
+				return err
+			}
+			defer full.Close()
+			fallthrough
+		default:
+			_, err = full.ExecContext(ctx, chunk...)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *sqlStore) attemptArgs(args []any, id string, a *Attempt) []any {
+	return append(args,
+		id, a.N, clean(a.CallID), s.d.timeArg(a.Start), s.d.timeArg(a.End),
+		a.QueuedAhead, a.GateWait.Milliseconds(), a.Status,
+		clean(a.ErrorClass), Sanitize(clean(a.Error)),
+		a.RetryIn.Milliseconds(), a.RetryAfter.Milliseconds(), a.Bytes)
+}
+
+// insert returns a multi-row INSERT of rows rows of ncols columns each.
+func (s *sqlStore) insert(table, cols string, ncols, rows int) string {
+	var b strings.Builder
+	b.Grow(len(table) + len(cols) + rows*ncols*6 + 32)
+	b.WriteString("INSERT INTO " + table + " (" + cols + ") VALUES ")
+	p := 1
+	for r := range rows {
+		if r > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('(')
+		for c := range ncols {
+			if c > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(s.d.ph(p))
+			p++
+		}
+		b.WriteByte(')')
+	}
+	return b.String()
+}
+
+// in returns "col IN (…)" for n parameters numbered from first.
+func (s *sqlStore) in(col string, first, n int) string {
+	var b strings.Builder
+	b.WriteString(col + " IN (")
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(s.d.ph(first + i))
+	}
+	b.WriteByte(')')
+	return b.String()
+}
+
+func (s *sqlStore) deleteIn(ctx context.Context, tx *sql.Tx, table, col string, ids []string) error {
+	for len(ids) > 0 {
+		n := min(len(ids), chunkRows)
+		if _, err := tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE "+s.in(col, 1, n), anys(ids[:n])...); err != nil {
+			return err
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// clean makes s storable in both databases: PostgreSQL refuses a NUL
+// byte and invalid UTF-8 in text, and a record must never fail a batch.
+func clean(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
+}
+
+// cleanHeader returns h without credentials, whatever the caller did, and
+// with its strings cleaned. JSON would write a NUL as \u0000, which
+// PostgreSQL's jsonb refuses.
+func cleanHeader(h map[string][]string) map[string][]string {
+	out := Redact(http.Header(h), nil)
+	if out == nil {
+		return map[string][]string{}
+	}
+	for k, vs := range out {
+		for i, v := range vs {
+			vs[i] = clean(v)
+		}
+		if ck := clean(k); ck != k {
+			delete(out, k)
+			out[ck] = append(out[ck], vs...)
+		}
+	}
+	return out
+}
+
+// Get returns one request; see [Store.Get].
+func (s *sqlStore) Get(ctx context.Context, id string) (Record, error) {
+	var recs []Record
+	err := s.read(ctx, func(tx *sql.Tx) (err error) {
+		recs, err = s.requests(ctx, tx, "WHERE id = "+s.d.ph(1), id)
+		if err != nil || len(recs) == 0 {
+			return err
+		}
+		return s.attach(ctx, tx, recs)
+	})
+	switch {
+	case err != nil:
+		return Record{}, fmt.Errorf("journal: get %q: %w", id, err)
+	case len(recs) == 0:
+		return Record{}, fmt.Errorf("%w: request %q", ErrNotFound, id)
+	}
+	return recs[0], nil
+}
+
+// Run returns a run's requests; see [Store.Run].
+func (s *sqlStore) Run(ctx context.Context, run string) ([]Record, error) {
+	if run == "" {
+		return nil, errors.New("journal: run: the run's name is empty")
+	}
+	var recs []Record
+	err := s.read(ctx, func(tx *sql.Tx) (err error) {
+		recs, err = s.requests(ctx, tx, "WHERE run = "+s.d.ph(1)+" ORDER BY started_at, id", run)
+		if err != nil {
+			return err
+		}
+		return s.attach(ctx, tx, recs)
+	})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("journal: run %q: %w", run, err)
+	case len(recs) == 0:
+		return nil, fmt.Errorf("%w: run %q", ErrNotFound, run)
+	}
+	return recs, nil
+}
+
+// List returns a page of requests; see [Store.List].
+func (s *sqlStore) List(ctx context.Context, q Query) (Page, error) {
+	limit, err := pageLimit(q.Limit)
+	if err != nil {
+		return Page{}, err
+	}
+	where, args, err := s.where(q)
+	if err != nil {
+		return Page{}, err
+	}
+	args = append(args, limit+1) // one more than the page says whether another follows
+	tail := where + " ORDER BY started_at DESC, id DESC LIMIT " + s.d.ph(len(args))
+	var page Page
+	err = s.read(ctx, func(tx *sql.Tx) (err error) {
+		page.Records, err = s.requests(ctx, tx, tail, args...)
+		if err != nil {
+			return err
+		}
+		if len(page.Records) > limit {
+			page.Records = page.Records[:limit]
+			last := page.Records[limit-1]
+			page.Next = encodeCursor(last.Start, last.ID)
+		}
+		return s.attach(ctx, tx, page.Records)
+	})
+	if err != nil {
+		return Page{}, fmt.Errorf("journal: list: %w", err)
+	}
+	if page.Records == nil {
+		page.Records = []Record{}
+	}
+	return page, nil
+}
+
+func pageLimit(n int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, fmt.Errorf("journal: list: limit %d is negative", n)
+	case n == 0:
+		return DefaultLimit, nil
+	}
+	return min(n, MaxLimit), nil
+}
+
+// where returns the WHERE clause of q, and its arguments.
+func (s *sqlStore) where(q Query) (string, []any, error) {
+	var conds []string
+	var args []any
+	add := func(cond string, vs ...any) {
+		for i := range vs {
+			cond = strings.Replace(cond, "#", s.d.ph(len(args)+1+i), 1)
+		}
+		conds = append(conds, cond)
+		args = append(args, vs...)
+	}
+	if q.Run != "" {
+		add("run = #", q.Run)
+	}
+	if q.Status != 0 {
+		add("status = #", q.Status)
+	}
+	if !q.Since.IsZero() {
+		add("started_at >= #", s.d.timeArg(q.Since))
+	}
+	if q.Cursor != "" {
+		t, id, err := decodeCursor(q.Cursor)
+		if err != nil {
+			return "", nil, err
+		}
+		// Row values compare as the ORDER BY sorts: the page goes on
+		// after the last request it showed, even among equal times.
+		add("(started_at, id) < (#, #)", s.d.timeArg(t), id)
+	}
+	if len(conds) == 0 {
+		return "", nil, nil
+	}
+	return "WHERE " + strings.Join(conds, " AND "), args, nil
+}
+
+// encodeCursor returns the cursor of the page that follows a request
+// started at t with the given ID.
+func encodeCursor(t time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(t.UnixMilli(), 10) + " " + id))
+}
+
+func decodeCursor(c string) (time.Time, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", fmt.Errorf("%w %q: not base64url", ErrBadCursor, c)
+	}
+	msText, id, ok := strings.Cut(string(b), " ")
+	msec, err := strconv.ParseInt(msText, 10, 64)
+	if !ok || err != nil || id == "" || !inRange(time.UnixMilli(msec)) {
+		return time.Time{}, "", fmt.Errorf("%w %q: not a cursor from a page's next", ErrBadCursor, c)
+	}
+	return time.UnixMilli(msec).UTC(), id, nil
+}
+
+// read runs f in a read-only transaction.
+func (s *sqlStore) read(ctx context.Context, f func(*sql.Tx) error) error {
+	tx, err := s.r.BeginTx(ctx, &s.d.readTx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	if err := f(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// requests returns the requests that tail (a WHERE, ORDER BY and LIMIT)
+// selects, without their attempts.
+func (s *sqlStore) requests(ctx context.Context, tx *sql.Tx, tail string, args ...any) ([]Record, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT "+requestCols+" FROM outlast_requests "+tail, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var recs []Record
+	for rows.Next() {
+		var r Record
+		var headers []byte
+		var count int
+		err := rows.Scan(&r.ID, &r.Run, &r.Method, &r.Path, &r.Upstream, &r.Slot, &r.Model, &headers,
+			timeScan{&r.Start}, timeScan{&r.End}, &r.Status, &r.Error, &count, &r.Stream, &r.Committed, &r.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(headers, &r.Header); err != nil {
+			return nil, fmt.Errorf("request %q: headers: %w", r.ID, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs, rows.Err()
+}
+
+// attach reads the attempts of recs into them.
+func (s *sqlStore) attach(ctx context.Context, tx *sql.Tx, recs []Record) error {
+	at := make(map[string]*Record, len(recs))
+	ids := make([]string, len(recs))
+	for i := range recs {
+		at[recs[i].ID] = &recs[i]
+		ids[i] = recs[i].ID
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), chunkRows)
+		q := "SELECT " + attemptCols + " FROM outlast_attempts WHERE " + s.in("request_id", 1, n) + " ORDER BY request_id, n"
+		if err := s.attempts(ctx, tx, at, q, anys(ids[:n])); err != nil {
+			return err
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+func (s *sqlStore) attempts(ctx context.Context, tx *sql.Tx, at map[string]*Record, q string, args []any) error {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var a Attempt
+		var gateWait, retryIn, retryAfter int64
+		err := rows.Scan(&id, &a.N, &a.CallID, timeScan{&a.Start}, timeScan{&a.End}, &a.QueuedAhead, &gateWait,
+			&a.Status, &a.ErrorClass, &a.Error, &retryIn, &retryAfter, &a.Bytes)
+		if err != nil {
+			return err
+		}
+		a.GateWait, a.RetryIn, a.RetryAfter = ms(gateWait), ms(retryIn), ms(retryAfter)
+		if r := at[id]; r != nil {
+			r.Attempts = append(r.Attempts, a)
+		}
+	}
+	return rows.Err()
+}
+
+// timeScan scans a time column of either dialect: timestamptz comes as a
+// time.Time, SQLite's text as a string, NULL as the zero time.
+type timeScan struct{ t *time.Time }
+
+func (ts timeScan) Scan(v any) error {
+	switch v := v.(type) {
+	case nil:
+		*ts.t = time.Time{}
+	case time.Time:
+		*ts.t = v.UTC()
+	case string:
+		return ts.parse(v)
+	case []byte:
+		return ts.parse(string(v))
+	default:
+		return fmt.Errorf("time column: unexpected %T", v)
+	}
+	return nil
+}
+
+func (ts timeScan) parse(s string) error {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return fmt.Errorf("time column: %w", err)
+	}
+	*ts.t = t.UTC()
+	return nil
+}
+
+// pruneChunk bounds the requests one Prune transaction deletes, so that a
+// first prune of a large database does not hold SQLite's write lock, and
+// the batches waiting for it, for long.
+const pruneChunk = 1000
+
+// Prune deletes old requests; see [Store.Prune].
+func (s *sqlStore) Prune(ctx context.Context, before time.Time) (int64, error) {
+	var total int64
+	for {
+		n, err := s.pruneChunk(ctx, before)
+		total += int64(n)
+		if err != nil {
+			return total, fmt.Errorf("journal: prune before %s: %w", before.UTC().Format(timeLayout), err)
+		}
+		if n < pruneChunk {
+			return total, nil
+		}
+	}
+}
+
+func (s *sqlStore) pruneChunk(ctx context.Context, before time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	ids, err := s.prunable(ctx, tx, before)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	if err := s.deleteIn(ctx, tx, "outlast_attempts", "request_id", ids); err != nil {
+		return 0, err
+	}
+	if err := s.deleteIn(ctx, tx, "outlast_requests", "id", ids); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return len(ids), nil
+}
+
+// prunable returns up to pruneChunk IDs of requests that ended before.
+func (s *sqlStore) prunable(ctx context.Context, tx *sql.Tx, before time.Time) ([]string, error) {
+	q := "SELECT id FROM outlast_requests WHERE ended_at < " + s.d.ph(1) +
+		" OR (ended_at IS NULL AND started_at < " + s.d.ph(2) + ") LIMIT " + strconv.Itoa(pruneChunk)
+	rows, err := tx.QueryContext(ctx, q, s.d.timeArg(before), s.d.timeArg(before))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

@@ -1,0 +1,502 @@
+package journal_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outlast-llm/outlast/journal"
+)
+
+// TestStore is the suite every Store passes: the same cases, run against
+// SQLite and (with OUTLAST_TEST_POSTGRES) PostgreSQL.
+func TestStore(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, c := range storeCases {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				c.run(t, b)
+			})
+		}
+	})
+}
+
+var storeCases = []struct {
+	name string
+	run  func(t *testing.T, b backend)
+}{
+	// A record with many attempts and every field set comes back exactly,
+	// times and durations to the millisecond.
+	{"round trip", testRoundTrip},
+	// Writing a record again replaces it, attempts and all, so that a
+	// retried batch does no harm.
+	{"rewrite replaces", testRewrite},
+	// An unknown ID is ErrNotFound, not an empty record.
+	{"not found", testNotFound},
+	// A record the store cannot keep fails the batch before anything is
+	// written: never half a batch.
+	{"invalid record", testInvalid},
+	// Text PostgreSQL would refuse (NUL, invalid UTF-8) is cleaned, not
+	// allowed to fail a batch.
+	{"dirty text", testDirtyText},
+	// Pages are newest first, with no duplicate and no gap, even among
+	// requests that started in the same millisecond.
+	{"paging", testPaging},
+	// Run, Status and Since select, alone and together, and paging keeps
+	// the filter.
+	{"filters", testFilters},
+	// Limit: zero means DefaultLimit, more than MaxLimit means MaxLimit,
+	// negative is an error.
+	{"limit bounds", testLimitBounds},
+	// A cursor the store did not make is an error that says so.
+	{"bad cursor", testBadCursor},
+	// Run returns a run oldest first, with attempts.
+	{"run", testRun},
+	// Prune deletes what ended before, attempts too, and nothing else.
+	{"prune", testPrune},
+	// Batches written at once from several goroutines all land.
+	{"concurrent writes", testConcurrentWrites},
+	// Opening an up-to-date database again changes nothing.
+	{"migrate again", testMigrateAgain},
+	// Replicas opening a new database at once migrate it once.
+	{"concurrent open", testConcurrentOpen},
+}
+
+func write(t *testing.T, s journal.Store, recs ...journal.Record) {
+	t.Helper()
+	if err := s.Write(context.Background(), recs); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+}
+
+func get(t *testing.T, s journal.Store, id string) journal.Record {
+	t.Helper()
+	r, err := s.Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", id, err)
+	}
+	return r
+}
+
+func testRoundTrip(t *testing.T, b backend) {
+	s := open(t, b.fresh(t))
+	r := journal.Record{
+		ID: "0195f0e2-0000-7000-8000-000000000001", Run: "run-1", Method: "POST",
+		Path: "/v1/messages", Upstream: "anthropic", Slot: "slot-2", Model: "claude-test",
+		Header: map[string][]string{"Content-Type": {"application/json"}, "X-Trace": {"a", "b"}, "Accept": {"text/event-stream"}},
+		Start:  t0.In(time.FixedZone("east", 5*3600)), End: t0.Add(93*time.Second + 123456),
+		Status: 529, Error: "upstream-exhausted", Stream: true, Committed: false, Bytes: 1 << 40,
+	}
+	for i := 1; i <= 12; i++ {
+		start := t0.Add(time.Duration(i) * 7777777 * time.Microsecond)
+		r.Attempts = append(r.Attempts, journal.Attempt{
+			CallID: fmt.Sprintf("call-%02d", i), N: i,
+			Start: start, End: start.Add(1234567 * time.Microsecond),
+			QueuedAhead: i % 3, GateWait: time.Duration(i) * 1500 * time.Microsecond,
+			Status: 529, ErrorClass: journal.ClassStatus, Error: "outlast: status 529",
+			RetryIn: time.Duration(i) * time.Second, RetryAfter: 2500 * time.Microsecond,
+			Bytes: int64(i),
+		})
+	}
+	last := &r.Attempts[11]
+	last.ErrorClass, last.Error, last.RetryIn, last.Status = "", "", 0, 200
+	last.End = time.Time{} // an attempt may lack an end
+	write(t, s, r)
+	got := get(t, s, r.ID)
+	if want := stored(r); !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+func testRewrite(t *testing.T, b backend) {
+	s := open(t, b.fresh(t))
+	first := record("r1", "run", t0, 503, 3)
+	write(t, s, first)
+	second := record("r1", "run", t0, 200, 1)
+	second.Bytes = 7
+	write(t, s, second)
+	if got, want := get(t, s, "r1"), stored(second); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	// Twice in one batch: the last wins.
+	third := record("r1", "run", t0, 201, 2)
+	write(t, s, first, third)
+	if got, want := get(t, s, "r1"), stored(third); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
+func testNotFound(t *testing.T, b backend) {
+	s := open(t, b.fresh(t))
+	write(t, s, record("r1", "", t0, 200, 1))
+	_, err := s.Get(context.Background(), "r2")
+	if !errors.Is(err, journal.ErrNotFound) {
+		t.Errorf("got %v, want ErrNotFound", err)
+	}
+	_, err = s.Run(context.Background(), "no-such-run")
+	if !errors.Is(err, journal.ErrNotFound) {
+		t.Errorf("Run: got %v, want ErrNotFound", err)
+	}
+}
+
+func testInvalid(t *testing.T, b backend) {
+	dup := record("r3", "", t0, 200, 2)
+	dup.Attempts[1].N = 1
+	noStart := record("r4", "", time.Time{}, 200, 0)
+	tests := []struct {
+		name string
+		bad  journal.Record
+	}{
+		// The ID is the key.
+		{"no id", record("", "", t0, 200, 1)},
+		// The start orders every list.
+		{"no start", noStart},
+		// N is the attempt's key within its request.
+		{"duplicate n", dup},
+		// Fixed-width text times sort only within four-digit years.
+		{"year 10000", record("r5", "", time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), 200, 0)},
+	}
+	s := open(t, b.fresh(t))
+	for _, c := range tests {
+		good := record("good-"+c.name, "", t0, 200, 1)
+		err := s.Write(context.Background(), []journal.Record{good, c.bad})
+		if !errors.Is(err, journal.ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", c.name, err)
+		}
+		if _, err := s.Get(context.Background(), good.ID); !errors.Is(err, journal.ErrNotFound) {
+			t.Errorf("%s: the good record of the failed batch: got %v, want ErrNotFound", c.name, err)
+		}
+	}
+}
+
+func testDirtyText(t *testing.T, b backend) {
+	s := open(t, b.fresh(t))
+	r := record("dirty", "", t0, 400, 1)
+	r.Path = "/v1/\x00chat\xff"
+	r.Header = map[string][]string{"X-Odd": {"a\x00b", "\xfe"}}
+	r.Attempts[0].Error = "bad \x00 byte \xc3"
+	write(t, s, r)
+	got := get(t, s, "dirty")
+	want := stored(r)
+	want.Path = "/v1/chat\uFFFD"
+	want.Header = map[string][]string{"X-Odd": {"ab", "\uFFFD"}}
+	want.Attempts[0].Error = "bad  byte \uFFFD"
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
+// pageAll lists q page by page and returns the IDs in order.
+func pageAll(t *testing.T, s journal.Store, q journal.Query) []string {
+	t.Helper()
+	var ids []string
+	for pages := 0; ; pages++ {
+		if pages > 100 {
+			t.Fatalf("more than 100 pages: the cursor does not advance")
+		}
+		p, err := s.List(context.Background(), q)
+		if err != nil {
+			t.Fatalf("List(%+v): %v", q, err)
+		}
+		for _, r := range p.Records {
+			ids = append(ids, r.ID)
+			if len(r.Attempts) == 0 {
+				t.Errorf("List: %s has no attempts", r.ID)
+			}
+		}
+		if p.Next == "" {
+			return ids
+		}
+		q.Cursor = p.Next
+	}
+}
+
+func testPaging(t *testing.T, b backend) {
+	s := open(t, b.fresh(t))
+	// 23 requests, three to a millisecond, so that pages break inside a
+	// millisecond and the ID must order them.
+	var recs []journal.Record
+	var want []string
+	for i := range 23 {
+		id := fmt.Sprintf("r%02d", i)
+		recs = append(recs, record(id, "", t0.Add(time.Duration(i/3)*time.Millisecond), 200, 1))
+		want = append([]string{id}, want...) // newest first
+	}
+	write(t, s, recs...)
+	for _, limit := range []int{1, 2, 5, 22, 23, 24, 100} {
+		got := pageAll(t, s, journal.Query{Limit: limit})
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("limit %d: got %v, want %v", limit, got, want)
+		}
+	}
+}
+
+func testFilters(t *testing.T, b backend) {
+	s := open(t, b.fresh(t))
+	write(t, s,
+		record("a1", "a", t0, 200, 1),
+		record("a2", "a", t0.Add(time.Minute), 503, 2),
+		record("a3", "a", t0.Add(2*time.Minute), 200, 1),
+		record("b1", "b", t0.Add(30*time.Second), 503, 3),
+		record("b2", "b", t0.Add(90*time.Second), 429, 2),
+		record("n1", "", t0.Add(3*time.Minute), 200, 1),
+	)
+	tests := []struct {
+		name string
+		q    journal.Query
+		want []string
+	}{
+		// No filter: everything, newest first.
+		{"all", journal.Query{}, []string{"n1", "a3", "b2", "a2", "b1", "a1"}},
+		// One run.
+		{"run", journal.Query{Run: "a"}, []string{"a3", "a2", "a1"}},
+		// One status, across runs.
+		{"status", journal.Query{Status: 503}, []string{"a2", "b1"}},
+		// Since is inclusive of a request that started exactly then.
+		{"since", journal.Query{Since: t0.Add(90 * time.Second)}, []string{"n1", "a3", "b2"}},
+		// Filters combine, and hold across pages.
+		{"all three, paged", journal.Query{Run: "b", Status: 503, Since: t0.Add(time.Second), Limit: 1}, []string{"b1"}},
+		{"run paged", journal.Query{Run: "a", Limit: 1}, []string{"a3", "a2", "a1"}},
+		// A filter nothing matches is an empty page, not an error.
+		{"none", journal.Query{Run: "zzz"}, nil},
+	}
+	for _, c := range tests {
+		if got := pageAll(t, s, c.q); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func testLimitBounds(t *testing.T, b backend) {
+	s := open(t, b.fresh(t))
+	recs := make([]journal.Record, journal.MaxLimit+1)
+	for i := range recs {
+		recs[i] = record(fmt.Sprintf("r%04d", i), "", t0.Add(time.Duration(i)*time.Millisecond), 200, 0)
+	}
+	write(t, s, recs...)
+	tests := []struct {
+		name     string
+		limit    int
+		wantLen  int
+		wantNext bool
+	}{
+		{"zero is the default", 0, journal.DefaultLimit, true},
+		{"one", 1, 1, true},
+		{"max", journal.MaxLimit, journal.MaxLimit, true},
+		{"over max is max", journal.MaxLimit * 5, journal.MaxLimit, true},
+	}
+	for _, c := range tests {
+		p, err := s.List(context.Background(), journal.Query{Limit: c.limit})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if len(p.Records) != c.wantLen || (p.Next != "") != c.wantNext {
+			t.Errorf("%s: got %d records, next %q; want %d, next %v", c.name, len(p.Records), p.Next, c.wantLen, c.wantNext)
+		}
+	}
+	// The last page of 1001 at the max has one record and no next.
+	p, _ := s.List(context.Background(), journal.Query{Limit: journal.MaxLimit})
+	p, err := s.List(context.Background(), journal.Query{Limit: journal.MaxLimit, Cursor: p.Next})
+	if err != nil || len(p.Records) != 1 || p.Next != "" || p.Records[0].ID != "r0000" {
+		t.Errorf("last page: got %d records, next %q, err %v; want r0000 alone", len(p.Records), p.Next, err)
+	}
+	if _, err := s.List(context.Background(), journal.Query{Limit: -1}); err == nil {
+		t.Errorf("limit -1: got no error, want one")
+	}
+}
+
+func testBadCursor(t *testing.T, b backend) {
+	s := open(t, b.fresh(t))
+	write(t, s, record("r1", "", t0, 200, 1))
+	tests := []struct {
+		name, cursor string
+	}{
+		// Not base64url at all.
+		{"not base64", "!!!"},
+		// base64url of something that is not a cursor.
+		{"no separator", "aGVsbG8"},
+		// A time that is not a number.
+		{"bad time", "eHggcjE"}, // "xx r1"
+		// No ID.
+		{"no id", "MTIzIA"}, // "123 "
+	}
+	for _, c := range tests {
+		_, err := s.List(context.Background(), journal.Query{Cursor: c.cursor})
+		if !errors.Is(err, journal.ErrBadCursor) {
+			t.Errorf("%s: got %v, want ErrBadCursor", c.name, err)
+		}
+	}
+}
+
+func testRun(t *testing.T, b backend) {
+	s := open(t, b.fresh(t))
+	// Written out of order, and across batches.
+	write(t, s, record("x3", "x", t0.Add(3*time.Second), 200, 1), record("y1", "y", t0, 200, 1))
+	write(t, s, record("x1", "x", t0.Add(time.Second), 503, 3), record("x2", "x", t0.Add(2*time.Second), 429, 2))
+	recs, err := s.Run(context.Background(), "x")
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	want := []journal.Record{
+		stored(record("x1", "x", t0.Add(time.Second), 503, 3)),
+		stored(record("x2", "x", t0.Add(2*time.Second), 429, 2)),
+		stored(record("x3", "x", t0.Add(3*time.Second), 200, 1)),
+	}
+	if !reflect.DeepEqual(recs, want) {
+		t.Errorf("got %+v, want %+v", recs, want)
+	}
+	if _, err := s.Run(context.Background(), ""); err == nil {
+		t.Errorf("Run(\"\"): got no error, want one")
+	}
+}
+
+func testPrune(t *testing.T, b backend) {
+	spec := b.fresh(t)
+	s := open(t, spec)
+	unended := record("unended", "", t0, 0, 1)
+	unended.End = time.Time{}
+	var recs []journal.Record
+	for i := range 2500 { // more than one prune chunk
+		recs = append(recs, record(fmt.Sprintf("old%04d", i), "", t0.Add(-time.Hour), 200, 2))
+	}
+	write(t, s, recs...)
+	// old* ended at t0-59m, edge at t0+1s, new at t0+1h+1s.
+	write(t, s, unended, record("edge", "", t0, 200, 1), record("new", "", t0.Add(time.Hour), 200, 1))
+	n, err := s.Prune(context.Background(), t0.Add(time.Second))
+	if err != nil {
+		t.Fatalf("Prune: %v", err)
+	}
+	// unended counts from its start, t0, and goes; edge ended at the
+	// cut itself and stays.
+	if n != 2501 {
+		t.Errorf("Prune: got %d deleted, want 2501", n)
+	}
+	if got := pageAll(t, s, journal.Query{}); !reflect.DeepEqual(got, []string{"new", "edge"}) {
+		t.Errorf("left: got %v, want [new edge]", got)
+	}
+	if got := count(t, b, spec, "outlast_attempts"); got != 2 {
+		t.Errorf("attempt rows left: got %d, want 2", got)
+	}
+	if n, err := s.Prune(context.Background(), t0.Add(time.Second)); n != 0 || err != nil {
+		t.Errorf("Prune again: got %d, %v; want 0, nil", n, err)
+	}
+}
+
+func testConcurrentWrites(t *testing.T, b backend) {
+	s := open(t, b.fresh(t))
+	const writers, batches, per = 6, 10, 5
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*batches)
+	for w := range writers {
+		wg.Go(func() {
+			for bt := range batches {
+				var recs []journal.Record
+				for i := range per {
+					id := fmt.Sprintf("w%d-b%d-%d", w, bt, i)
+					recs = append(recs, record(id, "c", t0.Add(time.Duration(w*1000+bt*10+i)*time.Millisecond), 200, 2))
+				}
+				if err := s.Write(context.Background(), recs); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("Write: %v", err)
+	}
+	recs, err := s.Run(context.Background(), "c")
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got, want := len(recs), writers*batches*per; got != want {
+		t.Errorf("got %d records, want %d", got, want)
+	}
+	for _, r := range recs {
+		if len(r.Attempts) != 2 {
+			t.Errorf("%s: got %d attempts, want 2", r.ID, len(r.Attempts))
+		}
+	}
+}
+
+func testMigrateAgain(t *testing.T, b backend) {
+	spec := b.fresh(t)
+	s := open(t, spec)
+	write(t, s, record("r1", "", t0, 200, 2))
+	before := dump(t, b, spec)
+	again := open(t, spec)
+	if got := dump(t, b, spec); got != before {
+		t.Errorf("the second Open changed the database:\ngot  %s\nwant %s", got, before)
+	}
+	if got, want := get(t, again, "r1"), stored(record("r1", "", t0, 200, 2)); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if got := count(t, b, spec, "outlast_schema_version"); got != 1 {
+		t.Errorf("schema versions: got %d rows, want 1", got)
+	}
+}
+
+func testConcurrentOpen(t *testing.T, b backend) {
+	spec := b.fresh(t)
+	const replicas = 4
+	var wg sync.WaitGroup
+	stores := make([]journal.Store, replicas)
+	errs := make([]error, replicas)
+	for i := range replicas {
+		wg.Go(func() { stores[i], errs[i] = journal.Open(context.Background(), spec) })
+	}
+	wg.Wait()
+	for i := range replicas {
+		if errs[i] != nil {
+			t.Errorf("replica %d: Open: %v", i, errs[i])
+			continue
+		}
+		stores[i].Close()
+	}
+	if got := count(t, b, spec, "outlast_schema_version"); got != 1 {
+		t.Errorf("schema versions: got %d rows, want 1", got)
+	}
+}
+
+func TestOpen(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		spec    string
+		wantNil bool // a nil Store and a nil error
+		wantErr bool
+	}{
+		// off keeps no record, and says so with a nil Store.
+		{"off", "off", true, false},
+		// An in-memory SQLite database works, for tests and trials.
+		{"memory", "sqlite::memory:", false, false},
+		// A driver the journal does not know.
+		{"unknown scheme", "mysql://h/db", false, true},
+		// sqlite: needs its path.
+		{"no path", "sqlite:", false, true},
+		// The driver would read a ? as its own settings.
+		{"query in path", "sqlite:a.db?mode=ro", false, true},
+		// A server that is not there fails Open, not the first write.
+		{"no server", "postgres://u:pw-secret@127.0.0.1:1/x?connect_timeout=5", false, true},
+	}
+	for _, c := range tests {
+		s, err := journal.Open(context.Background(), c.spec)
+		if (err != nil) != c.wantErr || (s == nil) != (c.wantNil || c.wantErr) {
+			t.Errorf("%s: Open(%q): got %v, %v; want nil store %v, error %v", c.name, c.spec, s, err, c.wantNil || c.wantErr, c.wantErr)
+		}
+		if err != nil && strings.Contains(err.Error(), "pw-secret") {
+			t.Errorf("%s: the error shows the password: %v", c.name, err)
+		}
+		if s != nil {
+			write(t, s, record("m1", "", t0, 200, 1))
+			get(t, s, "m1")
+			s.Close()
+		}
+	}
+}

@@ -1,0 +1,323 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for the zero values of WriterConfig.
+const (
+	DefaultWriterSize    = 4096
+	DefaultFlushInterval = time.Second
+	DefaultWriteTimeout  = 30 * time.Second
+)
+
+const (
+	// maxBatch bounds a batch: a batch this large is written at once,
+	// without waiting for the flush interval.
+	maxBatch = 256
+	// maxTries is how many writes a batch gets before it is given up.
+	// Writes are retried because a database restart or failover should
+	// not cost records, and bounded because a batch the database keeps
+	// refusing would otherwise hold the buffer forever.
+	maxTries = 3
+)
+
+// WriterConfig configures a [Writer].
+type WriterConfig struct {
+	// Size bounds the records the Writer holds and has not written yet,
+	// and so what a crash can lose. When it holds that many, Add drops
+	// records. Zero means DefaultWriterSize (4096).
+	Size int
+
+	// FlushInterval bounds how long a record waits before its batch is
+	// written, and so what a crash can lose: a batch is written when it
+	// reaches 256 records or when its first record has waited this long.
+	// It is also the wait before a failed write is tried again. Zero
+	// means DefaultFlushInterval (1 s).
+	FlushInterval time.Duration
+
+	// WriteTimeout bounds one write of a batch. Zero means
+	// DefaultWriteTimeout (30 s).
+	WriteTimeout time.Duration
+
+	// Logger receives a warn line per failed write and an error line per
+	// batch given up. If nil, slog.Default() is used.
+	Logger *slog.Logger
+}
+
+// A Writer writes records to a Store in batches, from a goroutine of its
+// own, so that keeping the record never slows a request. Add never blocks.
+//
+// Each batch is written in one transaction: a request and all its
+// attempts reach the store together or not at all. A write that fails is
+// tried again after FlushInterval, while new records wait in the buffer;
+// a batch that fails three times is given up and counted by Failed.
+//
+// What a crash loses is what the Writer holds: at most Size records, and
+// at most those added in the last FlushInterval (plus the write under
+// way), while the store keeps up.
+//
+// A Writer is made by NewWriter, which starts its goroutine; the zero
+// Writer is not usable. It is safe for concurrent use. Close it to write
+// what it holds and stop the goroutine.
+type Writer struct {
+	store    Store
+	size     int
+	max      int // a batch's most records
+	interval time.Duration
+	timeout  time.Duration
+	logger   *slog.Logger
+
+	// mu guards pending, inflight and closed. Add holds it to append, and
+	// the goroutine to swap pending for an empty slice: Adds never wait
+	// for a write.
+	mu       sync.Mutex
+	pending  []Record // added, not yet taken by the goroutine
+	inflight int      // taken by the goroutine, not yet written or given up
+	closed   bool
+
+	// kick wakes the goroutine when pending gets its first record, to
+	// start the flush interval, and when it holds a full batch.
+	kick    chan struct{}
+	dropped atomic.Uint64
+	failed  atomic.Uint64
+
+	stopOnce sync.Once
+	stop     chan struct{}      // closed by the first Close
+	done     chan struct{}      // closed when the goroutine has returned
+	cancel   context.CancelFunc // ends the goroutine's writes when Close gives up waiting
+	err      error              // what the final flush lost; written before done is closed
+}
+
+// NewWriter returns a Writer that writes to s, and starts its goroutine.
+func NewWriter(s Store, cfg WriterConfig) *Writer {
+	w := &Writer{
+		store:    s,
+		size:     cfg.Size,
+		interval: cfg.FlushInterval,
+		timeout:  cfg.WriteTimeout,
+		logger:   cfg.Logger,
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	if w.size <= 0 {
+		w.size = DefaultWriterSize
+	}
+	w.max = min(w.size, maxBatch)
+	if w.interval <= 0 {
+		w.interval = DefaultFlushInterval
+	}
+	if w.timeout <= 0 {
+		w.timeout = DefaultWriteTimeout
+	}
+	if w.logger == nil {
+		w.logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	b := &batcher{w: w, timer: time.NewTimer(w.interval)}
+	b.timer.Stop()
+	go b.run(ctx)
+	return w
+}
+
+// Add queues rec to be written and reports whether it was taken. It never
+// blocks: it returns false, and counts the record as dropped, when the
+// Writer holds Size records already, when rec cannot be stored (no ID, no
+// start, or two attempts with one N), or after Close.
+//
+// The Writer keeps rec's Header and Attempts as they are: the caller must
+// not change them after Add.
+func (w *Writer) Add(rec Record) bool {
+	if rec.validate() != nil {
+		w.dropped.Add(1)
+		return false
+	}
+	w.mu.Lock()
+	if w.closed || len(w.pending)+w.inflight >= w.size {
+		w.mu.Unlock()
+		w.dropped.Add(1)
+		return false
+	}
+	w.pending = append(w.pending, rec)
+	n := len(w.pending)
+	w.mu.Unlock()
+	if n == 1 || n == w.max {
+		select {
+		case w.kick <- struct{}{}:
+		default: // a kick is already waiting; the goroutine reads the length itself
+		}
+	}
+	return true
+}
+
+// Dropped returns how many records Add has refused.
+func (w *Writer) Dropped() uint64 { return w.dropped.Load() }
+
+// Failed returns how many records were taken but given up because the
+// store refused them three times, or because Close's context ended first.
+func (w *Writer) Failed() uint64 { return w.failed.Load() }
+
+// Close stops taking records, writes those it holds, and stops the
+// goroutine. If ctx ends first, the write under way is canceled, the
+// records not yet written are given up, and Close returns once the
+// goroutine has. It returns an error counting the records the final
+// flush lost, if any. It does not close the Store.
+func (w *Writer) Close(ctx context.Context) error {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.stopOnce.Do(func() { close(w.stop) })
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		w.cancel()
+		<-w.done
+	}
+	return w.err
+}
+
+func (w *Writer) pendingLen() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pending)
+}
+
+// batcher is the Writer's goroutine and what it alone touches.
+type batcher struct {
+	w *Writer
+	// buf holds the records taken from pending; buf[off:] are not yet
+	// written, and the first max of them are the batch being tried.
+	buf   []Record
+	off   int
+	tries int         // failed writes of the batch so far
+	timer *time.Timer // runs while records wait for the flush interval
+	armed bool
+}
+
+func (b *batcher) run(ctx context.Context) {
+	defer close(b.w.done)
+	defer b.w.cancel()
+	for {
+		select {
+		case <-b.w.kick:
+			switch {
+			case b.tries > 0:
+				// A failed batch waits for the timer, and the new
+				// records with it.
+			case b.w.pendingLen() >= b.w.max:
+				b.flush(ctx)
+			case !b.armed:
+				b.arm()
+			}
+		case <-b.timer.C:
+			b.armed = false
+			b.flush(ctx)
+		case <-b.w.stop:
+			b.timer.Stop()
+			b.w.err = b.drain(ctx)
+			return
+		}
+	}
+}
+
+func (b *batcher) arm() {
+	b.timer.Reset(b.w.interval)
+	b.armed = true
+}
+
+// flush writes what was taken and what is pending, a batch at a time,
+// until a write fails or less than a batch is pending.
+func (b *batcher) flush(ctx context.Context) {
+	b.timer.Stop()
+	b.armed = false
+	for {
+		if b.off == len(b.buf) && !b.take() {
+			return
+		}
+		n := min(len(b.buf)-b.off, b.w.max)
+		err := b.write(ctx, n)
+		if err == nil {
+			b.release(n)
+		} else if b.tries++; b.tries >= maxTries {
+			b.giveUp(n, err)
+		} else {
+			b.w.logger.Warn("journal: write failed; will try again",
+				"records", n, "try", b.tries, "retry_in", b.w.interval, "err", err)
+			b.arm()
+			return
+		}
+		if b.off == len(b.buf) {
+			// Records that came during the writes wait for their own
+			// interval, unless they are a batch already.
+			if p := b.w.pendingLen(); p < b.w.max {
+				if p > 0 {
+					b.arm()
+				}
+				return
+			}
+		}
+	}
+}
+
+// take swaps pending for the written buffer and reports whether it got
+// any records.
+func (b *batcher) take() bool {
+	clear(b.buf) // let the written records' maps and slices go
+	w := b.w
+	w.mu.Lock()
+	b.buf, w.pending = w.pending, b.buf[:0]
+	w.inflight = len(b.buf)
+	w.mu.Unlock()
+	b.off = 0
+	return len(b.buf) > 0
+}
+
+func (b *batcher) write(ctx context.Context, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, b.w.timeout)
+	defer cancel()
+	return b.w.store.Write(ctx, b.buf[b.off:b.off+n])
+}
+
+// release forgets the batch of n records, written or given up.
+func (b *batcher) release(n int) {
+	b.off += n
+	b.tries = 0
+	b.w.mu.Lock()
+	b.w.inflight -= n
+	b.w.mu.Unlock()
+}
+
+func (b *batcher) giveUp(n int, err error) {
+	b.w.failed.Add(uint64(n))
+	b.w.logger.Error("journal: records lost: the store refused them",
+		"records", n, "tries", b.tries, "err", err)
+	b.release(n)
+}
+
+// drain writes everything left, each batch once, and reports what it
+// lost. Close has stopped Add, so pending only empties.
+func (b *batcher) drain(ctx context.Context) error {
+	var lost int
+	var last error
+	for b.off < len(b.buf) || b.take() {
+		n := min(len(b.buf)-b.off, b.w.max)
+		if err := b.write(ctx, n); err != nil {
+			lost += n
+			last = err
+			b.giveUp(n, err)
+			continue
+		}
+		b.release(n)
+	}
+	if lost > 0 {
+		return fmt.Errorf("journal: writer: %d records not written: %w", lost, last)
+	}
+	return nil
+}

@@ -1,0 +1,350 @@
+package journal_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outlast-llm/outlast/journal"
+)
+
+// fakeStore is a Store that keeps written batches in memory. Its Write can
+// be made to wait on a channel, or to fail.
+type fakeStore struct {
+	// block, if not nil, is received from before each Write records its
+	// batch; a closed channel lets every Write through.
+	block chan struct{}
+	// discard, if set, makes Write keep nothing, for benchmarks.
+	discard bool
+
+	mu      sync.Mutex // guards the fields below
+	batches [][]string // the IDs of each batch written, in order
+	at      []time.Time
+	fails   int // the next fails Writes fail
+	writes  int // Write calls, failed ones included
+}
+
+var errFake = errors.New("fake: the database is down")
+
+func (f *fakeStore) Write(ctx context.Context, recs []journal.Record) error {
+	if f.block != nil {
+		select {
+		case <-f.block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writes++
+	if f.fails > 0 {
+		f.fails--
+		return errFake
+	}
+	if f.discard {
+		return nil
+	}
+	ids := make([]string, len(recs))
+	for i, r := range recs {
+		ids[i] = r.ID
+	}
+	f.batches = append(f.batches, ids)
+	f.at = append(f.at, time.Now())
+	return nil
+}
+
+// times returns when each batch was written.
+func (f *fakeStore) times() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.at...)
+}
+
+// written returns every ID written, in order.
+func (f *fakeStore) written() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for _, b := range f.batches {
+		ids = append(ids, b...)
+	}
+	return ids
+}
+
+func (f *fakeStore) Get(context.Context, string) (journal.Record, error) {
+	return journal.Record{}, journal.ErrNotFound
+}
+func (f *fakeStore) List(context.Context, journal.Query) (journal.Page, error) {
+	return journal.Page{}, nil
+}
+func (f *fakeStore) Run(context.Context, string) ([]journal.Record, error) {
+	return nil, journal.ErrNotFound
+}
+func (f *fakeStore) Prune(context.Context, time.Time) (int64, error) { return 0, nil }
+func (f *fakeStore) Close() error                                    { return nil }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func ids(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}
+
+func addAll(t *testing.T, w *journal.Writer, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		if !w.Add(record(id, "", t0, 200, 1)) {
+			t.Fatalf("Add(%s): got false, want true", id)
+		}
+	}
+}
+
+func closeWriter(t *testing.T, w *journal.Writer) {
+	t.Helper()
+	if err := w.Close(context.Background()); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestWriterFlushInterval checks that a record waits FlushInterval for
+// company, and no longer.
+func TestWriterFlushInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{}
+		w := journal.NewWriter(f, journal.WriterConfig{FlushInterval: time.Second, Logger: quiet})
+		start := time.Now()
+		addAll(t, w, []string{"a"})
+		time.Sleep(999 * time.Millisecond)
+		synctest.Wait()
+		if got := f.written(); len(got) != 0 {
+			t.Errorf("after 999ms: got %v written, want nothing", got)
+		}
+		addAll(t, w, []string{"b"}) // joins a's batch: the interval runs from a
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if got, at := f.written(), f.times(); fmt.Sprint(got) != "[a b]" || at[0].Sub(start) != time.Second {
+			t.Errorf("after 1s: got %v written at %v, want [a b] at 1s", got, at)
+		}
+		// A later record starts a new interval.
+		addAll(t, w, []string{"c"})
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got, at := f.written(), f.times(); fmt.Sprint(got) != "[a b c]" || len(at) != 2 {
+			t.Errorf("after 2s: got %v in %d batches, want [a b c] in 2", got, len(at))
+		}
+		closeWriter(t, w)
+	})
+}
+
+// TestWriterFullBatch checks that a full batch is written at once, without
+// waiting for the interval.
+func TestWriterFullBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{}
+		w := journal.NewWriter(f, journal.WriterConfig{Size: 8, FlushInterval: time.Hour, Logger: quiet})
+		addAll(t, w, ids("r", 8))
+		synctest.Wait()
+		if got := f.written(); len(got) != 8 {
+			t.Errorf("got %d written at once, want 8", len(got))
+		}
+		closeWriter(t, w)
+	})
+}
+
+// TestWriterDrops checks that when the store is stuck and the buffer is
+// full, Add returns false at once and counts the drop; and that what was
+// taken is written once the store moves.
+func TestWriterDrops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{block: make(chan struct{})}
+		w := journal.NewWriter(f, journal.WriterConfig{Size: 4, FlushInterval: time.Millisecond, Logger: quiet})
+		addAll(t, w, ids("r", 4))
+		synctest.Wait() // the first batch is in the stuck Write
+		start := time.Now()
+		for i := range 3 {
+			if w.Add(record(fmt.Sprintf("x%d", i), "", t0, 200, 1)) {
+				t.Errorf("Add to a full writer: got true, want false")
+			}
+		}
+		if time.Since(start) != 0 {
+			t.Errorf("Add to a full writer took %v, want no time", time.Since(start))
+		}
+		if got := w.Dropped(); got != 3 {
+			t.Errorf("Dropped: got %d, want 3", got)
+		}
+		close(f.block)
+		closeWriter(t, w)
+		if got := f.written(); fmt.Sprint(got) != "[r0 r1 r2 r3]" {
+			t.Errorf("written: got %v, want [r0 r1 r2 r3]", got)
+		}
+	})
+}
+
+// TestWriterClose checks that Close writes what the Writer holds at once,
+// and that Add refuses records afterwards.
+func TestWriterClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{}
+		w := journal.NewWriter(f, journal.WriterConfig{Size: 1000, FlushInterval: time.Hour, Logger: quiet})
+		want := ids("r", 600) // more than one batch
+		addAll(t, w, want)
+		start := time.Now()
+		closeWriter(t, w)
+		if got := f.written(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("written: got %d records, want %d", len(got), len(want))
+		}
+		if time.Since(start) != 0 {
+			t.Errorf("Close waited %v, want no wait", time.Since(start))
+		}
+		if w.Add(record("late", "", t0, 200, 1)) {
+			t.Errorf("Add after Close: got true, want false")
+		}
+		if got := w.Dropped(); got != 1 {
+			t.Errorf("Dropped: got %d, want 1", got)
+		}
+		closeWriter(t, w) // a second Close is harmless
+	})
+}
+
+// TestWriterCloseDeadline checks that Close gives up when its context
+// ends before a stuck store does, and says what it lost.
+func TestWriterCloseDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{block: make(chan struct{})}
+		w := journal.NewWriter(f, journal.WriterConfig{Size: 10, FlushInterval: time.Millisecond, Logger: quiet})
+		addAll(t, w, ids("r", 5))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		err := w.Close(ctx)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Close: got %v, want an error wrapping context.Canceled", err)
+		}
+		if got := w.Failed(); got != 5 {
+			t.Errorf("Failed: got %d, want 5", got)
+		}
+	})
+}
+
+// TestWriterRetries checks that a failed write is tried again after the
+// interval, that new records wait meanwhile, and that a batch failing
+// three times is given up.
+func TestWriterRetries(t *testing.T) {
+	tests := []struct {
+		name       string
+		fails      int
+		wantFailed uint64
+		wantWrites int
+		want       string
+	}{
+		// Two failures, then the database is back: nothing is lost.
+		{"recovers", 2, 0, 4, "[a b]"},
+		// Three failures: a is given up; b, which waited behind it, is not.
+		{"gives up", 3, 1, 4, "[b]"},
+	}
+	for _, c := range tests {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &fakeStore{fails: c.fails}
+				w := journal.NewWriter(f, journal.WriterConfig{FlushInterval: time.Second, Logger: quiet})
+				addAll(t, w, []string{"a"})
+				time.Sleep(1500 * time.Millisecond) // a's first write has failed
+				addAll(t, w, []string{"b"})
+				time.Sleep(10 * time.Second)
+				synctest.Wait()
+				f.mu.Lock()
+				writes := f.writes
+				f.mu.Unlock()
+				if got := f.written(); fmt.Sprint(got) != c.want || w.Failed() != c.wantFailed || writes != c.wantWrites {
+					t.Errorf("got %v written, %d failed, %d writes; want %s, %d, %d", got, w.Failed(), writes, c.want, c.wantFailed, c.wantWrites)
+				}
+				closeWriter(t, w)
+			})
+		})
+	}
+}
+
+// TestWriterInvalid checks that Add drops a record no store could keep,
+// rather than let it fail a batch.
+func TestWriterInvalid(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{}
+		w := journal.NewWriter(f, journal.WriterConfig{Logger: quiet})
+		if w.Add(record("", "", t0, 200, 1)) {
+			t.Errorf("Add without an ID: got true, want false")
+		}
+		if got := w.Dropped(); got != 1 {
+			t.Errorf("Dropped: got %d, want 1", got)
+		}
+		closeWriter(t, w)
+	})
+}
+
+// TestWriterConcurrentAdd checks, under -race, that Adds from several
+// goroutines racing Close each end written or refused, never lost.
+func TestWriterConcurrentAdd(t *testing.T) {
+	t.Parallel()
+	f := &fakeStore{}
+	w := journal.NewWriter(f, journal.WriterConfig{Size: 64, FlushInterval: time.Millisecond, Logger: quiet})
+	const adders, per = 4, 500
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	taken := 0
+	for a := range adders {
+		wg.Go(func() {
+			n := 0
+			for i := range per {
+				if w.Add(record(fmt.Sprintf("a%d-%d", a, i), "", t0, 200, 1)) {
+					n++
+				}
+			}
+			mu.Lock()
+			taken += n
+			mu.Unlock()
+		})
+	}
+	wg.Go(func() { closeWriter(t, w) })
+	wg.Wait()
+	if got := len(f.written()); got != taken {
+		t.Errorf("written: got %d, want the %d taken", got, taken)
+	}
+	if got, want := w.Dropped()+uint64(taken), uint64(adders*per); got != want {
+		t.Errorf("dropped+taken: got %d, want %d", got, want)
+	}
+}
+
+// TestWriterSQLite checks that records reach a real store through a
+// Writer.
+func TestWriterSQLite(t *testing.T) {
+	t.Parallel()
+	s := open(t, sqliteBackend.fresh(t))
+	w := journal.NewWriter(s, journal.WriterConfig{Logger: quiet})
+	for _, id := range ids("r", 300) {
+		w.Add(record(id, "w", t0, 200, 2))
+	}
+	closeWriter(t, w)
+	recs, err := s.Run(context.Background(), "w")
+	if err != nil || len(recs) != 300 {
+		t.Fatalf("Run: got %d records, %v; want 300", len(recs), err)
+	}
+}
+
+func BenchmarkWriterAdd(b *testing.B) {
+	f := &fakeStore{discard: true}
+	w := journal.NewWriter(f, journal.WriterConfig{Size: 1 << 16, Logger: quiet})
+	rec := record("r", "", t0, 200, 2)
+	b.ReportAllocs()
+	for b.Loop() {
+		w.Add(rec)
+	}
+	b.StopTimer()
+	w.Close(context.Background())
+	b.ReportMetric(float64(w.Dropped()), "dropped")
+}
