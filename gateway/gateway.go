@@ -105,6 +105,16 @@ type Config struct {
 	// Observers to tell several.
 	Observer Observer
 
+	// Redact names request headers, besides the credentials that are
+	// always left out (Authorization, Proxy-Authorization, Cookie,
+	// X-Api-Key, Api-Key, X-Goog-Api-Key), that Request.Header must not
+	// carry to observers and the record.
+	Redact []string
+
+	// JournalStats, if not nil, reports the journal's dropped and failed
+	// records for /outlast/health.
+	JournalStats func() (dropped, failed uint64)
+
 	// Endpoints are served under /outlast/, keyed by the rest of the path:
 	// "requests" serves /outlast/requests and, with a trailing slash,
 	// "requests/" serves every path below it. The gateway serves
@@ -170,9 +180,10 @@ type Request struct {
 	Run       string // Outlast-Run, or ""
 	Method    string
 	Path      string
-	Upstream  string // the upstream's name
-	Slot      string // the named slot, or ""
-	Model     string // the JSON body's "model", or ""
+	Header    http.Header // the caller's request headers, credentials and Config.Redact left out
+	Upstream  string      // the upstream's name
+	Slot      string      // the named slot, or ""
+	Model     string      // the JSON body's "model", or ""
 	Start     time.Time
 	End       time.Time
 	Status    int    // the status sent to the caller; 499 if the caller left first

@@ -598,3 +598,35 @@ func TestEndpointsAndObservers(t *testing.T) {
 		t.Errorf("got observer calls %v, want [a b]", calls)
 	}
 }
+
+// Observers never see credentials or the headers named in Redact; the
+// upstream still gets them.
+func TestObserverHeadersRedacted(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, status(200, "{}"))
+	u, _ := url.Parse(up.URL)
+	got := make(chan http.Header, 1)
+	g, _ := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{{URL: u}},
+		Logger:    slog.New(slog.DiscardHandler),
+		Redact:    []string{"X-Org-Secret"},
+		Observer:  gateway.Observer{Done: func(r *gateway.Request) { got <- r.Header.Clone() }},
+	})
+	s := httptest.NewServer(g)
+	defer s.Close()
+	send(t, http.MethodPost, s.URL+"/v1/messages", chat, map[string]string{
+		"Authorization": "Bearer sk-1", "X-Api-Key": "ak-2", "Cookie": "c=3", "X-Org-Secret": "o-4", "User-Agent": "host/1",
+	})
+	h := <-got
+	for _, k := range []string{"Authorization", "X-Api-Key", "Cookie", "X-Org-Secret"} {
+		if h.Get(k) != "" {
+			t.Errorf("the observer saw %s", k)
+		}
+	}
+	if h.Get("User-Agent") != "host/1" {
+		t.Errorf("got User-Agent %q, want host/1", h.Get("User-Agent"))
+	}
+	if r := up.request(0); r.Header.Get("X-Org-Secret") != "o-4" || r.Header.Get("Authorization") != "Bearer sk-1" {
+		t.Error("the upstream lost a header that only the record must not keep")
+	}
+}

@@ -48,6 +48,14 @@ func (g *Gateway) endpoint(rest string) http.Handler {
 type Health struct {
 	Version   string           `json:"version"`
 	Upstreams []UpstreamHealth `json:"upstreams"`
+	Journal   *JournalHealth   `json:"journal,omitempty"`
+}
+
+// JournalHealth is the journal's part of Health: the records it dropped
+// because its buffer was full, and those it failed to write.
+type JournalHealth struct {
+	Dropped uint64 `json:"dropped"`
+	Failed  uint64 `json:"failed"`
 }
 
 // UpstreamHealth is one upstream's part of Health.
@@ -74,6 +82,10 @@ func (g *Gateway) Health() Health {
 			uh.Named[k] = v[1]
 		}
 		h.Upstreams = append(h.Upstreams, uh)
+	}
+	if f := g.cfg.JournalStats; f != nil {
+		d, fl := f()
+		h.Journal = &JournalHealth{Dropped: d, Failed: fl}
 	}
 	return h
 }

@@ -40,6 +40,7 @@ func newExchange(g *Gateway, up *upstream, w http.ResponseWriter, r *http.Reques
 		ID:       outlast.NewCallID(),
 		Method:   r.Method,
 		Path:     r.URL.Path,
+		Header:   redact(r.Header, g.cfg.Redact),
 		Upstream: up.Name,
 		Start:    time.Now(),
 	}}

@@ -109,3 +109,26 @@ func (u *upstream) busyRetryAfter() int {
 	d := time.Duration(float64(per) * float64(waiting+1) / float64(slots))
 	return max(1, int(math.Ceil(d.Seconds())))
 }
+
+// credentials are the request headers never handed to observers.
+var credentials = []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
+
+// redact copies h without credentials and the headers named in extra.
+func redact(h http.Header, extra []string) http.Header {
+	out := make(http.Header, len(h))
+	for k, v := range h {
+		if !named(k, credentials) && !named(k, extra) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func named(k string, names []string) bool {
+	for _, n := range names {
+		if strings.EqualFold(k, n) {
+			return true
+		}
+	}
+	return false
+}
