@@ -1,0 +1,129 @@
+package journal_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/journal"
+)
+
+// The record through the gateway: a request retried past a 503 is stored
+// with both attempts, the first carrying its wait, and the API serves it
+// by list, by ID and by run; bad parameters are refused by name.
+func TestAPIThroughGateway(t *testing.T) {
+	var n atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	defer up.Close()
+	store, err := journal.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "j.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	w := journal.NewWriter(store, journal.WriterConfig{FlushInterval: time.Millisecond})
+	u, _ := url.Parse(up.URL)
+	api := &journal.API{Store: store}
+	g, err := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{{Name: "up", URL: u, Policy: &outlast.Policy{Waits: []time.Duration{20 * time.Millisecond}}}},
+		Logger:    slog.New(slog.DiscardHandler),
+		Observer:  journal.Observer(w),
+		Endpoints: api.Endpoints(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewServer(g)
+	defer s.Close()
+
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m1"}`))
+	req.Header.Set("Outlast-Run", "run 7")
+	req.Header.Set("Authorization", "Bearer sk-secret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	id := resp.Header.Get("Outlast-Request-Id")
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	var rec journal.Record
+	getJSON(t, s.URL+"/outlast/requests/"+id, 200, &rec)
+	if rec.Run != "run 7" || rec.Model != "m1" || rec.Status != 200 || len(rec.Attempts) != 2 {
+		t.Fatalf("got %+v, want run 7, model m1, 200, 2 attempts", rec)
+	}
+	a1, a2 := rec.Attempts[0], rec.Attempts[1]
+	if a1.Status != 503 || a1.RetryIn != 20*time.Millisecond || a1.ErrorClass != journal.ClassStatus || a2.Status != 200 || a2.RetryIn != 0 || a2.Bytes != 11 {
+		t.Errorf("got attempts %+v and %+v", a1, a2)
+	}
+	if rec.Header["Authorization"] != nil {
+		t.Error("the record holds the Authorization header")
+	}
+
+	var page journal.Page
+	getJSON(t, s.URL+"/outlast/requests?run=run+7&status=200&limit=5&since=1h", 200, &page)
+	if len(page.Records) != 1 || page.Records[0].ID != id {
+		t.Errorf("list: got %d records, want the one", len(page.Records))
+	}
+	var run struct {
+		Run      string           `json:"run"`
+		Requests []journal.Record `json:"requests"`
+	}
+	getJSON(t, s.URL+"/outlast/runs/run%207", 200, &run)
+	if run.Run != "run 7" || len(run.Requests) != 1 || len(run.Requests[0].Attempts) != 2 {
+		t.Errorf("run: got %+v", run)
+	}
+
+	for _, c := range []struct{ query, names string }{
+		{"status=abc", "status"},
+		{"limit=0", "limit"},
+		{"since=yesterday", "since"},
+		{"cursor=%21%21", "cursor"},
+		{"colour=red", "colour"},
+	} {
+		var e struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		getJSON(t, s.URL+"/outlast/requests?"+c.query, 400, &e)
+		if !strings.Contains(e.Error.Message, c.names) {
+			t.Errorf("%s: got error %q, want one naming %s", c.query, e.Error.Message, c.names)
+		}
+	}
+	getJSON(t, s.URL+"/outlast/requests/nope", 404, &struct{}{})
+	getJSON(t, s.URL+"/outlast/runs/nope", 404, &struct{}{})
+}
+
+func getJSON(t *testing.T, url string, status int, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != status {
+		t.Fatalf("GET %s: got %d %s, want %d", url, resp.StatusCode, b, status)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("GET %s: %v in %s", url, err, b)
+	}
+}
