@@ -15,6 +15,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/journal"
 )
 
 // serve's defaults, which --help shows.
@@ -35,11 +36,14 @@ type serveConfig struct {
 	listen  string
 	grace   time.Duration
 	gateway gateway.Config
+	journal string        // a journal.Open spec: sqlite:PATH, postgres://…, or off
+	keep    time.Duration // how long the journal keeps a request; 0 for ever
 }
 
 // serveFlags are serve's flags as parsed, before they are checked.
 type serveFlags struct {
 	config, listen, upstream, waits string
+	journal, keep, redact           string
 	slots, queue, maxAttempts       int
 	reserve, firstByte, idle, grace time.Duration
 	maxBody                         int64
@@ -66,7 +70,10 @@ func (f *serveFlags) load() (*serveConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := &serveConfig{listen: f.listen, grace: f.grace, gateway: gateway.Config{MaxBody: f.maxBody}}
+	cfg := &serveConfig{listen: f.listen, grace: f.grace, journal: f.journal, gateway: gateway.Config{MaxBody: f.maxBody, Redact: splitList(f.redact)}}
+	if cfg.keep, err = journal.ParseKeep(f.keep); err != nil {
+		return nil, usagef("--journal-keep %q: %v", f.keep, err)
+	}
 	var file fileConfig
 	if f.config != "" {
 		if file, err = readConfig(f.config); err != nil {
@@ -228,10 +235,13 @@ func upstreamURL(s string) (*url.URL, error) {
 // fileConfig is the YAML config file (testdata/outlast.example.yaml shows
 // every key). A key left out takes the flag's value.
 type fileConfig struct {
-	Listen    string         `yaml:"listen"`
-	MaxBody   *int64         `yaml:"max_body"`
-	Grace     string         `yaml:"grace"`
-	Upstreams []fileUpstream `yaml:"upstreams"`
+	Listen      string         `yaml:"listen"`
+	Journal     string         `yaml:"journal"`
+	JournalKeep string         `yaml:"journal_keep"`
+	Redact      []string       `yaml:"redact"`
+	MaxBody     *int64         `yaml:"max_body"`
+	Grace       string         `yaml:"grace"`
+	Upstreams   []fileUpstream `yaml:"upstreams"`
 }
 
 // fileUpstream is one upstream in the config file. Durations are strings,
@@ -318,6 +328,19 @@ func yamlError(path string, err error) error {
 func (fc fileConfig) apply(cfg *serveConfig, f *serveFlags) error {
 	if fc.Listen != "" && !f.set["listen"] {
 		cfg.listen = fc.Listen
+	}
+	if fc.Journal != "" && !f.set["journal"] {
+		cfg.journal = fc.Journal
+	}
+	if fc.JournalKeep != "" && !f.set["journal-keep"] {
+		d, err := journal.ParseKeep(fc.JournalKeep)
+		if err != nil {
+			return usagef("%s: journal_keep %q: %v", f.config, fc.JournalKeep, err)
+		}
+		cfg.keep = d
+	}
+	if len(fc.Redact) > 0 && !f.set["redact"] {
+		cfg.gateway.Redact = fc.Redact
 	}
 	if fc.MaxBody != nil && !f.set["max-body"] {
 		if *fc.MaxBody < 1 {
@@ -469,4 +492,15 @@ func parseDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q is not a duration such as 15s or 2m", s)
 	}
 	return d, nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }

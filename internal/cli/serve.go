@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/metrics"
 )
 
@@ -34,7 +36,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if done {
 		return err
 	}
-	g, err := newGateway(cfg, stderr)
+	rec, err := openRecord(ctx, cfg, newLogger(stderr))
+	if err != nil {
+		return err
+	}
+	defer rec.close(stderr)
+	g, err := newGateway(cfg, rec, stderr)
 	if err != nil {
 		return err
 	}
@@ -43,7 +50,44 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	go rec.keeper.Run(ctx)
 	return serve(ctx, l, g, cfg, stderr)
+}
+
+// record is the journal as serve runs it: the store, its batch writer and
+// its keeper. Every field is nil or zero with --journal off.
+type record struct {
+	store  journal.Store
+	writer *journal.Writer
+	keeper *journal.Keeper
+}
+
+// openRecord opens the journal cfg names and starts its writer.
+func openRecord(ctx context.Context, cfg *serveConfig, logger *slog.Logger) (*record, error) {
+	store, err := journal.Open(ctx, cfg.journal)
+	if err != nil {
+		return nil, fmt.Errorf("serve: --journal: %w", err)
+	}
+	r := &record{store: store, keeper: &journal.Keeper{Store: store, Keep: cfg.keep, Logger: logger}}
+	if store != nil {
+		r.writer = journal.NewWriter(store, journal.WriterConfig{Logger: logger})
+	} else {
+		r.keeper.Keep = 0 // nothing to prune
+	}
+	return r, nil
+}
+
+// close flushes what the writer holds, for up to 10 s, and closes the store.
+func (r *record) close(stderr io.Writer) {
+	if r.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.writer.Close(ctx); err != nil {
+		fmt.Fprintf(stderr, "outlast: serve: the journal: %v\n", err)
+	}
+	r.store.Close()
 }
 
 // serveConfigFrom parses args and the config file they name. done is set
@@ -79,24 +123,37 @@ func (f *serveFlags) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.idle, "idle-timeout", defaultIdleTimeout, "bounds the silence within a response being forwarded; 0 means no bound")
 	fs.Int64Var(&f.maxBody, "max-body", defaultMaxBody, "the largest request body, in `bytes`; a larger one gets 413 (32 MiB)")
 	fs.DurationVar(&f.grace, "grace", defaultGrace, "how long requests in flight may finish after SIGINT or SIGTERM")
+	fs.StringVar(&f.journal, "journal", journal.DefaultSpec, "where the record is kept: sqlite:`PATH`, a postgres:// URL for several replicas, or off")
+	fs.StringVar(&f.keep, "journal-keep", "7d", "how long the journal keeps a request, as 7d or 12h; 0 keeps it for ever")
+	fs.StringVar(&f.redact, "redact", "", "comma-separated request `headers` the record must not keep, besides the credentials it never keeps (default: none)")
 	return fs
 }
 
 // newGateway builds the gateway cfg describes, with its metrics, logging
 // to stderr: JSON lines, or text on a terminal. Its errors are usage
 // errors: all of them name a setting.
-func newGateway(cfg *serveConfig, stderr io.Writer) (*gateway.Gateway, error) {
+func newGateway(cfg *serveConfig, rec *record, stderr io.Writer) (*gateway.Gateway, error) {
 	cfg.gateway.Logger = newLogger(stderr)
 	names := make([]string, len(cfg.gateway.Upstreams))
 	for i, u := range cfg.gateway.Upstreams {
 		names[i] = u.Name
 	}
 	m := metrics.New(names)
-	cfg.gateway.Observer = gateway.Observers(cfg.gateway.Observer, m.Observer())
+	obs := []gateway.Observer{cfg.gateway.Observer, m.Observer()}
 	if cfg.gateway.Endpoints == nil {
 		cfg.gateway.Endpoints = map[string]http.Handler{}
 	}
 	cfg.gateway.Endpoints["metrics"] = m.Handler()
+	api := &journal.API{Store: rec.store}
+	for k, h := range api.Endpoints() {
+		cfg.gateway.Endpoints[k] = h
+	}
+	if w := rec.writer; w != nil {
+		obs = append(obs, journal.Observer(w))
+		m.SetJournalDropped(w.Dropped)
+		cfg.gateway.JournalStats = func() (uint64, uint64) { return w.Dropped(), w.Failed() }
+	}
+	cfg.gateway.Observer = gateway.Observers(obs...)
 	g, err := gateway.New(cfg.gateway)
 	if err != nil {
 		return nil, &usageError{err}

@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/outlast-llm/outlast/journal"
 )
 
 // TestServeHelp checks that --help shows every flag with its default
@@ -48,8 +52,16 @@ func TestServeHelp(t *testing.T) {
 func startServe(t *testing.T, ctx context.Context, args ...string) (string, <-chan error) {
 	t.Helper()
 	cfg := loadServe(t, args...)
+	if cfg.journal == journal.DefaultSpec {
+		cfg.journal = "sqlite:" + filepath.Join(t.TempDir(), "journal.db") // not the package's folder
+	}
 	stderr := new(lockedBuffer)
-	g, err := newGateway(cfg, stderr)
+	rec, err := openRecord(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rec.close(stderr) })
+	g, err := newGateway(cfg, rec, stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +149,27 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	if got := seen.Load(); got != 2 {
 		t.Errorf("got %d attempts at the upstream, want 2", got)
+	}
+	// The journal keeps the request with both attempts.
+	id := resp.Header.Get("Outlast-Request-Id")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := newClient(t).Get(addr + "/outlast/requests/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode == http.StatusOK {
+			if !strings.Contains(string(b), `"retry_in_ms": 1`) {
+				t.Errorf("the record lacks the first attempt's wait:\n%s", b)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the record never showed request %s: %d %s", id, r.StatusCode, b)
+		}
+		time.Sleep(50 * time.Millisecond) // the writer flushes every second
 	}
 	// The metrics are served, and counted the retry.
 	resp, err = newClient(t).Get(addr + "/outlast/metrics")
