@@ -25,9 +25,10 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"demo":  {"show a run outlasting a provider outage, in one process", runDemo},
-	"mock":  {"serve a fault-injecting LLM provider (OpenAI, Anthropic, llama.cpp)", runMock},
-	"serve": {"run the gateway: retries, slot gate and record in front of an LLM API", runServe},
+	"demo":     {"show a run outlasting a provider outage, in one process", runDemo},
+	"requests": {"print the record: each request with its attempts and waits", runRequests},
+	"mock":     {"serve a fault-injecting LLM provider (OpenAI, Anthropic, llama.cpp)", runMock},
+	"serve":    {"run the gateway: retries, slot gate and record in front of an LLM API", runServe},
 }
 
 // Run runs the subcommand that args name.
