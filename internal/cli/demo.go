@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,13 +10,17 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/mockllm"
 )
 
@@ -79,7 +84,7 @@ Flags:`)
 	d.runAll(ctx)
 	err = d.summary()
 	if *keep && ctx.Err() == nil {
-		fmt.Fprintf(stdout, "\nThe gateway is at %s (health: %s/outlast/health), the mock at %s (%s/mock/stats).\nPress Ctrl-C to stop.\n", d.gwURL, d.gwURL, d.mock.URL, d.mock.URL)
+		fmt.Fprintf(stdout, "\nThe gateway is at %s: its record at %s/outlast/requests, a run at %s/outlast/runs/chat-1, health at %s/outlast/health.\nThe mock is at %s (%s/mock/stats). Press Ctrl-C to stop.\n", d.gwURL, d.gwURL, d.gwURL, d.gwURL, d.mock.URL, d.mock.URL)
 		<-ctx.Done()
 	}
 	return err
@@ -92,8 +97,10 @@ type demo struct {
 	gwURL string
 	runs  []*demoRun
 
-	mu     sync.Mutex // guards record
-	record []gateway.Request
+	dir      string        // the journal's temporary folder
+	store    journal.Store // the embedded journal: the record
+	writer   *journal.Writer
+	finished atomic.Int32 // requests the gateway finished, and handed to the writer
 }
 
 // startDemo starts the mock and the gateway in front of it.
@@ -101,6 +108,9 @@ func startDemo(tl *timeline) (*demo, error) {
 	d := &demo{tl: tl, runs: demoRuns()}
 	script, err := mockllm.ParseScript(demoScript)
 	if err != nil {
+		return nil, err
+	}
+	if err := d.openJournal(); err != nil {
 		return nil, err
 	}
 	d.mock = &mockllm.Server{Script: script, Chunks: 3, ChunkDelay: 100 * time.Millisecond}
@@ -117,8 +127,9 @@ func startDemo(tl *timeline) (*demo, error) {
 			Queue:            2,
 			FirstByteTimeout: 10 * time.Second,
 		}},
-		Logger:   slog.New(slog.DiscardHandler), // the timeline says it instead
-		Observer: d.observer(),
+		Logger:    slog.New(slog.DiscardHandler), // the timeline says it instead
+		Observer:  gateway.Observers(d.observer(), journal.Observer(d.writer)),
+		Endpoints: (&journal.API{Store: d.store}).Endpoints(),
 	})
 	if err != nil {
 		d.mock.Close()
@@ -135,13 +146,30 @@ func startDemo(tl *timeline) (*demo, error) {
 	return d, nil
 }
 
+// openJournal opens the embedded journal, SQLite in a temporary folder.
+func (d *demo) openJournal() error {
+	dir, err := os.MkdirTemp("", "outlast-demo-")
+	if err != nil {
+		return err
+	}
+	d.dir = dir
+	if d.store, err = journal.Open(context.Background(), "sqlite:"+filepath.Join(dir, "outlast.db")); err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	d.writer = journal.NewWriter(d.store, journal.WriterConfig{FlushInterval: 50 * time.Millisecond})
+	return nil
+}
+
 func (d *demo) close() {
 	d.gw.Close()
 	d.mock.Close()
+	d.writer.Close(context.Background())
+	d.store.Close()
+	os.RemoveAll(d.dir)
 }
 
-// observer turns the gateway's view of each request into timeline lines,
-// and keeps the record.
+// observer turns the gateway's view of each request into timeline lines.
 func (d *demo) observer() gateway.Observer {
 	return gateway.Observer{
 		Queued: func(r *gateway.Request, _ string, ahead int) {
@@ -157,11 +185,7 @@ func (d *demo) observer() gateway.Observer {
 			}
 			d.tl.event(r.Run, state, "attempt %d %s", a.N, describe(a))
 		},
-		Done: func(r *gateway.Request) {
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			d.record = append(d.record, *r)
-		},
+		Done: func(*gateway.Request) { d.finished.Add(1) },
 	}
 }
 
@@ -266,7 +290,7 @@ func (d *demo) summary() error {
 	}
 	tw.Flush()
 	seen := d.mock.Stats().Total
-	fmt.Fprintf(out, "\nThe mock saw %d attempts; the record holds %d.\n", seen, total)
+	fmt.Fprintf(out, "\nThe mock saw %d attempts; the journal holds %d.\n", seen, total)
 	if seen != total {
 		bad++
 	}
@@ -278,13 +302,35 @@ func (d *demo) summary() error {
 	return nil
 }
 
-// attempts returns the attempts the record holds, per run.
+// attempts returns the attempts the journal holds, per run, once it holds
+// every request the gateway finished: the writer writes in batches.
 func (d *demo) attempts() map[string]int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	n := map[string]int{}
-	for _, r := range d.record {
-		n[r.Run] += len(r.Attempts)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, requests, err := d.read()
+		if err == nil && requests == int(d.finished.Load()) {
+			return n
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(d.tl.out, "demo: the journal holds %d of %d requests (%v)\n", requests, d.finished.Load(), err)
+			return n
+		}
+		time.Sleep(20 * time.Millisecond) // the next batch is at most 50 ms away
 	}
-	return n
+}
+
+// read returns the attempts per run and the requests in the journal.
+func (d *demo) read() (map[string]int, int, error) {
+	n, requests := map[string]int{}, 0
+	for _, r := range d.runs {
+		recs, err := d.store.Run(context.Background(), r.name)
+		if err != nil && !errors.Is(err, journal.ErrNotFound) {
+			return n, requests, err
+		}
+		requests += len(recs)
+		for _, rec := range recs {
+			n[r.name] += len(rec.Attempts)
+		}
+	}
+	return n, requests, nil
 }
