@@ -1,0 +1,470 @@
+package timeline_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/mockllm"
+	"github.com/outlast-llm/outlast/timeline"
+)
+
+var updateScreenshot = flag.Bool("update-screenshot", false, "write the browser test's screenshot to testdata/screenshot.png")
+
+// chromium finds a Chromium to drive. Without one the test is skipped,
+// unless OUTLAST_TEST_CHROMIUM=1 (as in CI), when it fails.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("OUTLAST_TEST_CHROMIUM") == "1" {
+		t.Fatal("OUTLAST_TEST_CHROMIUM=1 but no chromium, chromium-browser or google-chrome is on PATH (Debian: apt-get install chromium)")
+	}
+	t.Skip("no chromium on PATH; set OUTLAST_TEST_CHROMIUM=1 to make that a failure")
+	return ""
+}
+
+// browser starts a headless Chromium and returns a tab's context. The
+// flags keep it off the network, which is closed here, and let it run as
+// root.
+func browser(t *testing.T, ctx context.Context) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 600),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	tab, cancelTab := chromedp.NewContext(actx)
+	// Cleanups run last first: the tab closes, then the browser, whose
+	// cancel waits for the process to exit, then TempDir is removed.
+	t.Cleanup(cancelAlloc)
+	t.Cleanup(cancelTab)
+	if err := chromedp.Do(tab, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return tab
+}
+
+// jsErrors collects the page's uncaught exceptions and console errors.
+func jsErrors(t *testing.T, tab context.Context) func() []string {
+	t.Helper()
+	var mu sync.Mutex
+	var errs []string
+	err := chromedp.Listen(tab, func(ev any) {
+		var msg string
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			msg = ev.ExceptionDetails.Text
+			if ex := ev.ExceptionDetails.Exception; ex != nil {
+				msg += " " + ex.Description
+			}
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type != runtime.ConsoleAPICalledTypeError {
+				return
+			}
+			msg = "console.error"
+			for _, a := range ev.Args {
+				msg += " " + string(a.Value)
+			}
+		default:
+			return
+		}
+		mu.Lock()
+		errs = append(errs, msg)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), errs...)
+	}
+}
+
+// TestBrowser drives the page in a real headless Chromium, one tab per
+// case.
+func TestBrowser(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b := browser(t, ctx)
+	t.Run("outage", func(t *testing.T) { testOutage(t, newTab(t, b)) })
+	t.Run("thousand", func(t *testing.T) { testThousand(t, newTab(t, b)) })
+}
+
+// newTab opens a tab in b's browser, closed when the test ends.
+func newTab(t *testing.T, b context.Context) context.Context {
+	t.Helper()
+	tab, cancel := chromedp.NewContext(b)
+	t.Cleanup(cancel)
+	return tab
+}
+
+// open loads the page at base and waits for its event stream.
+func open(t *testing.T, tab context.Context, base string) {
+	t.Helper()
+	if err := chromedp.Do(tab, chromedp.Navigate(base+"/outlast/")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(tab, chromedp.Poll[bool](`document.querySelector('#conn').dataset.state === "live"`,
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("the page did not connect to its event stream: %v", err)
+	}
+}
+
+// poll waits up to timeout for a JavaScript expression to be true.
+func poll(tab context.Context, timeout time.Duration, expr string) error {
+	_, err := chromedp.Run(tab, chromedp.Poll[bool](expr,
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(timeout)))
+	return err
+}
+
+// filter sets the page's filters, and tells the page as a person's
+// typing and choosing would.
+func filter(t *testing.T, tab context.Context, run, status string) {
+	t.Helper()
+	js := fmt.Sprintf(`(() => {
+		const run = document.getElementById('filter-run'), status = document.getElementById('filter-status');
+		run.value = %q;
+		run.dispatchEvent(new Event('input'));
+		status.value = %q;
+		status.dispatchEvent(new Event('change'));
+	})()`, run, status)
+	if err := chromedp.Do(tab, chromedp.Evaluate[chromedp.Void](js)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testOutage loads the page while an outage runs through the gateway:
+// five requests, one slot, a queue of four, and an upstream that fails
+// with 502s, then 429s with Retry-After, then answers slowly. The page
+// must show the queue as it forms, and then a bar for every attempt the
+// gateway made, coloured by outcome, with the waits between them.
+func testOutage(t *testing.T, tab context.Context) {
+	errs := jsErrors(t, tab)
+
+	// The script counts requests, not time, so that the browser's start
+	// cannot move the outage: five 502s, two 429s, then slow successes
+	// that hold the one slot long enough for a queue to show.
+	mock := mockllm.NewServer("502x5,429:retry-after=1x2,ok:delay=300ms")
+	t.Cleanup(mock.Close)
+	feed := timeline.New(0)
+	base := outageGateway(t, feed, mock.URL)
+
+	open(t, tab, base)
+	finished := sendRequests(t, base, map[string]int{"summarize": 3, "translate": 2})
+
+	queued, err := chromedp.Run(tab, chromedp.Poll[int](
+		`Math.max(0, ...[...document.querySelectorAll('#slots .upstream[data-name="mock"] .queued[data-queued]')].map(e => Number(e.dataset.queued)))`,
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second)))
+	if err != nil {
+		t.Errorf("the slots panel never showed a queue: %v", err)
+	} else {
+		t.Logf("the slots panel showed %d queued", queued)
+	}
+
+	select {
+	case <-finished:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the requests did not finish in 20s")
+	}
+
+	want := 0
+	for _, r := range feed.Snapshot().Requests {
+		want += len(r.Attempts)
+	}
+	if saw := mock.Stats().Total; want != saw {
+		t.Errorf("the feed has %d attempts, the mock saw %d", want, saw)
+	}
+	// The page has drawn every attempt, and none is in flight.
+	check := fmt.Sprintf(`document.querySelectorAll('.bar').length === %d && !document.querySelector('.bar[data-outcome="inflight"]')`, want)
+	if _, err := chromedp.Run(tab, chromedp.Poll[bool](check,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		got, _ := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('.bar').length`))
+		t.Errorf("the page shows %d bars (or some in flight), want %d, one per attempt: %v", got, want, err)
+	}
+
+	counts, err := chromedp.Run(tab, chromedp.Evaluate[map[string]int](`(() => {
+		const n = (s) => document.querySelectorAll(s).length;
+		return {
+			ok: n('.bar[data-outcome="ok"]'),
+			"4xx": n('.bar[data-outcome="4xx"]'),
+			"5xx": n('.bar[data-outcome="5xx"]'),
+			gaps: n('.gap'),
+			labelled: [...document.querySelectorAll('.gap span')].filter(e => /^[0-9.]+(ms|s)$/.test(e.textContent)).length,
+			retryAfter: n('.retry-after'),
+			runs: n('.run[data-run]'),
+			legend: n('#legend .swatch[data-outcome]'),
+			ticks: n('#ticks .tick'),
+		};
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the page shows %v", counts)
+	for _, c := range []struct {
+		key  string
+		want int
+	}{
+		{"5xx", 5}, {"4xx", 2}, {"ok", 5}, // the script's outcomes, one bar each
+		{"gaps", 7}, {"labelled", 7}, // one wait after each failed attempt
+		{"retryAfter", 2}, // after each 429
+		{"runs", 2},
+		{"legend", 6},
+	} {
+		if counts[c.key] != c.want {
+			t.Errorf("%s: got %d, want %d", c.key, counts[c.key], c.want)
+		}
+	}
+	if counts["ticks"] < 3 {
+		t.Errorf("the axis has %d ticks, want 3 or more", counts["ticks"])
+	}
+
+	// The filters work in the page: no request failed in the end.
+	filter(t, tab, "", "failed")
+	if err := poll(tab, 5*time.Second, `document.querySelectorAll('.row').length === 0 && !document.getElementById('empty').hidden`); err != nil {
+		t.Errorf("filtering by failed still shows rows: %v", err)
+	}
+	filter(t, tab, "translate", "ok")
+	if err := poll(tab, 5*time.Second, `document.querySelectorAll('.row').length === 2`); err != nil {
+		t.Errorf("filtering by run translate did not show its 2 requests: %v", err)
+	}
+	filter(t, tab, "", "all")
+	if err := poll(tab, 5*time.Second, fmt.Sprintf(`document.querySelectorAll('.bar').length === %d`, want)); err != nil {
+		t.Errorf("clearing the filters did not bring the bars back: %v", err)
+	}
+
+	screenshot(t, tab, "screenshot", "timeline")
+	if e := errs(); len(e) > 0 {
+		t.Errorf("the page's script failed: %q", e)
+	}
+}
+
+// outageGateway starts a gateway with one slot and a queue of four in
+// front of upstream, feeding feed, and returns its URL.
+func outageGateway(t *testing.T, feed *timeline.Feed, upstream string) string {
+	t.Helper()
+	u, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	g, err := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{{
+			Name:   "mock",
+			URL:    u,
+			Slots:  1,
+			Queue:  4,
+			Policy: &outlast.Policy{Waits: []time.Duration{300 * time.Millisecond, 600 * time.Millisecond, time.Second}},
+		}},
+		Transport: tr,
+		Logger:    slog.New(slog.DiscardHandler),
+		Observer:  feed.Observer(),
+		Endpoints: feed.Endpoints(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed.SetHealth(g.Health)
+	srv := httptest.NewServer(g)
+	t.Cleanup(srv.Close)
+	t.Cleanup(feed.Close) // before srv.Close, which waits for the event stream
+	return srv.URL
+}
+
+// sendRequests sends requests at once through the gateway, so many per
+// run, and returns a channel closed when all are answered.
+func sendRequests(t *testing.T, base string, runs map[string]int) <-chan struct{} {
+	t.Helper()
+	c := client(t)
+	var wg sync.WaitGroup
+	for run, n := range runs {
+		for range n {
+			wg.Go(func() {
+				req, _ := http.NewRequest("POST", base+"/v1/chat/completions",
+					strings.NewReader(`{"model":"gpt-test","messages":[{"role":"user","content":"hi"}]}`))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set(gateway.HeaderRun, run)
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Errorf("run %s: %v", run, err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("run %s: got %d, want 200 after the retries", run, resp.StatusCode)
+				}
+			})
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() { <-done }) // the client has a timeout: this ends
+	return done
+}
+
+// screenshot saves the whole page as a PNG: to testdata/golden.png with
+// -update-screenshot, to $OUTLAST_SCREENSHOT_DIR/artefact.png (for CI to
+// keep) if that is set, else to a temporary directory.
+func screenshot(t *testing.T, tab context.Context, golden, artefact string) {
+	t.Helper()
+	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	var path string
+	switch dir := os.Getenv("OUTLAST_SCREENSHOT_DIR"); {
+	case *updateScreenshot:
+		path = filepath.Join("testdata", golden+".png")
+	case dir != "":
+		path = filepath.Join(dir, artefact+".png")
+	default:
+		path = filepath.Join(t.TempDir(), artefact+".png")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+// testThousand fills the feed with 1,000 requests in 20 runs, and checks
+// that the page stays readable: it draws the newest 200 rows and says so,
+// and the filters reach the others.
+func testThousand(t *testing.T, tab context.Context) {
+	errs := jsErrors(t, tab)
+	up := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(up.Close)
+	feed := timeline.New(0)
+	base, _ := serve(t, feed, up.URL)
+	inFlight := fill(feed, 1000, 20)
+
+	open(t, tab, base)
+	if err := poll(tab, 10*time.Second, `document.querySelectorAll('.row').length === 200 && !document.getElementById('cap-note').hidden`); err != nil {
+		got, _ := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('.row').length`))
+		t.Errorf("the page draws %d rows, want the newest 200 and a note: %v", got, err)
+	}
+	note, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.getElementById('cap-note').textContent`))
+	if err != nil || !strings.Contains(note, "200 of 1000") {
+		t.Errorf("got the note %q, want it to say 200 of 1000", note)
+	}
+
+	filter(t, tab, "run-07", "all")
+	if err := poll(tab, 5*time.Second, `document.querySelectorAll('.row').length === 50 && document.getElementById('cap-note').hidden`); err != nil {
+		t.Errorf("filtering by run-07 did not show its 50 requests: %v", err)
+	}
+	filter(t, tab, "", "inflight")
+	if err := poll(tab, 5*time.Second, fmt.Sprintf(`document.querySelectorAll('.row').length === %d`, inFlight)); err != nil {
+		t.Errorf("filtering by in flight did not show the %d in flight: %v", inFlight, err)
+	}
+	filter(t, tab, "", "all")
+	if err := poll(tab, 5*time.Second, `document.querySelectorAll('.row').length === 200`); err != nil {
+		t.Errorf("clearing the filters did not bring the rows back: %v", err)
+	}
+	screenshot(t, tab, "screenshot-1000", "timeline-1000")
+	if e := errs(); len(e) > 0 {
+		t.Errorf("the page's script failed: %q", e)
+	}
+}
+
+// fill tells f of n requests over runs runs, as the gateway would, with
+// a mix of outcomes that repeats every seven requests, and one in fifty
+// still in flight. It returns how many are in flight.
+func fill(f *timeline.Feed, n, runs int) (inFlight int) {
+	obs := f.Observer()
+	base := time.Now().Add(-time.Duration(n) * 100 * time.Millisecond)
+	for i := range n {
+		r := &gateway.Request{
+			ID: fmt.Sprintf("req-%04d", i), Run: fmt.Sprintf("run-%02d", i%runs),
+			Method: "POST", Path: "/v1/chat/completions", Upstream: "mock", Model: "gpt-test",
+			Start: base.Add(time.Duration(i) * 100 * time.Millisecond),
+		}
+		at, gate := r.Start, time.Duration(0)
+		try := func(status int, err error, took, retryAfter, wait time.Duration) {
+			a := outlast.Attempt{CallID: r.ID, N: len(r.Attempts) + 1, Start: at, GateWait: gate, Ahead: 2, Status: status, Err: err}
+			gate = 0
+			obs.AttemptStart(r, a)
+			a.End, a.RetryAfter, a.RetryIn = at.Add(took), retryAfter, wait
+			r.Attempts = append(r.Attempts, a)
+			obs.AttemptEnd(r, a)
+			at = a.End.Add(wait)
+		}
+		refused := &url.Error{Op: "Post", URL: "http://mock", Err: &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
+		r.Status = 200
+		switch i % 7 {
+		case 0:
+			try(200, nil, 400*time.Millisecond, 0, 0)
+		case 1:
+			try(502, &outlast.StatusError{StatusCode: 502}, 50*time.Millisecond, 0, 300*time.Millisecond)
+			try(200, nil, 500*time.Millisecond, 0, 0)
+		case 2:
+			try(429, &outlast.StatusError{StatusCode: 429, RetryAfter: time.Second}, 30*time.Millisecond, time.Second, time.Second)
+			try(200, nil, 300*time.Millisecond, 0, 0)
+		case 3:
+			try(0, refused, 5*time.Millisecond, 0, 300*time.Millisecond)
+			try(0, refused, 5*time.Millisecond, 0, 600*time.Millisecond)
+			try(0, refused, 5*time.Millisecond, 0, 0)
+			r.Status, r.Error = 502, "unreachable"
+		case 4:
+			obs.Queued(r, "", 2)
+			gate = 700 * time.Millisecond
+			at = at.Add(gate)
+			try(200, nil, 600*time.Millisecond, 0, 0)
+		case 5:
+			for range 2 {
+				try(529, &outlast.StatusError{StatusCode: 529}, 80*time.Millisecond, 0, 500*time.Millisecond)
+			}
+			try(529, &outlast.StatusError{StatusCode: 529}, 80*time.Millisecond, 0, 0)
+			r.Status = 529
+		case 6:
+			r.Status, r.Error = 503, "busy"
+		}
+		if i%50 == 49 {
+			obs.AttemptStart(r, outlast.Attempt{CallID: r.ID, N: len(r.Attempts) + 1, Start: at})
+			inFlight++
+			continue
+		}
+		r.End = at
+		obs.Done(r)
+	}
+	return inFlight
+}

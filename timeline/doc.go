@@ -1,0 +1,28 @@
+// Package timeline is the gateway's live page: GET /outlast/ shows each
+// upstream's slots and queue, and the recent requests as a timeline in
+// which each attempt is a bar coloured by its outcome, the waits between
+// attempts are labelled gaps, and a server's Retry-After is marked. The
+// page updates itself through server-sent events from the gateway.
+//
+// A Feed keeps the most recent requests in memory. It learns of them
+// through the gateway's Observer, and serves the page, the event stream
+// and a JSON snapshot as the gateway's Endpoints:
+//
+//	feed := timeline.New(0)
+//	g, err := gateway.New(gateway.Config{
+//		Upstreams: upstreams,
+//		Observer:  feed.Observer(),
+//		Endpoints: feed.Endpoints(),
+//	})
+//	if err != nil { … }
+//	feed.SetHealth(g.Health)
+//
+// The page's HTML, CSS and JavaScript are embedded in the binary; there
+// is no build step and nothing is loaded from elsewhere.
+//
+// The feed keeps what the page shows of a request (its run, method, path,
+// upstream, slot, model, status and attempts) and never its headers or
+// body. An attempt's error is kept as its class, such as "refused", never
+// as its text, which for a transport error holds the upstream URL and so
+// the request's query.
+package timeline

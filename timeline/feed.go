@@ -1,0 +1,321 @@
+package timeline
+
+import (
+	"cmp"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+)
+
+// DefaultKeep is how many requests a Feed keeps when New is given 0.
+const DefaultKeep = 1000
+
+// The event stream's event names, besides "snapshot" and "upstreams".
+const (
+	eventQueued       = "queued"
+	eventAttemptStart = "attempt-start"
+	eventAttemptEnd   = "attempt-end"
+	eventDone         = "done"
+)
+
+// A Feed keeps the most recent requests through a gateway, as its
+// Observer reports them, and sends each change to the page's event
+// streams. The zero Feed is not usable: make one with New. It is safe
+// for concurrent use.
+type Feed struct {
+	keep   int
+	health atomic.Pointer[func() gateway.Health]
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed by Close, to end the event streams
+
+	// mu guards the fields below. The Observer's calls hold it briefly
+	// and never wait while holding it: sends to clients do not block.
+	mu      sync.Mutex
+	list    []*entry          // the kept requests, oldest first
+	byID    map[string]*entry // list's requests by ID
+	queues  map[string][]*entry
+	clients map[*client]struct{}
+	dropped int64 // events not sent to a client whose buffer was full
+}
+
+// entry is one kept request.
+type entry struct {
+	view     Request
+	current  *Attempt // the attempt in flight, or nil
+	queued   bool     // in Feed.queues
+	key      string   // while queued: the gate key
+	queuedAt time.Time
+	ahead    int
+	done     bool
+}
+
+// New returns a Feed that keeps the most recent keep requests; 0 or less
+// means DefaultKeep.
+func New(keep int) *Feed {
+	if keep <= 0 {
+		keep = DefaultKeep
+	}
+	return &Feed{
+		keep:    keep,
+		closed:  make(chan struct{}),
+		byID:    map[string]*entry{},
+		queues:  map[string][]*entry{},
+		clients: map[*client]struct{}{},
+	}
+}
+
+// SetHealth gives the feed the gateway's Health, for the slots panel's
+// counts; it is separate from New because the gateway is made after the
+// feed, with its Observer. Without it (or with nil) the panel counts what
+// the feed has seen itself.
+func (f *Feed) SetHealth(health func() gateway.Health) {
+	if health == nil {
+		f.health.Store(nil)
+		return
+	}
+	f.health.Store(&health)
+}
+
+// Observer returns the gateway Observer that feeds f. Its calls never
+// block: a client that reads its events too slowly misses them, and is
+// sent a fresh snapshot when it catches up.
+func (f *Feed) Observer() gateway.Observer {
+	return gateway.Observer{
+		Queued:       f.queued,
+		AttemptStart: f.attemptStart,
+		AttemptEnd:   f.attemptEnd,
+		Done:         f.done,
+	}
+}
+
+// Endpoints returns the handlers to serve under /outlast/, as
+// gateway.Config's Endpoints: "" the page, "events" its event stream,
+// "recent" a JSON Snapshot, and "timeline/" the page's script and style.
+func (f *Feed) Endpoints() map[string]http.Handler {
+	return map[string]http.Handler{
+		"":          http.HandlerFunc(f.servePage),
+		"events":    http.HandlerFunc(f.serveEvents),
+		"recent":    http.HandlerFunc(f.serveRecent),
+		"timeline/": http.HandlerFunc(serveAsset),
+	}
+}
+
+// Close ends the event streams being served, and answers later ones with
+// 503, so that a server's graceful shutdown need not wait for them. The
+// feed still keeps requests.
+func (f *Feed) Close() {
+	f.closeOnce.Do(func() { close(f.closed) })
+}
+
+// Snapshot returns the kept requests and the upstreams' slots.
+func (f *Feed) Snapshot() Snapshot {
+	ups := f.upstreams()
+	f.mu.Lock()
+	s := f.snapshotLocked()
+	f.mu.Unlock()
+	s.Upstreams = ups
+	return s
+}
+
+func (f *Feed) snapshotLocked() Snapshot {
+	s := Snapshot{Now: millis(time.Now()), Keep: f.keep, Dropped: f.dropped, Requests: make([]Request, len(f.list))}
+	for i, e := range f.list {
+		// The views' slices are never changed once made: sharing them
+		// is safe.
+		s.Requests[i] = e.view
+	}
+	return s
+}
+
+func (f *Feed) queued(r *gateway.Request, key string, ahead int) {
+	now, ended := time.Now(), attemptsOf(r)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.entry(r)
+	if !e.queued {
+		e.queued = true
+		f.queues[r.Upstream] = append(f.queues[r.Upstream], e)
+	}
+	e.key, e.queuedAt, e.ahead = key, now, ahead
+	f.update(eventQueued, e, r, ended)
+}
+
+func (f *Feed) attemptStart(r *gateway.Request, a outlast.Attempt) {
+	ended, cur := attemptsOf(r), attemptOf(a)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.entry(r)
+	f.dequeue(r.Upstream, e)
+	e.current = &cur
+	f.update(eventAttemptStart, e, r, ended)
+}
+
+func (f *Feed) attemptEnd(r *gateway.Request, _ outlast.Attempt) {
+	// The gateway has added a to r.Attempts already.
+	ended := attemptsOf(r)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.entry(r)
+	e.current = nil
+	f.update(eventAttemptEnd, e, r, ended)
+}
+
+func (f *Feed) done(r *gateway.Request) {
+	ended := attemptsOf(r)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.entry(r)
+	f.dequeue(r.Upstream, e)
+	e.current, e.done = nil, true
+	f.update(eventDone, e, r, ended)
+}
+
+func attemptsOf(r *gateway.Request) []Attempt {
+	v := make([]Attempt, len(r.Attempts), len(r.Attempts)+1)
+	for i, a := range r.Attempts {
+		v[i] = attemptOf(a)
+	}
+	return v
+}
+
+// entry returns r's entry, adding one, and dropping the oldest past keep,
+// if there is none. A request dropped while still in progress comes back
+// as the newest at its next change.
+func (f *Feed) entry(r *gateway.Request) *entry {
+	if e := f.byID[r.ID]; e != nil {
+		return e
+	}
+	e := &entry{}
+	f.byID[r.ID] = e
+	f.list = append(f.list, e)
+	if len(f.list) > f.keep {
+		old := f.list[0]
+		f.list[0] = nil // let the array, which append reuses, forget it
+		f.list = f.list[1:]
+		if f.byID[old.view.ID] == old {
+			delete(f.byID, old.view.ID)
+		}
+		f.dequeue(old.view.Upstream, old)
+	}
+	return e
+}
+
+// dequeue removes e from upstream's queue, if it is there.
+func (f *Feed) dequeue(upstream string, e *entry) {
+	if !e.queued {
+		return
+	}
+	e.queued = false
+	q := slices.DeleteFunc(f.queues[upstream], func(x *entry) bool { return x == e })
+	if len(q) == 0 {
+		delete(f.queues, upstream)
+		return
+	}
+	f.queues[upstream] = q
+}
+
+// update remakes e's view from r and tells the clients. The view is made
+// anew, never changed in place, since snapshots and events share it.
+func (f *Feed) update(name string, e *entry, r *gateway.Request, ended []Attempt) {
+	v := Request{
+		ID:       r.ID,
+		Run:      r.Run,
+		Method:   r.Method,
+		Path:     r.Path,
+		Upstream: r.Upstream,
+		Slot:     r.Slot,
+		Model:    r.Model,
+		Stream:   r.Stream,
+		Start:    millis(r.Start),
+		End:      millis(r.End),
+		Status:   r.Status,
+		Error:    r.Error,
+		Outcome:  requestOutcome(r, e.done),
+		Attempts: ended,
+	}
+	if e.current != nil {
+		v.Attempts = append(v.Attempts, *e.current)
+	}
+	switch {
+	case e.done:
+		v.State = StateDone
+	case e.current != nil:
+		v.State = StateSending
+	case e.queued:
+		v.State, v.QueuedAt, v.Ahead = StateQueued, millis(e.queuedAt), e.ahead
+	default:
+		v.State = StateWaiting
+	}
+	e.view = v
+	f.publish(event{name: name, req: v})
+}
+
+// upstreams returns the state of the slots: the counts from the
+// gateway's Health if the feed has it, else from what the feed has seen,
+// and the queues from what the feed has seen.
+func (f *Feed) upstreams() []Upstream {
+	var health *gateway.Health
+	if fn := f.health.Load(); fn != nil {
+		h := (*fn)() // outside mu: it takes the gates' locks
+		health = &h
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ups []Upstream
+	if health != nil {
+		for _, u := range health.Upstreams {
+			ups = append(ups, Upstream{Name: u.Name, Slots: u.Slots, InFlight: u.InFlight, Queued: u.Queued})
+		}
+	} else {
+		ups = f.seenUpstreams()
+	}
+	for i := range ups {
+		ups[i].Queue = waiters(f.queues[ups[i].Name])
+	}
+	return ups
+}
+
+// seenUpstreams counts the kept requests' attempts in flight and waiters,
+// by upstream.
+func (f *Feed) seenUpstreams() []Upstream {
+	byName := map[string]*Upstream{}
+	var ups []*Upstream
+	for _, e := range f.list {
+		u := byName[e.view.Upstream]
+		if u == nil {
+			u = &Upstream{Name: e.view.Upstream}
+			byName[u.Name] = u
+			ups = append(ups, u)
+		}
+		if e.current != nil {
+			u.InFlight++
+		}
+		if e.queued {
+			u.Queued++
+		}
+	}
+	slices.SortFunc(ups, func(a, b *Upstream) int { return cmp.Compare(a.Name, b.Name) })
+	out := make([]Upstream, len(ups))
+	for i, u := range ups {
+		out[i] = *u
+	}
+	return out
+}
+
+// waiters lists q with each waiter's place among those for its key:
+// each key is its own FIFO queue.
+func waiters(q []*entry) []Waiter {
+	ws := make([]Waiter, len(q))
+	pos := map[string]int{}
+	for i, e := range q {
+		pos[e.key]++
+		ws[i] = Waiter{ID: e.view.ID, Run: e.view.Run, Key: e.key, Position: pos[e.key], Ahead: e.ahead, Since: millis(e.queuedAt)}
+	}
+	return ws
+}

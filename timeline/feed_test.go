@@ -1,0 +1,188 @@
+package timeline_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/timeline"
+)
+
+func TestFeedKeepsTheNewest(t *testing.T) {
+	t.Parallel()
+	f := timeline.New(3)
+	obs := f.Observer()
+	for i := range 5 {
+		r := request(fmt.Sprintf("r%d", i), "run")
+		obs.AttemptStart(r, attempt(1, 0, 0, 0, nil))
+		obs.Done(r)
+	}
+	s := f.Snapshot()
+	var got []string
+	for _, r := range s.Requests {
+		got = append(got, r.ID)
+	}
+	if want := "[r2 r3 r4]"; fmt.Sprint(got) != want {
+		t.Errorf("kept %v, want %s", got, want)
+	}
+	if s.Keep != 3 {
+		t.Errorf("keep %d, want 3", s.Keep)
+	}
+}
+
+func TestNewDefaultKeep(t *testing.T) {
+	t.Parallel()
+	if got := timeline.New(0).Snapshot().Keep; got != timeline.DefaultKeep {
+		t.Errorf("keep %d, want %d", got, timeline.DefaultKeep)
+	}
+}
+
+func TestFeedAttemptOutcomes(t *testing.T) {
+	t.Parallel()
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	cases := []struct {
+		name         string
+		a            outlast.Attempt
+		outcome      string
+		class        string
+		retryAfter   float64
+		retryInMs    float64
+		stillSending bool
+	}{
+		// A success is green.
+		{name: "ok", a: attempt(1, 0, time.Second, 200, nil), outcome: timeline.OutcomeOK},
+		// A 5xx is red, and its class is a status.
+		{name: "502", a: attempt(1, 0, time.Second, 502, &outlast.StatusError{StatusCode: 502}), outcome: timeline.Outcome5xx, class: "status"},
+		// A rate limit is a 4xx, and keeps the server's delay for the marker.
+		{name: "429", a: func() outlast.Attempt {
+			a := attempt(1, 0, time.Second, 429, &outlast.StatusError{StatusCode: 429, RetryAfter: time.Second})
+			a.RetryAfter, a.RetryIn = time.Second, 1500*time.Millisecond
+			return a
+		}(), outcome: timeline.Outcome4xx, class: "status", retryAfter: 1000, retryInMs: 1500},
+		// An overloaded stream opens 200 with an error event: red, not green.
+		{name: "error event", a: attempt(1, 0, time.Second, 200, &outlast.StatusError{StatusCode: 200, Err: fmt.Errorf("%w: overloaded_error", outlast.ErrErrorEvent)}), outcome: timeline.Outcome5xx, class: "error_event"},
+		// No response at all is purple, named by its class, not its text.
+		{name: "refused", a: attempt(1, 0, time.Second, 0, refused), outcome: timeline.OutcomeNetwork, class: "refused"},
+		// A stall is a network outcome too.
+		{name: "stalled", a: attempt(1, 0, time.Second, 0, outlast.ErrStalled), outcome: timeline.OutcomeNetwork, class: "stalled"},
+		// An attempt not over yet is in flight.
+		{name: "in flight", a: attempt(1, 0, 0, 0, nil), outcome: timeline.OutcomeInFlight, stillSending: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := timeline.New(0)
+			obs := f.Observer()
+			r := request("r", "run")
+			obs.AttemptStart(r, c.a)
+			if !c.stillSending {
+				r.Attempts = append(r.Attempts, c.a)
+				obs.AttemptEnd(r, c.a)
+			}
+			got := f.Snapshot().Requests[0]
+			if len(got.Attempts) != 1 {
+				t.Fatalf("got %d attempts, want 1", len(got.Attempts))
+			}
+			a := got.Attempts[0]
+			if a.Outcome != c.outcome || a.Error != c.class || a.RetryAfter != c.retryAfter || a.RetryIn != c.retryInMs {
+				t.Errorf("got outcome %q class %q retry-after %v retry-in %v, want %q %q %v %v",
+					a.Outcome, a.Error, a.RetryAfter, a.RetryIn, c.outcome, c.class, c.retryAfter, c.retryInMs)
+			}
+			wantState := timeline.StateWaiting
+			if c.stillSending {
+				wantState = timeline.StateSending
+			}
+			if got.State != wantState {
+				t.Errorf("got state %q, want %q", got.State, wantState)
+			}
+		})
+	}
+}
+
+func TestFeedRequestOutcomes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		status  int
+		kind    string
+		outcome string
+	}{
+		// The upstream's answer, after any retries.
+		{"ok", 200, "", timeline.OutcomeOK},
+		// The upstream's own 429, passed on.
+		{"rate limited", 429, "", timeline.Outcome4xx},
+		// The upstream's last failure, passed on when the retries ran out.
+		{"bad gateway", 502, "", timeline.Outcome5xx},
+		// The gateway's refusal when the queue is full: grey, not red.
+		{"busy", 503, "busy", timeline.OutcomeBusy},
+		// The gateway could not reach the upstream at all.
+		{"unreachable", 502, "unreachable", timeline.OutcomeNetwork},
+		// The caller left first.
+		{"client closed", 499, "client-closed", timeline.OutcomeNetwork},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := timeline.New(0)
+			r := request("r", "")
+			r.Status, r.Error, r.End = c.status, c.kind, t0.Add(time.Second)
+			f.Observer().Done(r)
+			got := f.Snapshot().Requests[0]
+			if got.Outcome != c.outcome || got.State != timeline.StateDone {
+				t.Errorf("got %q %q, want %q done", got.Outcome, got.State, c.outcome)
+			}
+		})
+	}
+}
+
+func TestFeedQueuePositions(t *testing.T) {
+	t.Parallel()
+	f := timeline.New(0)
+	obs := f.Observer()
+	rs := []*gateway.Request{request("a", "run-a"), request("b", "run-b"), request("c", "run-c"), request("d", "run-d")}
+	for i, r := range rs[:3] {
+		obs.Queued(r, "", i+1)
+	}
+	// d waits for a named slot: a queue of its own.
+	rs[3].Slot = "0"
+	obs.Queued(rs[3], "slot 0", 1)
+
+	positions := func() string {
+		ups := f.Snapshot().Upstreams
+		if len(ups) != 1 {
+			t.Fatalf("got %d upstreams, want 1", len(ups))
+		}
+		s := fmt.Sprintf("queued=%d:", ups[0].Queued)
+		for _, w := range ups[0].Queue {
+			s += fmt.Sprintf(" %s#%d", w.ID, w.Position)
+		}
+		return s
+	}
+	if got, want := positions(), "queued=4: a#1 b#2 c#3 d#1"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	obs.AttemptStart(rs[0], attempt(1, 0, 0, 0, nil))
+	obs.Done(rs[1]) // the caller left while it waited
+	if got, want := positions(), "queued=2: c#1 d#1"; got != want {
+		t.Errorf("after a's start and b's end: got %q, want %q", got, want)
+	}
+	if s := f.Snapshot().Requests[2]; s.State != timeline.StateQueued || s.Ahead != 3 || s.QueuedAt == 0 {
+		t.Errorf("c: got state %q ahead %d queued at %v, want queued, 3 ahead, a time", s.State, s.Ahead, s.QueuedAt)
+	}
+
+	// With the gateway's Health, the counts are the gate's own.
+	f.SetHealth(func() gateway.Health {
+		return gateway.Health{Upstreams: []gateway.UpstreamHealth{{Name: "mock", Slots: 1, InFlight: 1, Queued: 7}}}
+	})
+	if got, want := positions(), "queued=7: c#1 d#1"; got != want {
+		t.Errorf("with health: got %q, want %q", got, want)
+	}
+	if up := f.Snapshot().Upstreams[0]; up.Slots != 1 || up.InFlight != 1 {
+		t.Errorf("with health: got slots %d in flight %d, want 1 1", up.Slots, up.InFlight)
+	}
+}
