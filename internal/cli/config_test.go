@@ -14,6 +14,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/timeline"
 )
 
 const exampleConfig = "testdata/outlast.example.yaml"
@@ -90,7 +91,7 @@ func TestServeConfigExample(t *testing.T) {
 		t.Errorf("got listen %q, max body %d, grace %v; want 127.0.0.1:8700, %d, 30s", cfg.listen, cfg.gateway.MaxBody, cfg.grace, 32<<20)
 	}
 	// The example must also make a gateway: prefixes and names are its to check.
-	if _, err := newGateway(cfg, &record{}, io.Discard); err != nil {
+	if _, err := newGateway(cfg, &record{feed: timeline.New(0)}, io.Discard); err != nil {
 		t.Errorf("got %v, want the example to make a gateway", err)
 	}
 }
@@ -335,6 +336,6 @@ func setupServe(args []string) error {
 	if done {
 		return err
 	}
-	_, err = newGateway(cfg, &record{}, io.Discard)
+	_, err = newGateway(cfg, &record{feed: timeline.New(0)}, io.Discard)
 	return err
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/outlast-llm/outlast/gateway"
 	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/mockllm"
+	"github.com/outlast-llm/outlast/timeline"
 )
 
 // The demo's provider is the mock, down then rate-limited then up:
@@ -84,14 +85,14 @@ Flags:`)
 	d.runAll(ctx)
 	err = d.summary()
 	if *keep && ctx.Err() == nil {
-		fmt.Fprintf(stdout, "\nThe gateway is at %s: its record at %s/outlast/requests, a run at %s/outlast/runs/chat-1, health at %s/outlast/health.\nThe mock is at %s (%s/mock/stats). Press Ctrl-C to stop.\n", d.gwURL, d.gwURL, d.gwURL, d.gwURL, d.mock.URL, d.mock.URL)
+		fmt.Fprintf(stdout, "\nThe timeline page is at %s/outlast/ (open it in a browser).\nThe record: %s/outlast/requests, a run: %s/outlast/runs/chat-1, health: %s/outlast/health, metrics: none in the demo.\nThe mock is at %s (%s/mock/stats). Press Ctrl-C to stop.\n", d.gwURL, d.gwURL, d.gwURL, d.gwURL, d.mock.URL, d.mock.URL)
 		<-ctx.Done()
 	}
 	return err
 }
 
 type demo struct {
-	tl    *timeline
+	tl    *demoTimeline
 	mock  *mockllm.Server
 	gw    *http.Server
 	gwURL string
@@ -101,11 +102,21 @@ type demo struct {
 	store    journal.Store // the embedded journal: the record
 	writer   *journal.Writer
 	finished atomic.Int32 // requests the gateway finished, and handed to the writer
+	feed     *timeline.Feed
+}
+
+// endpoints are the record's API and the timeline page, under /outlast/.
+func (d *demo) endpoints() map[string]http.Handler {
+	e := (&journal.API{Store: d.store}).Endpoints()
+	for k, h := range d.feed.Endpoints() {
+		e[k] = h
+	}
+	return e
 }
 
 // startDemo starts the mock and the gateway in front of it.
-func startDemo(tl *timeline) (*demo, error) {
-	d := &demo{tl: tl, runs: demoRuns()}
+func startDemo(tl *demoTimeline) (*demo, error) {
+	d := &demo{tl: tl, runs: demoRuns(), feed: timeline.New(0)}
 	script, err := mockllm.ParseScript(demoScript)
 	if err != nil {
 		return nil, err
@@ -128,8 +139,8 @@ func startDemo(tl *timeline) (*demo, error) {
 			FirstByteTimeout: 10 * time.Second,
 		}},
 		Logger:    slog.New(slog.DiscardHandler), // the timeline says it instead
-		Observer:  gateway.Observers(d.observer(), journal.Observer(d.writer)),
-		Endpoints: (&journal.API{Store: d.store}).Endpoints(),
+		Observer:  gateway.Observers(d.observer(), journal.Observer(d.writer), d.feed.Observer()),
+		Endpoints: d.endpoints(),
 	})
 	if err != nil {
 		d.mock.Close()
@@ -140,6 +151,7 @@ func startDemo(tl *timeline) (*demo, error) {
 		d.mock.Close()
 		return nil, err
 	}
+	d.feed.SetHealth(g.Health)
 	d.gw = &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
 	d.gwURL = "http://" + l.Addr().String()
 	go d.gw.Serve(l)
@@ -162,6 +174,7 @@ func (d *demo) openJournal() error {
 }
 
 func (d *demo) close() {
+	d.feed.Close()
 	d.gw.Close()
 	d.mock.Close()
 	d.writer.Close(context.Background())

@@ -14,6 +14,7 @@ import (
 	"github.com/outlast-llm/outlast/gateway"
 	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/metrics"
+	"github.com/outlast-llm/outlast/timeline"
 )
 
 const serveUsage = `Usage: outlast serve [--config FILE] [--listen ADDR] [--upstream URL] [flags]
@@ -51,6 +52,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("serve: %w", err)
 	}
 	go rec.keeper.Run(ctx)
+	// Open pages keep their event streams open: end them when the drain
+	// starts, or they would hold it for the whole grace period.
+	stop := context.AfterFunc(ctx, rec.feed.Close)
+	defer stop()
 	return serve(ctx, l, g, cfg, stderr)
 }
 
@@ -60,6 +65,7 @@ type record struct {
 	store  journal.Store
 	writer *journal.Writer
 	keeper *journal.Keeper
+	feed   *timeline.Feed // the live page's recent requests, kept in memory
 }
 
 // openRecord opens the journal cfg names and starts its writer.
@@ -68,7 +74,7 @@ func openRecord(ctx context.Context, cfg *serveConfig, logger *slog.Logger) (*re
 	if err != nil {
 		return nil, fmt.Errorf("serve: --journal: %w", err)
 	}
-	r := &record{store: store, keeper: &journal.Keeper{Store: store, Keep: cfg.keep, Logger: logger}}
+	r := &record{store: store, keeper: &journal.Keeper{Store: store, Keep: cfg.keep, Logger: logger}, feed: timeline.New(0)}
 	if store != nil {
 		r.writer = journal.NewWriter(store, journal.WriterConfig{Logger: logger})
 	} else {
@@ -139,11 +145,14 @@ func newGateway(cfg *serveConfig, rec *record, stderr io.Writer) (*gateway.Gatew
 		names[i] = u.Name
 	}
 	m := metrics.New(names)
-	obs := []gateway.Observer{cfg.gateway.Observer, m.Observer()}
+	obs := []gateway.Observer{cfg.gateway.Observer, m.Observer(), rec.feed.Observer()}
 	if cfg.gateway.Endpoints == nil {
 		cfg.gateway.Endpoints = map[string]http.Handler{}
 	}
 	cfg.gateway.Endpoints["metrics"] = m.Handler()
+	for k, h := range rec.feed.Endpoints() {
+		cfg.gateway.Endpoints[k] = h
+	}
 	api := &journal.API{Store: rec.store}
 	for k, h := range api.Endpoints() {
 		cfg.gateway.Endpoints[k] = h
@@ -159,6 +168,7 @@ func newGateway(cfg *serveConfig, rec *record, stderr io.Writer) (*gateway.Gatew
 		return nil, &usageError{err}
 	}
 	m.SetHealth(g.Health)
+	rec.feed.SetHealth(g.Health)
 	return g, nil
 }
 
@@ -173,7 +183,7 @@ func newLogger(w io.Writer) *slog.Logger {
 // serve serves h on l until ctx ends, then lets the requests in flight
 // finish for up to cfg.grace and returns nil.
 func serve(ctx context.Context, l net.Listener, h http.Handler, cfg *serveConfig, stderr io.Writer) error {
-	fmt.Fprintf(stderr, "outlast: serving on http://%s → %s\n", l.Addr(), describeUpstreams(cfg.gateway.Upstreams))
+	fmt.Fprintf(stderr, "outlast: serving on http://%s → %s; the timeline is at http://%s/outlast/\n", l.Addr(), describeUpstreams(cfg.gateway.Upstreams), l.Addr())
 	if err := gateway.Serve(ctx, l, h, cfg.grace); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

@@ -27,7 +27,7 @@ func (s runState) String() string {
 
 // timeline prints the demo's events as they happen: one plain line each,
 // and on a terminal a board of the runs below them, redrawn in place.
-type timeline struct {
+type demoTimeline struct {
 	out   io.Writer
 	tty   bool
 	start time.Time
@@ -39,11 +39,11 @@ type timeline struct {
 	states map[string]runState
 }
 
-func newTimeline(out io.Writer, tty bool) *timeline {
-	return &timeline{out: out, tty: tty, start: time.Now(), last: map[string]string{}, states: map[string]runState{}}
+func newTimeline(out io.Writer, tty bool) *demoTimeline {
+	return &demoTimeline{out: out, tty: tty, start: time.Now(), last: map[string]string{}, states: map[string]runState{}}
 }
 
-func (t *timeline) intro() {
+func (t *demoTimeline) intro() {
 	fmt.Fprintln(t.out, "outlast demo: a mock provider is down (502) for 1.5s, rate-limited (429, Retry-After: 1) until 3s, then up.")
 	fmt.Fprintln(t.out, "The gateway in front of it has one slot and a queue of 2; its policy waits 500ms, 1s, 2s (the last repeats")
 	fmt.Fprintln(t.out, "under a deadline) and keeps a 1s reserve. Five host runs send through it, as a host in any language would.")
@@ -51,7 +51,7 @@ func (t *timeline) intro() {
 }
 
 // event prints one timeline line for run.
-func (t *timeline) event(run string, state runState, format string, args ...any) {
+func (t *demoTimeline) event(run string, state runState, format string, args ...any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	elapsed := time.Since(t.start)
@@ -67,14 +67,14 @@ func (t *timeline) event(run string, state runState, format string, args ...any)
 }
 
 // finish leaves the final board on a terminal.
-func (t *timeline) finish() {
+func (t *demoTimeline) finish() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.drawn = 0
 }
 
 // erase removes the board drawn last.
-func (t *timeline) erase() {
+func (t *demoTimeline) erase() {
 	if t.tty && t.drawn > 0 {
 		fmt.Fprintf(t.out, "\x1b[%dA\x1b[J", t.drawn)
 		t.drawn = 0
@@ -82,7 +82,7 @@ func (t *timeline) erase() {
 }
 
 // draw shows each run's state under the timeline.
-func (t *timeline) draw() {
+func (t *demoTimeline) draw() {
 	if !t.tty {
 		return
 	}
