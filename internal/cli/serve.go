@@ -15,6 +15,7 @@ import (
 	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/metrics"
 	"github.com/outlast-llm/outlast/timeline"
+	"github.com/outlast-llm/outlast/tracing"
 )
 
 const serveUsage = `Usage: outlast serve [--config FILE] [--listen ADDR] [--upstream URL] [flags]
@@ -65,16 +66,21 @@ type record struct {
 	store  journal.Store
 	writer *journal.Writer
 	keeper *journal.Keeper
-	feed   *timeline.Feed // the live page's recent requests, kept in memory
+	feed   *timeline.Feed  // the live page's recent requests, kept in memory
+	tracer *tracing.Tracer // nil unless OTEL_EXPORTER_OTLP_ENDPOINT is set
 }
 
 // openRecord opens the journal cfg names and starts its writer.
 func openRecord(ctx context.Context, cfg *serveConfig, logger *slog.Logger) (*record, error) {
+	tracer, err := tracing.FromEnv(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: serve: tracing: %v", ErrUsage, err)
+	}
 	store, err := journal.Open(ctx, cfg.journal)
 	if err != nil {
 		return nil, fmt.Errorf("serve: --journal: %w", err)
 	}
-	r := &record{store: store, keeper: &journal.Keeper{Store: store, Keep: cfg.keep, Logger: logger}, feed: timeline.New(0)}
+	r := &record{store: store, keeper: &journal.Keeper{Store: store, Keep: cfg.keep, Logger: logger}, feed: timeline.New(0), tracer: tracer}
 	if store != nil {
 		r.writer = journal.NewWriter(store, journal.WriterConfig{Logger: logger})
 	} else {
@@ -85,11 +91,14 @@ func openRecord(ctx context.Context, cfg *serveConfig, logger *slog.Logger) (*re
 
 // close flushes what the writer holds, for up to 10 s, and closes the store.
 func (r *record) close(stderr io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.tracer.Shutdown(ctx); err != nil {
+		fmt.Fprintf(stderr, "outlast: serve: tracing: %v\n", err)
+	}
 	if r.store == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	if err := r.writer.Close(ctx); err != nil {
 		fmt.Fprintf(stderr, "outlast: serve: the journal: %v\n", err)
 	}
@@ -145,7 +154,7 @@ func newGateway(cfg *serveConfig, rec *record, stderr io.Writer) (*gateway.Gatew
 		names[i] = u.Name
 	}
 	m := metrics.New(names)
-	obs := []gateway.Observer{cfg.gateway.Observer, m.Observer(), rec.feed.Observer()}
+	obs := []gateway.Observer{cfg.gateway.Observer, m.Observer(), rec.feed.Observer(), rec.tracer.Observer()}
 	if cfg.gateway.Endpoints == nil {
 		cfg.gateway.Endpoints = map[string]http.Handler{}
 	}
