@@ -82,37 +82,87 @@ func statusRetryable(se *StatusError) bool {
 // net/http's own timeouts (ResponseHeaderTimeout) say they are
 // context.DeadlineExceeded through an Is method, and those are the server's.
 func isCallerDone(err error) bool {
-	for _, e := range chain(err) {
+	// Depth first over both Unwrap forms; the bound is far beyond any real
+	// chain and keeps a cyclic one from spinning.
+	stack := []error{err}
+	for n := 0; len(stack) > 0 && n < 64; n++ {
+		e := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
 		if e == context.Canceled || e == context.DeadlineExceeded {
 			return true
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			if next := u.Unwrap(); next != nil {
+				stack = append(stack, next)
+			}
+		case interface{ Unwrap() []error }:
+			for _, next := range u.Unwrap() {
+				if next != nil {
+					stack = append(stack, next)
+				}
+			}
 		}
 	}
 	return false
 }
 
-// chain returns err and every error it wraps, depth first, through both
-// Unwrap forms. It stops at 64 errors, a bound no real chain reaches.
-func chain(err error) []error {
-	var out []error
-	stack := []error{err}
-	for len(stack) > 0 && len(out) < 64 {
-		e := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if e == nil {
-			continue
-		}
-		out = append(out, e)
-		switch u := e.(type) {
-		case interface{ Unwrap() error }:
-			stack = append(stack, u.Unwrap())
-		case interface{ Unwrap() []error }:
-			errs := u.Unwrap()
-			for i := len(errs) - 1; i >= 0; i-- {
-				stack = append(stack, errs[i])
-			}
-		}
+// The classes of an attempt's failure, as [Classify] names them. The
+// journal stores them, and metrics and traces use them as labels.
+const (
+	ClassStatus      = "status"       // a failed status: a *StatusError
+	ClassErrorEvent  = "error_event"  // a 200 event stream that opened with an error (ErrErrorEvent)
+	ClassBusy        = "busy"         // the gate's queue was full (ErrBusy)
+	ClassStalled     = "stalled"      // no first byte in time (ErrStalled)
+	ClassClosedEarly = "closed_early" // the body ended before its first byte (ErrClosedEarly)
+	ClassCanceled    = "canceled"     // the caller's context ended: its cancellation or its deadline
+	ClassRefused     = "refused"      // no connection: refused, or the dial failed
+	ClassReset       = "reset"        // the connection broke before the response: reset, aborted, or closed (EOF)
+	ClassTimeout     = "timeout"      // a timeout that was not the caller's, such as a response header timeout
+	ClassOther       = "other"        // anything else
+)
+
+// Classify returns the class of an attempt's failure, one of the Class
+// constants, or "" for nil. The order matters where classes nest: an error
+// event comes inside a *StatusError, and a stall is also a timeout. It
+// allocates nothing, so a metrics observer can call it per attempt.
+func Classify(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrErrorEvent):
+		return ClassErrorEvent
 	}
-	return out
+	if _, ok := errors.AsType[*StatusError](err); ok {
+		return ClassStatus
+	}
+	switch {
+	case isBusy(err):
+		return ClassBusy
+	case errors.Is(err, ErrStalled):
+		return ClassStalled
+	case errors.Is(err, ErrClosedEarly):
+		return ClassClosedEarly
+	case isCallerDone(err):
+		return ClassCanceled
+	case isRefused(err):
+		return ClassRefused
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return ClassReset
+	case isTimeout(err):
+		return ClassTimeout
+	}
+	return ClassOther
+}
+
+// isRefused reports a connection that was never made.
+func isRefused(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	op, ok := errors.AsType[*net.OpError](err)
+	return ok && op.Op == "dial"
 }
 
 // isGone reports a connection that failed before a response.
@@ -139,6 +189,6 @@ func isGone(err error) bool {
 
 // isTimeout reports a timeout that is not the caller's.
 func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
 }

@@ -366,3 +366,38 @@ func opErr(op string, err error) *net.OpError {
 	}
 	return &net.OpError{Op: op, Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}, Err: err}
 }
+
+// Classify names each kind of failure once, for the journal, metrics and
+// traces; the order matters where kinds nest.
+func TestClassifyNamesFailures(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"nil is no failure", nil, ""},
+		{"a status", &outlast.StatusError{StatusCode: 503}, outlast.ClassStatus},
+		// An error event comes inside a StatusError; the event wins.
+		{"an error event", &outlast.StatusError{StatusCode: 529, Err: fmt.Errorf("%w: overloaded_error", outlast.ErrErrorEvent)}, outlast.ClassErrorEvent},
+		{"busy", fmt.Errorf("gate: %w", outlast.ErrBusy), outlast.ClassBusy},
+		// A stall is a timeout too; stalled is the more precise.
+		{"stalled", outlast.ErrStalled, outlast.ClassStalled},
+		{"closed early", fmt.Errorf("%w: %w", outlast.ErrClosedEarly, io.ErrUnexpectedEOF), outlast.ClassClosedEarly},
+		{"the caller's deadline", fmt.Errorf("x: %w", context.DeadlineExceeded), outlast.ClassCanceled},
+		{"refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, outlast.ClassRefused},
+		{"reset", &net.OpError{Op: "read", Err: syscall.ECONNRESET}, outlast.ClassReset},
+		{"closed before the response", io.EOF, outlast.ClassReset},
+		{"a timeout that is not the caller's", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, outlast.ClassTimeout},
+		{"anything else", errors.New("x"), outlast.ClassOther},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := outlast.Classify(c.err); got != c.want {
+				t.Errorf("got %q, want %q", got, c.want)
+			}
+		})
+	}
+	if n := testing.AllocsPerRun(100, func() { outlast.Classify(&net.OpError{Op: "read", Err: syscall.ECONNRESET}) }); n > 1 {
+		t.Errorf("Classify allocates %v times, want at most 1 (the error value itself)", n)
+	}
+}

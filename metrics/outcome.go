@@ -1,12 +1,8 @@
 package metrics
 
 import (
-	"context"
 	"errors"
-	"io"
-	"net"
 	"net/http"
-	"syscall"
 
 	"github.com/outlast-llm/outlast"
 )
@@ -49,35 +45,28 @@ func (o outcome) String() string { return outcomeNames[o] }
 // The order matters where classes nest: an error event is carried by a
 // *outlast.StatusError, and a stall is also a timeout.
 func outcomeOf(err error) outcome {
-	if err == nil {
-		return outcomeOK
-	}
-	if errors.Is(err, outlast.ErrErrorEvent) {
-		return outcomeErrorEvent
-	}
-	// AsType, not As: As's target escapes, and this runs per attempt.
-	if se, ok := errors.AsType[*outlast.StatusError](err); ok {
+	class := outlast.Classify(err)
+	if class == outlast.ClassStatus {
+		// AsType, not As: As's target escapes, and this runs per attempt.
+		se, _ := errors.AsType[*outlast.StatusError](err)
 		return statusOutcome(se.StatusCode)
 	}
-	switch {
-	case errors.Is(err, outlast.ErrStalled):
-		return outcomeStalled
-	case errors.Is(err, outlast.ErrClosedEarly):
-		return outcomeClosedEarly
-	case callerDone(err):
-		return outcomeCanceled
-	case refused(err):
-		return outcomeRefused
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		// net/http returns EOF when the server closes the connection
-		// before a response.
-		return outcomeReset
-	}
-	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-		return outcomeTimeout
-	}
-	return outcomeOther
+	return classOutcome[class]
+}
+
+// classOutcome maps outlast.Classify's classes to outcomes; a missing
+// class is outcomeOK (0), which only nil, the class "", has.
+var classOutcome = map[string]outcome{
+	"":                       outcomeOK,
+	outlast.ClassErrorEvent:  outcomeErrorEvent,
+	outlast.ClassBusy:        outcomeOther, // a busy gate makes no attempt
+	outlast.ClassStalled:     outcomeStalled,
+	outlast.ClassClosedEarly: outcomeClosedEarly,
+	outlast.ClassCanceled:    outcomeCanceled,
+	outlast.ClassRefused:     outcomeRefused,
+	outlast.ClassReset:       outcomeReset,
+	outlast.ClassTimeout:     outcomeTimeout,
+	outlast.ClassOther:       outcomeOther,
 }
 
 func statusOutcome(code int) outcome {
@@ -92,43 +81,4 @@ func statusOutcome(code int) outcome {
 		return outcome5xx
 	}
 	return outcomeOther
-}
-
-// refused reports a connection that was never made.
-func refused(err error) bool {
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return true
-	}
-	op, ok := errors.AsType[*net.OpError](err)
-	return ok && op.Op == "dial"
-}
-
-// callerDone reports whether err is the caller's own context ending. It
-// compares the chain's errors by identity, as the root package does,
-// rather than with errors.Is: net/http's response header timeout matches
-// context.DeadlineExceeded through an Is method, and that is the server's
-// slowness, not the caller's impatience.
-func callerDone(err error) bool {
-	// Depth-first over both Unwrap forms, bounded as no real chain is.
-	stack := []error{err}
-	for seen := 0; len(stack) > 0 && seen < 64; seen++ {
-		e := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if e == context.Canceled || e == context.DeadlineExceeded {
-			return true
-		}
-		switch u := e.(type) {
-		case interface{ Unwrap() error }:
-			if next := u.Unwrap(); next != nil {
-				stack = append(stack, next)
-			}
-		case interface{ Unwrap() []error }:
-			for _, next := range u.Unwrap() {
-				if next != nil {
-					stack = append(stack, next)
-				}
-			}
-		}
-	}
-	return false
 }
