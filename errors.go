@@ -40,10 +40,16 @@ func (busyError) Busy() bool { return true }
 // Is matches any busy error, such as gate.ErrBusy.
 func (busyError) Is(target error) bool { return isBusy(target) }
 
+// busy is an error that can say it is a gate's refusal.
+type busy interface {
+	error
+	Busy() bool
+}
+
 // isBusy reports whether err, or an error it wraps, says it is a busy refusal.
 func isBusy(err error) bool {
-	var b interface{ Busy() bool }
-	return errors.As(err, &b) && b.Busy()
+	b, ok := errors.AsType[busy](err)
+	return ok && b.Busy()
 }
 
 // StatusError is the failure of an attempt that got a response whose status
