@@ -1,0 +1,220 @@
+package main
+
+import (
+	"flag"
+	"math"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+)
+
+// The tests run the reduced form by default, for CI under -race: 2 seeds,
+// the default scenario and one sweep per shape they need. Run the full form
+// with `go test -run . ./outage/ -outage.seeds 10`.
+var testSeeds = flag.Int("outage.seeds", 2, "seeds per test")
+
+func seeds() []uint64 {
+	s := make([]uint64, *testSeeds)
+	for i := range s {
+		s[i] = uint64(i + 1)
+	}
+	return s
+}
+
+// runPolicies runs pols under sc with the test's seeds.
+func runPolicies(t *testing.T, sc scenario, pols []policy) map[string][]simRun {
+	t.Helper()
+	return runAll(bubbler{t}, &sc, pols, false, seeds(), runtime.GOMAXPROCS(0), nil)
+}
+
+func TestOracle(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		deadline time.Duration
+		success  float64 // the issue's figure
+		tol      float64
+	}{
+		// The limit: every request fits in its deadline once the
+		// provider is back, so all succeed.
+		{"deadline 60s", 60 * time.Second, 1, 0},
+		// Requests that arrive in the first part of the outage cannot
+		// finish by their deadline and are dropped: 91.7% in the issue.
+		{"deadline 20s", 20 * time.Second, 0.917, 0.015},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			sc := defaultScenario()
+			sc.Deadline = c.deadline
+			for _, seed := range seeds() {
+				r := simulateOracle(&sc, seed)
+				m := measure(&sc, r)
+				if math.Abs(m.Success-c.success) > c.tol {
+					t.Errorf("seed %d: success %.4f, want %.3f ± %.3f", seed, m.Success, c.success, c.tol)
+				}
+				if m.Attempts > 1 || (c.tol == 0 && m.Attempts != 1) {
+					t.Errorf("seed %d: %.4f attempts per request, want 1.00 (at most 1)", seed, m.Attempts)
+				}
+				if got := maxInFlight(r); got > sc.Slots {
+					t.Errorf("seed %d: %d attempts in flight at once, want at most K = %d", seed, got, sc.Slots)
+				}
+				// K attempts start at the recovery; the few that finish in
+				// under a second (0.3% of them at σ 0.25) free a slot for
+				// another start within the same second.
+				if peak, limit := m.Peak*sc.Capacity(), 1.05*float64(sc.Slots); peak > limit {
+					t.Errorf("seed %d: peak %.0f attempts/s after the recovery, want at most K + 5%% = %.0f", seed, peak, limit)
+				}
+			}
+		})
+	}
+}
+
+// maxInFlight is the most attempts in service at once.
+func maxInFlight(r simRun) int {
+	type edge struct {
+		t time.Duration
+		d int
+	}
+	var es []edge
+	for _, a := range r.Attempts {
+		if a.Admitted {
+			es = append(es, edge{a.Start, 1}, edge{a.End, -1})
+		}
+	}
+	slices.SortFunc(es, func(a, b edge) int {
+		if a.t != b.t {
+			return int(a.t - b.t)
+		}
+		return a.d - b.d // ends before starts at the same instant
+	})
+	n, most := 0, 0
+	for _, e := range es {
+		n += e.d
+		most = max(most, n)
+	}
+	return most
+}
+
+// TestInvariants runs every policy in the default scenario and checks what
+// must hold whatever the policy: the provider saw at least one attempt per
+// success, and served it; no request was sent again after its answer began
+// to arrive; no more than K attempts were ever in service.
+func TestInvariants(t *testing.T) {
+	t.Parallel()
+	sc := defaultScenario()
+	runs := runPolicies(t, sc, policies())
+	for name, rs := range runs {
+		for _, r := range rs {
+			answered := map[int32]bool{}
+			for _, a := range r.Attempts {
+				if a.Outcome == served && a.Committed {
+					answered[a.Req] = true
+				}
+			}
+			ok := 0
+			for i, q := range r.Requests {
+				if q.OK {
+					ok++
+					if !answered[int32(i)] {
+						t.Errorf("%s seed %d: request %d succeeded with no served attempt", name, r.Seed, i)
+					}
+				}
+			}
+			if len(r.Attempts) < ok {
+				t.Errorf("%s seed %d: %d attempts, %d successes; want attempts ≥ successes", name, r.Seed, len(r.Attempts), ok)
+			}
+			if n := resent(r); n != 0 {
+				t.Errorf("%s seed %d: %d attempts sent after a commit, want 0", name, r.Seed, n)
+			}
+			if got := maxInFlight(r); got > sc.Slots {
+				t.Errorf("%s seed %d: %d in service at once, want at most K = %d", name, r.Seed, got, sc.Slots)
+			}
+		}
+	}
+}
+
+// TestCommitted checks that nothing committed is sent again: in the
+// headers shape every admitted attempt during the outage gets its 200
+// headers and then a broken body, and outlast must make exactly one
+// attempt for each such request. The peers' figures are logged.
+func TestCommitted(t *testing.T) {
+	t.Parallel()
+	sc := defaultScenario()
+	sc.Shape = "headers"
+	runs := runPolicies(t, sc, policies())
+	for name, rs := range runs {
+		total := 0
+		for _, r := range rs {
+			total += resent(r)
+			if policyGroup(name) != "outlast" {
+				continue
+			}
+			perReq := map[int32]int{}
+			breaks := map[int32]bool{}
+			for _, a := range r.Attempts {
+				perReq[a.Req]++
+				if a.Outcome == broken && a.Committed {
+					breaks[a.Req] = true
+				}
+			}
+			if len(breaks) == 0 {
+				t.Fatalf("%s seed %d: no broken body was committed; the shape is not exercised", name, r.Seed)
+			}
+			for req := range breaks {
+				if perReq[req] != 1 {
+					t.Errorf("%s seed %d: request %d got %d attempts after a broken body, want exactly 1", name, r.Seed, req, perReq[req])
+				}
+			}
+		}
+		if total > 0 {
+			t.Logf("%s: %d attempts re-sent after a commit over %d seeds", name, total, len(rs))
+		}
+	}
+}
+
+func policyGroup(name string) string {
+	for _, p := range policies() {
+		if p.Name == name {
+			return p.Group
+		}
+	}
+	return ""
+}
+
+// TestLayers checks the outermost-only rule end to end: outlast in two
+// layers that both retry (Do around the SDK over the Transport) makes the
+// same provider attempts as outlast in one, request by request.
+func TestLayers(t *testing.T) {
+	t.Parallel()
+	pols := selectPolicies("outlast")[:1] // unjittered, so that the runs can match exactly
+	one := defaultScenario()
+	two := defaultScenario()
+	two.Shape = "layers"
+	r1 := runPolicies(t, one, pols)[pols[0].Name]
+	r2 := runPolicies(t, two, pols)[pols[0].Name]
+	for i := range r1 {
+		a1, a2 := attemptsPerRequest(r1[i]), attemptsPerRequest(r2[i])
+		if len(r1[i].Attempts) != len(r2[i].Attempts) {
+			t.Errorf("seed %d: one layer made %d attempts, two layers %d; want equal", r1[i].Seed, len(r1[i].Attempts), len(r2[i].Attempts))
+		}
+		for req, n := range a1 {
+			if a2[req] != n {
+				t.Errorf("seed %d: request %d: one layer %d attempts, two layers %d", r1[i].Seed, req, n, a2[req])
+				break
+			}
+		}
+		if m1, m2 := measure(&one, r1[i]), measure(&two, r2[i]); m1.Success != m2.Success {
+			t.Errorf("seed %d: success %.4f with one layer, %.4f with two", r1[i].Seed, m1.Success, m2.Success)
+		}
+	}
+}
+
+func attemptsPerRequest(r simRun) map[int32]int {
+	n := map[int32]int{}
+	for _, a := range r.Attempts {
+		n[a.Req]++
+	}
+	return n
+}

@@ -1,0 +1,382 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/cenkalti/backoff/v5"
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"github.com/failsafe-go/failsafe-go/timeout"
+	"github.com/hashicorp/go-retryablehttp"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gate"
+)
+
+// A caller makes one logical request for one client process and reports
+// whether it got a whole answer.
+type caller func(ctx context.Context) error
+
+// A policy is one way a client process retries, built from its library's
+// own code. client is called once per client process, so each process has
+// its own budget, gate and state, as separate processes would.
+type policy struct {
+	Name   string // the table's row
+	Group  string // baseline, defaults, matched, outlast or limit
+	Config string // the configuration, in one line
+	client func(b build, rt http.RoundTripper) caller
+}
+
+// build is what a policy needs to know of the scenario.
+type build struct {
+	sc       *scenario
+	layers   int           // 2 in the layers shape: every policy nested in a second retrying layer
+	attempts int           // the attempt budget that outlast's policy has under the deadline
+	timeout  time.Duration // per-attempt timeout of the tuned configurations, or 0
+	outlast  *outlast.Policy
+	jittered *outlast.Policy
+}
+
+func newBuild(sc *scenario) build {
+	b := build{sc: sc, layers: 1, timeout: sc.attemptTimeout()}
+	if sc.Shape == "layers" {
+		b.layers = 2
+	}
+	b.outlast = outlastPolicy(sc)
+	j := *b.outlast
+	j.Jitter = outlast.Jitter{Spread: 0.25}
+	j.RetryAfter = outlast.RetryAfterAtLeast
+	b.jittered = &j
+	b.attempts = attemptBudget(sc, b.outlast)
+	return b
+}
+
+// outlastPolicy is seed 000's policy, scaled to the scenario's deadline:
+// seed 000's waits (15 s … 240 s) and 60 s reserve are made for deadlines of
+// ten minutes and more, and under a 60 s deadline a 60 s reserve allows no
+// retry at all. The rule, fixed before any run and not fitted to the seeds:
+//   - waits double from 2 s up to max(16 s, deadline/4), and the last one
+//     repeats while it fits, as in seed 000;
+//   - the reserve is the time an attempt needs to finish, five median
+//     service times (10 s here, beyond the service's p99.99), at most half
+//     the deadline.
+func outlastPolicy(sc *scenario) *outlast.Policy {
+	ceiling := max(16*time.Second, sc.Deadline/4)
+	waits := outlast.Exponential(2*time.Second, ceiling, 8)
+	for len(waits) > 1 && waits[len(waits)-2] == ceiling {
+		waits = waits[:len(waits)-1] // the last wait repeats anyway
+	}
+	reserve := min(5*sc.Median, sc.Deadline/2)
+	if sc.Reserve > 0 {
+		reserve = sc.Reserve
+	}
+	return &outlast.Policy{Waits: waits, Reserve: reserve}
+}
+
+// attemptBudget is the most attempts p allows a request under the
+// scenario's deadline, when every attempt fails as fast as the provider
+// can fail it. The tuned peers get the same budget.
+func attemptBudget(sc *scenario, p *outlast.Policy) int {
+	t, n := time.Duration(0), 1
+	for {
+		t += sc.RejectAfter
+		w := p.Waits[min(n, len(p.Waits))-1]
+		if sc.Deadline-(t+w) < p.Reserve {
+			return n
+		}
+		t += w
+		n++
+	}
+}
+
+// policies returns every policy of the comparison, in the table's order.
+func policies() []policy {
+	return []policy{
+		{"no retry", "baseline", "openai-go, WithMaxRetries(0)", noRetry},
+		{"openai-go", "defaults", "v3.98.0: 2 retries, 0.5 s doubling to 8 s, −25 % jitter, Retry-After ≤ 2 min", openaiDefaults},
+		{"anthropic-sdk-go", "defaults", "v2.15.0: 2 retries, 0.5 s doubling to 8 s, −25 % jitter, any Retry-After", anthropicDefaults},
+		{"go-retryablehttp", "defaults", "v0.7.8 under openai-go: 4 retries, 1 s doubling to 30 s, Retry-After on 429/503", retryableDefaults},
+		{"failsafe-go", "defaults", "v0.9.8 failsafehttp under openai-go: 2 retries, no delay but Retry-After", failsafeDefaults},
+		{"backoff/v5", "defaults", "v5.0.3 Retry around openai-go: 0.5 s ×1.5 ±50 % to 60 s, 15 min, Retry-After", backoffDefaults},
+		{"openai-go, matched", "matched", "outlast's attempt budget as MaxRetries", openaiMatched},
+		{"anthropic-sdk-go, matched", "matched", "outlast's attempt budget as MaxRetries", anthropicMatched},
+		{"go-retryablehttp, matched", "matched", "outlast's budget; 2 s doubling to outlast's longest wait", retryableMatched},
+		{"failsafe-go, matched", "matched", "outlast's budget; WithBackoff(2 s, outlast's longest wait)", failsafeMatched},
+		{"backoff/v5, matched", "matched", "outlast's budget as WithMaxTries; 2 s ×2 ±50 % to outlast's longest wait", backoffMatched},
+		{"outlast", "outlast", "seed 000 scaled to the deadline: waits from 2 s doubling, reserve 5 × median service", outlastPlain},
+		{"outlast, jitter", "outlast", "the same, Jitter{Spread: 0.25}, Retry-After only lengthened", outlastJitter},
+		{"outlast, jitter + gate", "outlast", "the same, and a per-client gate of ⌈K/clients⌉ slots", outlastGated},
+	}
+}
+
+// oracleName is the row of the physical limit, which runs no client code.
+const oracleName = "oracle (limit)"
+
+// The SDKs' requests.
+
+const baseURL = "http://api.sim/v1/"
+
+func newOpenAI(hc *http.Client, retries int, perAttempt time.Duration) openai.Client {
+	opts := []option.RequestOption{
+		option.WithBaseURL(baseURL),
+		option.WithAPIKey("sk-sim"),
+		option.WithHTTPClient(hc),
+	}
+	if retries >= 0 {
+		opts = append(opts, option.WithMaxRetries(retries))
+	}
+	if perAttempt > 0 {
+		opts = append(opts, option.WithRequestTimeout(perAttempt))
+	}
+	return openai.NewClient(opts...)
+}
+
+func chat(c openai.Client) caller {
+	return func(ctx context.Context) error {
+		_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model:    "m",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
+		})
+		return err
+	}
+}
+
+func newAnthropic(hc *http.Client, retries int, perAttempt time.Duration) anthropic.Client {
+	opts := []aoption.RequestOption{
+		aoption.WithBaseURL("http://api.sim/"),
+		aoption.WithAPIKey("sk-ant-sim"),
+		aoption.WithHTTPClient(hc),
+	}
+	if retries >= 0 {
+		opts = append(opts, aoption.WithMaxRetries(retries))
+	}
+	if perAttempt > 0 {
+		opts = append(opts, aoption.WithRequestTimeout(perAttempt))
+	}
+	return anthropic.NewClient(opts...)
+}
+
+func message(c anthropic.Client) caller {
+	return func(ctx context.Context) error {
+		_, err := c.Messages.New(ctx, anthropic.MessageNewParams{
+			Model:     "m",
+			MaxTokens: 256,
+			Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))},
+		})
+		return err
+	}
+}
+
+// defaultRetries asks an SDK for its own default number of retries.
+const defaultRetries = -1
+
+func noRetry(b build, rt http.RoundTripper) caller {
+	return chat(newOpenAI(&http.Client{Transport: rt}, 0, 0))
+}
+
+// The SDKs. In the layers shape each sits on go-retryablehttp at its
+// defaults, the usual way a second retrying layer creeps in.
+
+func sdkTransport(b build, rt http.RoundTripper, matched bool) *http.Client {
+	if b.layers < 2 {
+		return &http.Client{Transport: rt}
+	}
+	return retryable(b, rt, matched).StandardClient()
+}
+
+func openaiDefaults(b build, rt http.RoundTripper) caller {
+	return chat(newOpenAI(sdkTransport(b, rt, false), defaultRetries, 0))
+}
+
+func openaiMatched(b build, rt http.RoundTripper) caller {
+	return chat(newOpenAI(sdkTransport(b, rt, true), b.attempts-1, b.timeout))
+}
+
+func anthropicDefaults(b build, rt http.RoundTripper) caller {
+	return message(newAnthropic(sdkTransport(b, rt, false), defaultRetries, 0))
+}
+
+func anthropicMatched(b build, rt http.RoundTripper) caller {
+	return message(newAnthropic(sdkTransport(b, rt, true), b.attempts-1, b.timeout))
+}
+
+// go-retryablehttp, as the SDK's HTTP client with the SDK's retries off.
+
+func retryable(b build, rt http.RoundTripper, matched bool) *retryablehttp.Client {
+	c := retryablehttp.NewClient()
+	c.Logger = nil // its default logs every retry to stderr
+	c.HTTPClient = &http.Client{Transport: rt}
+	if matched {
+		c.RetryMax = b.attempts - 1
+		c.RetryWaitMin, c.RetryWaitMax = 2*time.Second, b.outlast.Waits[len(b.outlast.Waits)-1]
+		c.HTTPClient.Timeout = b.timeout
+	}
+	return c
+}
+
+func retryableStack(b build, rt http.RoundTripper, matched bool) caller {
+	for range b.layers {
+		rt = retryable(b, rt, matched).StandardClient().Transport
+	}
+	return chat(newOpenAI(&http.Client{Transport: rt}, 0, 0))
+}
+
+func retryableDefaults(b build, rt http.RoundTripper) caller { return retryableStack(b, rt, false) }
+func retryableMatched(b build, rt http.RoundTripper) caller  { return retryableStack(b, rt, true) }
+
+// failsafe-go's failsafehttp, as the SDK's transport with the SDK's retries
+// off.
+
+func failsafeStack(b build, rt http.RoundTripper, matched bool) caller {
+	for range b.layers {
+		rp := failsafehttp.NewRetryPolicyBuilder()
+		ps := []failsafe.Policy[*http.Response]{}
+		if matched {
+			rp = rp.WithMaxRetries(b.attempts-1).WithBackoff(2*time.Second, b.outlast.Waits[len(b.outlast.Waits)-1])
+		}
+		ps = append(ps, rp.Build())
+		if matched && b.timeout > 0 {
+			// Inside the retry policy, so that it bounds each attempt.
+			ps = append(ps, timeout.New[*http.Response](b.timeout))
+		}
+		rt = failsafehttp.NewRoundTripper(rt, ps...)
+	}
+	return chat(newOpenAI(&http.Client{Transport: rt}, 0, 0))
+}
+
+var _ retrypolicy.Builder[*http.Response] = failsafehttp.NewRetryPolicyBuilder()
+
+func failsafeDefaults(b build, rt http.RoundTripper) caller { return failsafeStack(b, rt, false) }
+func failsafeMatched(b build, rt http.RoundTripper) caller  { return failsafeStack(b, rt, true) }
+
+// cenkalti/backoff v5, around the SDK call with the SDK's retries off,
+// classifying errors as its README's example does.
+
+func backoffStack(b build, rt http.RoundTripper, matched bool) caller {
+	call := chat(newOpenAI(&http.Client{Transport: rt}, 0, 0))
+	for range b.layers {
+		call = backoffLayer(b, call, matched)
+	}
+	return call
+}
+
+func backoffDefaults(b build, rt http.RoundTripper) caller { return backoffStack(b, rt, false) }
+func backoffMatched(b build, rt http.RoundTripper) caller  { return backoffStack(b, rt, true) }
+
+func backoffLayer(b build, call caller, matched bool) caller {
+	return func(ctx context.Context) error {
+		var opts []backoff.RetryOption
+		if matched {
+			eb := backoff.NewExponentialBackOff()
+			eb.InitialInterval, eb.Multiplier = 2*time.Second, 2
+			eb.MaxInterval = b.outlast.Waits[len(b.outlast.Waits)-1]
+			opts = append(opts, backoff.WithBackOff(eb), backoff.WithMaxTries(uint(b.attempts)))
+		}
+		op := func() (struct{}, error) {
+			actx := ctx
+			if matched && b.timeout > 0 {
+				var cancel context.CancelFunc
+				actx, cancel = context.WithTimeout(ctx, b.timeout)
+				defer cancel()
+			}
+			return struct{}{}, backoffClassify(call(actx))
+		}
+		_, err := backoff.Retry(ctx, op, opts...)
+		return err
+	}
+}
+
+// backoffClassify turns an SDK error into what backoff.Retry acts on: a
+// server's delay, a permanent error, or an error to retry.
+func backoffClassify(err error) error {
+	var ae *openai.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	code := ae.StatusCode
+	if code != http.StatusTooManyRequests && code != http.StatusRequestTimeout && code < 500 {
+		return backoff.Permanent(err)
+	}
+	if ae.Response != nil {
+		if s, perr := strconv.Atoi(ae.Response.Header.Get("Retry-After")); perr == nil {
+			return backoff.RetryAfter(s)
+		}
+	}
+	return err
+}
+
+// outlast: its Transport under openai-go with the SDK's retries off, as the
+// README shows.
+
+var discard = slog.New(slog.DiscardHandler)
+
+func outlastStack(b build, rt http.RoundTripper, p *outlast.Policy, g outlast.Gate) caller {
+	t := &outlast.Transport{Base: rt, Policy: p, Gate: g, Logger: discard, FirstByteTimeout: b.timeout}
+	call := chat(newOpenAI(&http.Client{Transport: t}, 0, 0))
+	if b.layers < 2 {
+		return call
+	}
+	// The outer layer: Do around the SDK call, naming a failed status to
+	// Do as its documentation asks. Only the outermost of the two retries.
+	return func(ctx context.Context) error {
+		return outlast.Do(ctx, p, func(ctx context.Context) error { return statusOf(call(ctx)) })
+	}
+}
+
+// statusOf turns the SDK's error for a failed status into outlast's.
+func statusOf(err error) error {
+	var ae *openai.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	se := &outlast.StatusError{StatusCode: ae.StatusCode, Err: err}
+	if ae.Response != nil {
+		se.Header = ae.Response.Header
+	}
+	return se
+}
+
+func outlastPlain(b build, rt http.RoundTripper) caller {
+	return outlastStack(b, rt, b.outlast, nil)
+}
+
+func outlastJitter(b build, rt http.RoundTripper) caller {
+	return outlastStack(b, rt, b.jittered, nil)
+}
+
+func outlastGated(b build, rt http.RoundTripper) caller {
+	// The client's fair share of the provider: a process that cannot know
+	// the others' load bounds its own. The queue is long enough never to
+	// refuse; a request's deadline bounds its wait.
+	slots := (b.sc.Slots + b.sc.Clients - 1) / b.sc.Clients
+	return outlastStack(b, rt, b.jittered, gate.New(slots, 1<<20))
+}
+
+// selectPolicies returns the policies whose names match the filter: a
+// comma-separated list of names or prefixes.
+func selectPolicies(filter string) []policy {
+	all := policies()
+	if filter == "" {
+		return all
+	}
+	var out []policy
+	for _, p := range all {
+		for _, f := range strings.Split(filter, ",") {
+			if f = strings.TrimSpace(f); f != "" && strings.HasPrefix(p.Name, f) {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// run is the program: it parses args, runs every policy under every seed
+// in virtual time, prints the table (or JSON) to stdout and writes the
+// chart. ctx ends the wait for the runs early; the runs themselves, each a
+// few hundred milliseconds, are not interrupted.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseConfig(args, stderr)
+	if err != nil {
+		return err
+	}
+	done := make(chan result, 1)
+	go func() { done <- inTest(func(b bubbler) result { return measureAll(b, c, terminal(stderr)) }) }()
+	var res result
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case res = <-done:
+	}
+	if res.err != nil {
+		return res.err
+	}
+	rep := res.rep
+	rep.Command = commandLine(args)
+	if c.SVG != "" {
+		if err := writeChart(c.SVG, rep); err != nil {
+			return err
+		}
+	}
+	if c.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	rep.markdown(stdout)
+	return nil
+}
+
+type result struct {
+	rep *report
+	err error
+}
+
+// measureAll runs the simulations and summarizes them.
+func measureAll(b bubbler, c config, progress io.Writer) result {
+	sc := &c.Scenario
+	pols := selectPolicies(c.Policies)
+	oracle := c.Policies == "" || strings.Contains(c.Policies, "oracle")
+	if len(pols) == 0 && !oracle {
+		return result{err: usageError{fmt.Errorf("-policies %q names no policy", c.Policies)}}
+	}
+	seeds := make([]uint64, c.Seeds)
+	for i := range seeds {
+		seeds[i] = c.SeedBase + uint64(i)
+	}
+	parallel := c.Parallel
+	if parallel <= 0 {
+		parallel = runtime.GOMAXPROCS(0)
+	}
+	var tick func(done, total int)
+	if progress != nil {
+		tick = func(done, total int) { fmt.Fprintf(progress, "\r%d/%d runs", done, total) }
+	}
+	start := time.Now()
+	runs := runAll(b, sc, pols, oracle, seeds, parallel, tick)
+	if progress != nil {
+		fmt.Fprintln(progress)
+	}
+	bd := newBuild(sc)
+	order := pols
+	if oracle {
+		order = append(order, policy{Name: oracleName, Group: "limit", Config: "central FIFO admission, sends only to a free slot of an up provider, drops what cannot finish"})
+	}
+	end := sc.Duration + sc.Deadline
+	rep := &report{
+		Scenario:  sc.json(),
+		Capacity:  sc.Capacity(),
+		Outlast:   describePolicy(bd),
+		Budget:    bd.attempts,
+		Seeds:     seeds,
+		Policies:  summarizeRuns(sc, order, runs, end),
+		SeriesEnd: end,
+		Elapsed:   time.Since(start),
+	}
+	return result{rep: rep}
+}
+
+func describePolicy(b build) string {
+	ws := make([]string, len(b.outlast.Waits))
+	for i, w := range b.outlast.Waits {
+		ws[i] = w.String()
+	}
+	return fmt.Sprintf("waits [%s] (the last repeats), reserve %v", strings.Join(ws, " "), b.outlast.Reserve)
+}
+
+func writeChart(path string, rep *report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := rep.chart(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// commandLine is the command that reproduces the run, for the report.
+func commandLine(args []string) string {
+	var b strings.Builder
+	b.WriteString("cd bench && go run ./outage")
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\"'") {
+			a = strconv.Quote(a)
+		}
+		b.WriteString(" " + a)
+	}
+	return b.String()
+}
+
+// terminal returns w if it is a terminal, for progress lines, else nil.
+func terminal(w io.Writer) io.Writer {
+	f, ok := w.(*os.File)
+	if !ok {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	return w
+}
+
+// machine names the machine, for the timing line.
+func machine() string {
+	return fmt.Sprintf("%s, %d CPUs, GOMAXPROCS %d", runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0))
+}
