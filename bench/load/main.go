@@ -1,0 +1,45 @@
+// Load measures the latency the outlast gateway adds to a request, next to
+// what a bare httputil.ReverseProxy adds, over one fast in-process fake
+// upstream on loopback.
+//
+// It drives four targets, interleaved in one run so that drift on a noisy
+// machine falls on all of them alike: the upstream directly, a bare
+// ReverseProxy, the gateway, and the gateway with its slot gate on. It
+// reports each proxy's added latency (its percentile minus the direct one)
+// at p50 and p99, sequentially and at a fixed open-loop rate, for whole
+// responses and for the first byte of event streams, and the highest rate
+// each target sustains. The ratio column, gateway added over proxy added,
+// is the number to judge: absolute times on a shared machine are noisy.
+//
+// Usage:
+//
+//	cd bench && go run ./load [flags]
+//
+// Run it with --help for the flags and their defaults.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return
+	case errors.As(err, new(usageError)):
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+}

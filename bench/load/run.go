@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// run is the program: it parses args, runs the phases and prints the
+// report to stdout.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	c, err := parseConfig(args, stderr)
+	if err != nil {
+		return err
+	}
+	if c.MemProfile != "" {
+		// Before the first allocation worth seeing; the default rate of
+		// one sample per 512 KiB would miss most of a request's.
+		runtime.MemProfileRate = 4 << 10
+	}
+	st, err := newStack(c)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, st.close()) }()
+	b := &bench{cfg: c, st: st, progress: terminal(stderr)}
+	rep, err := b.run(ctx)
+	if err != nil {
+		return err
+	}
+	rep.Command = commandLine(args)
+	if c.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	rep.markdown(stdout)
+	return nil
+}
+
+// commandLine is the command that reproduces the run, for the report.
+func commandLine(args []string) string {
+	var b strings.Builder
+	b.WriteString("cd bench && go run ./load")
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\"'") {
+			a = strconv.Quote(a)
+		}
+		b.WriteString(" " + a)
+	}
+	return b.String()
+}
+
+// terminal returns w if it is a terminal, for progress lines, else nil.
+func terminal(w io.Writer) io.Writer {
+	f, ok := w.(*os.File)
+	if !ok {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	return w
+}
+
+// run runs every phase and returns the report.
+func (b *bench) run(ctx context.Context) (*report, error) {
+	rep := &report{
+		Go:         runtime.Version(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0),
+		NumCPU:     runtime.NumCPU(),
+		Targets:    b.st.names(),
+		Rate:       b.cfg.Rate,
+	}
+	start := time.Now()
+	b.progressf("warming up")
+	if err := b.warmup(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.latencyPhases(ctx, rep); err != nil {
+		return nil, err
+	}
+	if err := b.maxPhases(ctx, rep); err != nil {
+		return nil, err
+	}
+	if err := b.profiles(ctx); err != nil {
+		return nil, err
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	rep.Redone, rep.Kept = b.redone, b.kept
+	return rep, nil
+}
+
+// latencyPhases runs the sequential and the fixed-rate phases, each for
+// whole responses and then for streams. Each phase has its own redo
+// budget.
+func (b *bench) latencyPhases(ctx context.Context, rep *report) error {
+	phases := []struct {
+		name string
+		run  func(context.Context, bool) ([]*series, error)
+	}{
+		{"sequential", b.sequential},
+		{fmt.Sprintf("%g/s", b.cfg.Rate), b.fixedRate},
+	}
+	for _, p := range phases {
+		for _, stream := range []bool{false, true} {
+			b.redoLeft = b.cfg.RedoBudget
+			s, err := p.run(ctx, stream)
+			if err != nil {
+				return err
+			}
+			rep.addLatency(p.name, stream, b.st.names(), s)
+		}
+	}
+	return nil
+}
+
+// maxPhases finds each target's highest sustained rate, for whole
+// responses and, with MaxStream, for streams.
+func (b *bench) maxPhases(ctx context.Context, rep *report) error {
+	if len(b.cfg.MaxRates) == 0 {
+		return nil
+	}
+	var err error
+	b.redoLeft = b.cfg.RedoBudget
+	if rep.MaxRate, err = b.maxRate(ctx, false); err != nil || !b.cfg.MaxStream {
+		return err
+	}
+	b.redoLeft = b.cfg.RedoBudget
+	rep.MaxRateStream, err = b.maxRate(ctx, true)
+	return err
+}
+
+// profiles writes the profiles the flags ask for.
+func (b *bench) profiles(ctx context.Context) error {
+	if b.cfg.CPUProfile != "" {
+		if err := b.profile(ctx); err != nil {
+			return fmt.Errorf("profiling: %w", err)
+		}
+	}
+	if b.cfg.MemProfile != "" {
+		if err := b.memProfile(); err != nil {
+			return fmt.Errorf("writing the allocation profile: %w", err)
+		}
+	}
+	return nil
+}

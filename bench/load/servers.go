@@ -1,0 +1,294 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+)
+
+const chatPath = "/v1/chat/completions"
+
+// requestBodies returns the bodies the load generator sends, plain and
+// streaming, with pad more bytes of prompt: the gateway reads and parses
+// the whole body, where a bare proxy streams it through.
+func requestBodies(pad int) [2][]byte {
+	prompt := "Say something short." + strings.Repeat("x", pad)
+	var out [2][]byte
+	for i, stream := range []string{"false", "true"} {
+		out[i] = []byte(`{"model":"bench-model","messages":[{"role":"user","content":"` + prompt + `"}],"stream":` + stream + `}`)
+	}
+	return out
+}
+
+// completion is the fake upstream's non-streaming answer: a ~300-byte
+// OpenAI chat completion.
+var completion = []byte(`{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model",` +
+	`"choices":[{"index":0,"message":{"role":"assistant","content":"The quick brown fox jumps over the lazy dog."},` +
+	`"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":10,"total_tokens":22}}`)
+
+var completionLength = []string{strconv.Itoa(len(completion))}
+
+// upstream is the fake OpenAI API: it answers at once, so that what the
+// benchmark measures is the layers in front of it.
+type upstream struct {
+	events [][]byte // the streamed answer, one event per chunk
+	stream []byte   // the events joined: what a client reads
+}
+
+func newUpstream(chunks int) *upstream {
+	u := &upstream{}
+	for i := range chunks {
+		u.events = append(u.events, fmt.Appendf(nil, `data: {"id":"chatcmpl-bench","object":"chat.completion.chunk",`+
+			`"created":1700000000,"model":"bench-model","choices":[{"index":0,"delta":{"content":"tok%d "},`+
+			`"finish_reason":null}]}`+"\n\n", i))
+	}
+	u.events = append(u.events, []byte("data: [DONE]\n\n"))
+	u.stream = bytes.Join(u.events, nil)
+	return u
+}
+
+// reqBufs holds the buffers request bodies are read into, so that the
+// upstream's own allocations stay out of the measurement.
+var reqBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != chatPath {
+		http.Error(w, `{"error":{"message":"not found"}}`, http.StatusNotFound)
+		return
+	}
+	buf := reqBufs.Get().(*bytes.Buffer)
+	defer reqBufs.Put(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(io.LimitReader(r.Body, 2<<20)); err != nil {
+		http.Error(w, `{"error":{"message":"bad body"}}`, http.StatusBadRequest)
+		return
+	}
+	if !bytes.Contains(buf.Bytes(), []byte(`"stream":true`)) {
+		h := w.Header()
+		h["Content-Type"] = []string{"application/json"}
+		h["Content-Length"] = completionLength
+		w.Write(completion)
+		return
+	}
+	h := w.Header()
+	h["Content-Type"] = []string{"text/event-stream"}
+	h["Cache-Control"] = []string{"no-cache"}
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	for _, ev := range u.events {
+		if _, err := w.Write(ev); err != nil {
+			return
+		}
+		if rc.Flush() != nil {
+			return
+		}
+	}
+}
+
+// upstreamTransport is the transport both proxies send through: the
+// gateway's default (a clone of http.DefaultTransport, compression passed
+// through, idle connections per host raised), so that the two differ only
+// in what the gateway does.
+func upstreamTransport(idle int) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = idle
+	t.DisableCompression = true
+	return t
+}
+
+// newProxy returns the bare proxy. With pool, it copies bodies through
+// pooled buffers, as the gateway does; without, through httputil's default
+// of a new 32 KiB buffer per response, whose garbage the gateway would be
+// credited for avoiding.
+func newProxy(up *url.URL, idle int, pool bool) http.Handler {
+	rp := &httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(up) },
+		Transport: upstreamTransport(idle),
+		ErrorLog:  log.New(io.Discard, "", 0),
+	}
+	if pool {
+		rp.BufferPool = &bufferPool{}
+	}
+	return rp
+}
+
+// bufferPool is an httputil.BufferPool of 32 KiB buffers, the size the
+// gateway copies through. It pools array pointers, so that Put does not
+// allocate a slice header.
+type bufferPool struct{ p sync.Pool }
+
+const copyBuf = 32 << 10
+
+func (b *bufferPool) Get() []byte {
+	if a, ok := b.p.Get().(*[copyBuf]byte); ok {
+		return a[:]
+	}
+	return new([copyBuf]byte)[:]
+}
+
+func (b *bufferPool) Put(buf []byte) {
+	if len(buf) == copyBuf {
+		b.p.Put((*[copyBuf]byte)(buf))
+	}
+}
+
+// waits is the realistic retry policy the gateway runs with. On this
+// upstream nothing fails, so only its fixed costs show.
+var waits = []time.Duration{15 * time.Second, 45 * time.Second, 120 * time.Second, 240 * time.Second}
+
+// newGateway returns the gateway as a user would run it: the retry policy
+// the docs suggest, long first-byte and idle timeouts, a logger that
+// drops its lines, and an observer, as the record would be.
+func newGateway(up *url.URL, slots, idle int) (http.Handler, error) {
+	return gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{{
+			URL:              up,
+			Policy:           &outlast.Policy{Waits: waits},
+			Slots:            slots,
+			FirstByteTimeout: 5 * time.Minute,
+			IdleTimeout:      2 * time.Minute,
+		}},
+		Transport: upstreamTransport(idle),
+		Logger:    slog.New(slog.DiscardHandler),
+		Observer:  nopObserver,
+	})
+}
+
+// nopObserver has every hook, doing nothing: the gateway makes the calls a
+// record would get, and nothing more is measured.
+var nopObserver = gateway.Observer{
+	Queued:       func(*gateway.Request, string, int) {},
+	AttemptStart: func(*gateway.Request, outlast.Attempt) {},
+	AttemptEnd:   func(*gateway.Request, outlast.Attempt) {},
+	Done:         func(*gateway.Request) {},
+}
+
+// server is one handler on its own loopback listener and http.Server.
+type server struct {
+	srv  *http.Server
+	url  *url.URL
+	errc chan error
+}
+
+func serve(h http.Handler) (*server, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listening on loopback: %w", err)
+	}
+	s := &server{
+		srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 30 * time.Second,
+			ErrorLog:          log.New(io.Discard, "", 0),
+		},
+		url:  &url.URL{Scheme: "http", Host: l.Addr().String()},
+		errc: make(chan error, 1),
+	}
+	go func() { s.errc <- s.srv.Serve(l) }()
+	return s, nil
+}
+
+// close stops the server at once: every request has ended by the time the
+// benchmark closes its servers.
+func (s *server) close() error {
+	s.srv.Close()
+	if err := <-s.errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// stack is the upstream and the servers in front of it, each a target.
+type stack struct {
+	upstream *upstream
+	servers  []*server
+	targets  []*target
+}
+
+func newStack(c config) (_ *stack, err error) {
+	s := &stack{upstream: newUpstream(c.Chunks)}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	up, err := s.add("direct", s.upstream, c)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.add("proxy", newProxy(up.url, c.UpIdle, c.ProxyPool), c); err != nil {
+		return nil, err
+	}
+	type variant struct {
+		name  string
+		slots int
+	}
+	gws := []variant{{"gateway", c.Slots}}
+	if c.GateSlots > 0 {
+		gws = append(gws, variant{"gateway+gate", c.GateSlots})
+	}
+	for _, gw := range gws {
+		h, err := newGateway(up.url, gw.slots, c.UpIdle)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.add(gw.name, h, c); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *stack) add(name string, h http.Handler, c config) (*server, error) {
+	srv, err := serve(h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s.servers = append(s.servers, srv)
+	s.targets = append(s.targets, newTarget(name, srv.url.String()+chatPath, s.upstream, requestBodies(c.PromptBytes), c))
+	return srv, nil
+}
+
+func (s *stack) close() error {
+	var errs []error
+	for _, t := range s.targets {
+		t.client.CloseIdleConnections()
+	}
+	for _, srv := range s.servers {
+		errs = append(errs, srv.close())
+	}
+	return errors.Join(errs...)
+}
+
+// target returns the target named name, or nil.
+func (s *stack) target(name string) *target {
+	for _, t := range s.targets {
+		if t.name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// names returns the targets' names, in order.
+func (s *stack) names() []string {
+	n := make([]string, len(s.targets))
+	for i, t := range s.targets {
+		n[i] = t.name
+	}
+	return n
+}
