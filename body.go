@@ -92,7 +92,7 @@ func (b *body) peek(sse bool) error {
 	if n == 0 || !sse || err != nil {
 		return err
 	}
-	buf := append(make([]byte, 0, 4096), b.head...)
+	buf := append(make([]byte, 0, 512), b.head...)
 	for !eventEnded(buf) && len(buf) < maxFirstEvent {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
@@ -139,7 +139,14 @@ func stallCause(ctx, parent context.Context, err error) error {
 }
 
 func isEventStream(h http.Header) bool {
-	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	ct := h.Get("Content-Type")
+	switch ct {
+	case "text/event-stream", "text/event-stream; charset=utf-8":
+		return true // the common forms, without ParseMediaType's allocations
+	case "application/json", "application/json; charset=utf-8", "":
+		return false
+	}
+	mt, _, _ := mime.ParseMediaType(ct)
 	return mt == "text/event-stream"
 }
 

@@ -187,7 +187,14 @@ func readSnippet(r io.Reader) []byte {
 }
 
 func isEventStream(h http.Header) bool {
-	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	ct := h.Get("Content-Type")
+	switch ct {
+	case "text/event-stream", "text/event-stream; charset=utf-8":
+		return true // the common forms, without ParseMediaType's allocations
+	case "application/json", "application/json; charset=utf-8", "":
+		return false
+	}
+	mt, _, _ := mime.ParseMediaType(ct)
 	return mt == "text/event-stream"
 }
 

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -83,7 +82,7 @@ func (x *exchange) readBody() ([]byte, bool) {
 	if x.r.Body == nil || x.r.Body == http.NoBody {
 		return nil, true
 	}
-	body, err := io.ReadAll(io.LimitReader(x.r.Body, limit+1))
+	body, err := readAll(x.r.Body, x.r.ContentLength, limit+1)
 	if err != nil {
 		x.fail(http.StatusBadRequest, "invalid", "outlast: reading the request body: "+err.Error(), nil)
 		return nil, false
@@ -96,24 +95,19 @@ func (x *exchange) readBody() ([]byte, bool) {
 }
 
 // inspect reads what the record and the gate need from a JSON body: the
-// model, whether it streams, and llama.cpp's id_slot.
+// model, whether it streams, and llama.cpp's id_slot (-1 means any slot).
 func (x *exchange) inspect(body []byte) {
 	x.rec.Stream = strings.Contains(x.r.Header.Get("Accept"), "text/event-stream")
 	if len(body) == 0 || body[0] != '{' {
 		return
 	}
-	var fields struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
-		IDSlot *int   `json:"id_slot"`
-	}
-	if json.Unmarshal(body, &fields) != nil {
-		return // not ours to judge: the upstream will answer it
-	}
-	x.rec.Model = fields.Model
-	x.rec.Stream = x.rec.Stream || fields.Stream
-	if x.rec.Slot == "" && fields.IDSlot != nil && *fields.IDSlot >= 0 {
-		x.rec.Slot = strconv.Itoa(*fields.IDSlot) // -1 is llama.cpp's "any slot"
+	// A body it cannot follow is not the gateway's to judge: the upstream
+	// will answer it, and the fields read before the trouble stand.
+	f, _ := scanBody(body)
+	x.rec.Model = f.model
+	x.rec.Stream = x.rec.Stream || f.stream
+	if x.rec.Slot == "" && f.slot >= 0 {
+		x.rec.Slot = strconv.Itoa(f.slot)
 	}
 }
 
@@ -239,4 +233,16 @@ func (x *exchange) done() {
 		slog.Duration("took", x.rec.End.Sub(x.rec.Start)),
 		slog.String("error", x.rec.Error),
 	)
+}
+
+// readAll reads r up to limit bytes into a buffer sized from the request's
+// Content-Length when it gives one, so that a large body is not copied as
+// the buffer grows.
+func readAll(r io.Reader, contentLength, limit int64) ([]byte, error) {
+	if contentLength <= 0 || contentLength >= limit {
+		return io.ReadAll(io.LimitReader(r, limit))
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, contentLength+1))
+	_, err := buf.ReadFrom(io.LimitReader(r, limit))
+	return buf.Bytes(), err
 }
