@@ -32,6 +32,7 @@ type config struct {
 	Late        time.Duration // a send this far behind its schedule is late
 	Slots       int           // the gateway's Slots
 	GateSlots   int           // Slots of the gateway+gate target
+	Journal     bool          // add the gateway+journal target
 	UpIdle      int           // MaxIdleConnsPerHost of both proxies' transports
 	ProxyPool   bool          // give the bare proxy a buffer pool, as the gateway has
 	Timeout     time.Duration // bound on one request
@@ -64,6 +65,7 @@ func defaults() config {
 		Late:        2 * time.Millisecond,
 		Slots:       0,
 		GateSlots:   1024,
+		Journal:     true,
 		UpIdle:      64, // the gateway's own default
 		ProxyPool:   true,
 		Timeout:     10 * time.Second,
@@ -119,6 +121,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.Late, "late", c.Late, "an open-loop send this far behind its schedule counts as late")
 	fs.IntVar(&c.Slots, "slots", c.Slots, "Slots of the gateway target (0: no gate)")
 	fs.IntVar(&c.GateSlots, "gate-slots", c.GateSlots, "Slots of the gateway+gate target (0: leave the target out)")
+	fs.BoolVar(&c.Journal, "journal", c.Journal, "add the gateway+journal target: the gateway writing its record to SQLite, as outlast serve does by default")
 	fs.IntVar(&c.UpIdle, "upstream-idle", c.UpIdle, "MaxIdleConnsPerHost of the proxy's and the gateway's transports")
 	fs.BoolVar(&c.ProxyPool, "proxy-pool", c.ProxyPool, "give the bare proxy a BufferPool, as the gateway pools its buffers\n(false: httputil's default, a new 32 KiB buffer per response)")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "bound on one request")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/journal"
 )
 
 const chatPath = "/v1/chat/completions"
@@ -153,7 +157,7 @@ var waits = []time.Duration{15 * time.Second, 45 * time.Second, 120 * time.Secon
 // newGateway returns the gateway as a user would run it: the retry policy
 // the docs suggest, long first-byte and idle timeouts, a logger that
 // drops its lines, and an observer, as the record would be.
-func newGateway(up *url.URL, slots, idle int) (http.Handler, error) {
+func newGateway(up *url.URL, slots, idle int, obs gateway.Observer) (http.Handler, error) {
 	return gateway.New(gateway.Config{
 		Upstreams: []gateway.Upstream{{
 			URL:              up,
@@ -164,7 +168,7 @@ func newGateway(up *url.URL, slots, idle int) (http.Handler, error) {
 		}},
 		Transport: upstreamTransport(idle),
 		Logger:    slog.New(slog.DiscardHandler),
-		Observer:  nopObserver,
+		Observer:  obs,
 	})
 }
 
@@ -217,6 +221,7 @@ type stack struct {
 	upstream *upstream
 	servers  []*server
 	targets  []*target
+	cleanup  []func() // run by close, after the servers
 }
 
 func newStack(c config) (_ *stack, err error) {
@@ -242,7 +247,7 @@ func newStack(c config) (_ *stack, err error) {
 		gws = append(gws, variant{"gateway+gate", c.GateSlots})
 	}
 	for _, gw := range gws {
-		h, err := newGateway(up.url, gw.slots, c.UpIdle)
+		h, err := newGateway(up.url, gw.slots, c.UpIdle, nopObserver)
 		if err != nil {
 			return nil, err
 		}
@@ -250,7 +255,39 @@ func newStack(c config) (_ *stack, err error) {
 			return nil, err
 		}
 	}
+	if c.Journal {
+		if err := s.addJournal(up.url, c); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// addJournal adds the gateway with its embedded journal: SQLite in a
+// temporary folder, written through the batch writer, as outlast serve
+// runs it by default.
+func (s *stack) addJournal(up *url.URL, c config) error {
+	dir, err := os.MkdirTemp("", "outlast-load-")
+	if err != nil {
+		return err
+	}
+	store, err := journal.Open(context.Background(), "sqlite:"+filepath.Join(dir, "journal.db"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	w := journal.NewWriter(store, journal.WriterConfig{Logger: slog.New(slog.DiscardHandler)})
+	s.cleanup = append(s.cleanup, func() {
+		w.Close(context.Background())
+		store.Close()
+		os.RemoveAll(dir)
+	})
+	h, err := newGateway(up, c.Slots, c.UpIdle, gateway.Observers(nopObserver, journal.Observer(w)))
+	if err != nil {
+		return err
+	}
+	_, err = s.add("gateway+journal", h, c)
+	return err
 }
 
 func (s *stack) add(name string, h http.Handler, c config) (*server, error) {
@@ -270,6 +307,9 @@ func (s *stack) close() error {
 	}
 	for _, srv := range s.servers {
 		errs = append(errs, srv.close())
+	}
+	for _, f := range s.cleanup {
+		f()
 	}
 	return errors.Join(errs...)
 }
