@@ -37,7 +37,7 @@ func TestSmoke(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("decoding the report: %v\n%s", err, stdout.String())
 	}
-	want := []string{"direct", "proxy", "gateway", "gateway+gate"}
+	want := []string{"direct", "proxy", "gateway", "gateway+gate", "gateway+journal"}
 	if got := strings.Join(rep.Targets, ","); got != strings.Join(want, ",") {
 		t.Fatalf("targets: got %s, want %s", got, strings.Join(want, ","))
 	}
