@@ -27,6 +27,12 @@ var ErrStalled = errors.New("outlast: no first byte before the timeout")
 // reached the caller.
 var ErrClosedEarly = errors.New("outlast: response closed before its first byte")
 
+// ErrNoTime is returned, wrapping the last attempt's failure, when a retry
+// under a deadline would have to wait at the gate past the deadline less
+// the policy's reserve. The rest of the deadline is the caller's: no wait
+// before a retry eats into the reserve (seed 000).
+var ErrNoTime = errors.New("outlast: no slot at the gate before the deadline's reserve")
+
 // ErrInvalidPolicy is wrapped by every error that [Policy.Validate] returns.
 var ErrInvalidPolicy = errors.New("outlast: invalid policy")
 

@@ -157,3 +157,43 @@ func equalStrings(a, b []string) bool {
 	}
 	return true
 }
+
+// A retry's wait at the gate stops at the deadline less the reserve, as
+// its wait before the gate does; the first attempt may queue to the
+// deadline itself.
+func TestTransportGateWaitKeepsReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := gate.New(1, 4)
+		hold := &inflight{work: 100 * time.Second, fail: map[string]int{}}
+		// One request holds the slot for 100 s, from t = 5 s.
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		holder := &outlast.Transport{Base: hold, Gate: g}
+		wg.Go(func() {
+			time.Sleep(5 * time.Second)
+			req, _ := http.NewRequest(http.MethodGet, "http://slot.test/", nil)
+			if resp, err := holder.RoundTrip(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+		// Ours fails at once (503), waits 10 s, then finds the slot held.
+		fake := newFake(step{status: 503}, step{})
+		tr := &outlast.Transport{Base: fake, Gate: g, Policy: &outlast.Policy{Waits: []time.Duration{10 * time.Second}, Reserve: 20 * time.Second}, Logger: discardLogger()}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://slot.test/", nil)
+		start := time.Now()
+		_, err := tr.RoundTrip(req)
+		var se *outlast.StatusError
+		if !errors.Is(err, outlast.ErrNoTime) || !errors.As(err, &se) || se.StatusCode != 503 {
+			t.Fatalf("got %v, want ErrNoTime wrapping the 503", err)
+		}
+		if got := time.Since(start); got != 40*time.Second {
+			t.Errorf("gave up after %v, want 40s: the deadline less the reserve", got)
+		}
+		if held, waiting := g.Load("slot.test"); held != 1 || waiting != 0 {
+			t.Errorf("got %d held, %d waiting, want 1 0: the give-up left the queue", held, waiting)
+		}
+	})
+}

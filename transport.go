@@ -177,6 +177,7 @@ type call struct {
 	retry bool     // whether the request may be retried: a policy, no mark
 	sched schedule // the retry state, when retry is set
 
+	last    error                         // the last attempt's failure, once one has failed
 	getBody func() (io.ReadCloser, error) // replays the body; nil when it cannot be
 	body    io.ReadCloser                 // the first attempt's body
 }
@@ -247,6 +248,7 @@ func (c *call) run() (*http.Response, error) {
 		res.at.RetryIn = wait
 		c.rep.end(res.at)
 		logRetry(c.ctx, c.t.logger(), res.at.Key, n, res.fail, wait)
+		c.last = res.fail
 		discard(res.resp)
 		if err := sleep(c.ctx, wait); err != nil {
 			return nil, waitErr(err, wait, res.fail)
@@ -391,14 +393,34 @@ func (c *call) acquire(r *http.Request, at *Attempt) (release func(), err error)
 	}
 	key := c.t.gateKey(r)
 	ahead, rep := 0, c.rep // copies, so that the closure does not move c to the heap
+	ctx, stop := c.gateContext()
+	defer stop()
 	start := time.Now()
-	release, err = g.Acquire(c.ctx, key, func(n int) {
+	release, err = g.Acquire(ctx, key, func(n int) {
 		ahead = n
 		rep.queued(key, n)
 	})
 	at.Key, at.Ahead, at.GateWait = key, ahead, time.Since(start)
-	if err != nil {
-		return nil, errBusyGate(key, err)
+	switch {
+	case err == nil:
+		return release, nil
+	case ctx.Err() != nil && c.ctx.Err() == nil:
+		// The reserve's edge came first: the caller's deadline is not
+		// over, but what is left of it is the caller's, not this run's.
+		return nil, fmt.Errorf("%w (the last attempt: %w)", ErrNoTime, c.last)
 	}
-	return release, nil
+	return nil, errBusyGate(key, err)
+}
+
+// gateContext bounds a retry's wait at the gate, under a deadline, by the
+// deadline less the reserve: seed 000's rule that no wait before a retry
+// may eat into the reserve holds for the gate's queue too. The first
+// attempt, like the first attempt without a gate, may use the whole
+// deadline.
+func (c *call) gateContext() (context.Context, context.CancelFunc) {
+	deadline, ok := c.ctx.Deadline()
+	if !c.retry || c.last == nil || !ok {
+		return c.ctx, func() {}
+	}
+	return context.WithDeadline(c.ctx, deadline.Add(-c.sched.p.reserve()))
 }

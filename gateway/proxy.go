@@ -199,7 +199,7 @@ func (x *exchange) failed(ctx context.Context, err error) {
 		x.fail(http.StatusServiceUnavailable, "busy",
 			fmt.Sprintf("outlast: upstream %s is busy: its queue is full", x.up.Name),
 			http.Header{"Retry-After": {strconv.Itoa(x.up.busyRetryAfter())}})
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(err, outlast.ErrNoTime):
 		x.fail(http.StatusGatewayTimeout, "deadline",
 			fmt.Sprintf("outlast: the request's deadline passed before upstream %s answered: %v", x.up.Name, err), nil)
 	case isTimeout(err):
