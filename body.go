@@ -27,6 +27,12 @@ func (c *call) send(r *http.Request, release func()) (*http.Response, error) {
 		timer.Stop()
 		return wrapBody(nil, stallCause(ctx, parent, err), release, cancel)
 	}
+	if resp.StatusCode == http.StatusSwitchingProtocols && timer.Stop() {
+		// An upgraded connection has no first byte to wait for, and its
+		// body must stay the io.ReadWriteCloser it is; its context lives
+		// as long as the connection.
+		return wrapBody(resp, nil, release, nil)
+	}
 	if isFailure(resp.StatusCode) {
 		if !timer.Stop() {
 			resp.Body.Close()

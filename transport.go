@@ -245,12 +245,16 @@ func (c *call) run() (*http.Response, error) {
 			}
 			return nil, res.fail
 		}
+		// The wait runs from now: hooks and draining the failed response
+		// come out of it, not on top of it, so it still ends inside the
+		// bound that next checked.
+		wake := time.Now().Add(wait)
 		res.at.RetryIn = wait
 		c.rep.end(res.at)
 		logRetry(c.ctx, c.t.logger(), res.at.Key, n, res.fail, wait)
 		c.last = res.fail
 		discard(res.resp)
-		if err := sleep(c.ctx, wait); err != nil {
+		if err := sleep(c.ctx, time.Until(wake)); err != nil {
 			return nil, waitErr(err, wait, res.fail)
 		}
 	}
@@ -319,7 +323,10 @@ func discard(resp *http.Response) {
 	if resp == nil {
 		return
 	}
-	if resp.ContentLength >= -1 && resp.ContentLength <= drainLimit {
+	// An event stream may stay open after its error event: reading it
+	// could block, so it is closed unread, as is a long body.
+	known := resp.ContentLength >= 0 && resp.ContentLength <= drainLimit
+	if known || (resp.ContentLength == -1 && !isEventStream(resp.Header)) {
 		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
 	}
 	resp.Body.Close()
@@ -330,7 +337,7 @@ func isFailure(code int) bool { return code >= 400 }
 
 // errBusyGate wraps a gate's refusal so that its text names the key.
 func errBusyGate(key string, err error) error {
-	if errors.Is(err, ErrBusy) || isBusy(err) {
+	if isBusy(err) {
 		return fmt.Errorf("outlast: gate %q: %w", key, err)
 	}
 	return err
@@ -344,6 +351,10 @@ func (c *call) attempt(r *http.Request, n int) (result, error) {
 	res := result{at: Attempt{N: n}}
 	release, err := c.acquire(r, &res.at)
 	if err != nil {
+		// RoundTrip must close the body, even on an error (http.RoundTripper).
+		if r.Body != nil {
+			r.Body.Close()
+		}
 		return res, err
 	}
 	active := c.rep.active()

@@ -554,7 +554,7 @@ func TestTransportHoldsGatePerAttempt(t *testing.T) {
 		if a := rec.ends[1]; a.Key != "model.test" || a.Ahead != 2 || a.GateWait != time.Second {
 			t.Errorf("attempt 2: got key %q ahead %d wait %v, want model.test 2 1s", a.Key, a.Ahead, a.GateWait)
 		}
-		if len(rec.queued) != 2 || rec.queued[0] != 2 {
+		if len(rec.queued) != 2 || rec.queued[0] != 2 || rec.queued[1] != 2 {
 			t.Errorf("got Queued hooks %v, want [2 2]", rec.queued)
 		}
 	})
@@ -574,6 +574,27 @@ func TestTransportBusyNotRetried(t *testing.T) {
 		}
 	})
 }
+
+// A request refused at the gate is never sent, and its body is closed,
+// as the RoundTripper contract asks.
+func TestTransportBusyClosesBody(t *testing.T) {
+	body := &trackedBody{Reader: strings.NewReader("{}")}
+	tr := &outlast.Transport{Base: newFake(step{}), Gate: &fakeGate{busy: true}}
+	req, _ := http.NewRequest(http.MethodPost, "http://model.test/", body)
+	if _, err := tr.RoundTrip(req); !errors.Is(err, outlast.ErrBusy) {
+		t.Fatalf("got %v, want ErrBusy", err)
+	}
+	if !body.closed {
+		t.Error("the request body was not closed")
+	}
+}
+
+type trackedBody struct {
+	io.Reader
+	closed bool
+}
+
+func (b *trackedBody) Close() error { b.closed = true; return nil }
 
 // Do retries any function under the same rules, taking the server's delay
 // from a *StatusError, and an inner Do under an outer one tries once.
@@ -603,9 +624,10 @@ func TestDo(t *testing.T) {
 			t.Errorf("took %v, want 3.01s", got)
 		}
 		// Each inner attempt is reported once by the inner Do and once by
-		// the outer, with the same RetryIn only on the outer's.
-		if got := rec.retryIns(); len(got) != 6 {
-			t.Errorf("got %d attempt ends, want 6", len(got))
+		// the outer, and only the outer, which retries, carries RetryIn.
+		want := []time.Duration{0, 3 * time.Second, 0, 10 * time.Millisecond, 0, 0}
+		if got := rec.retryIns(); !equalDurations(got, want) {
+			t.Errorf("got RetryIn %v, want %v", got, want)
 		}
 	})
 }

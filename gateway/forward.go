@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,33 +68,37 @@ func (x *exchange) copyBody(body io.Reader, flush bool, cancel context.CancelCau
 	defer bufPool.Put(bp)
 	buf := *bp
 	var idle *time.Timer
+	var silent atomic.Bool // the idle timer fired
 	if d := x.up.IdleTimeout; d > 0 {
-		idle = time.AfterFunc(d, func() { cancel(errIdle) })
+		idle = time.AfterFunc(d, func() { silent.Store(true); cancel(errIdle) })
 		defer idle.Stop()
 	}
 	rc := http.NewResponseController(x.w)
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
+			// The idle timeout is the upstream's silence: the time spent
+			// writing to a slow caller does not count.
 			if idle != nil {
-				idle.Reset(x.up.IdleTimeout)
+				idle.Stop()
 			}
 			x.rec.Committed = true
 			if _, werr := x.w.Write(buf[:n]); werr != nil {
 				return errClientGone
 			}
 			x.rec.Bytes += int64(n)
-			if flush {
-				if rc.Flush() != nil {
-					return errClientGone
-				}
+			if flush && rc.Flush() != nil {
+				return errClientGone
+			}
+			if idle != nil && !silent.Load() {
+				idle.Reset(x.up.IdleTimeout)
 			}
 		}
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
-			if idle != nil && !idle.Stop() {
+			if silent.Load() {
 				return errIdle
 			}
 			return err

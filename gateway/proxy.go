@@ -154,6 +154,7 @@ func (x *exchange) outbound(ctx context.Context, body []byte) *http.Request {
 	// else that the copy shares with the caller's request is changed.
 	out := x.r.WithContext(ctx)
 	out.RequestURI = ""
+	out.Close = false // the caller's Connection: close is its hop's, not ours (as in ReverseProxy)
 	out.URL = x.up.target(x.path, x.r.URL.RawQuery)
 	out.Host = ""
 	out.Header = forwardHeader(x.r.Header)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/outlast-llm/outlast"
 	"math"
 	"net/http"
 	"net/url"
@@ -49,7 +50,7 @@ var hopHeaders = []string{
 func forwardHeader(in http.Header) http.Header {
 	out := make(http.Header, len(in))
 	for k, v := range in {
-		if strings.HasPrefix(k, "Outlast-") && k != "Outlast-Attempt" {
+		if strings.HasPrefix(k, "Outlast-") && k != outlast.AttemptHeader {
 			continue
 		}
 		out[k] = v
