@@ -361,7 +361,9 @@ func (c *call) attempt(r *http.Request, n int) (result, error) {
 	if active {
 		res.at.CallID = NewCallID()
 	}
-	res.at.Start = time.Now()
+	if active || c.retry { // the start is read by hooks, and by Window
+		res.at.Start = time.Now()
+	}
 	if active {
 		c.rep.start(res.at)
 	}

@@ -39,7 +39,7 @@ func newExchange(g *Gateway, up *upstream, w http.ResponseWriter, r *http.Reques
 		ID:       outlast.NewCallID(),
 		Method:   r.Method,
 		Path:     r.URL.Path,
-		Header:   redact(r.Header, g.cfg.Redact),
+		Header:   g.observedHeader(r.Header),
 		Upstream: up.Name,
 		Start:    time.Now(),
 	}}
@@ -203,18 +203,13 @@ func (x *exchange) failed(ctx context.Context, err error) {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(err, outlast.ErrNoTime):
 		x.fail(http.StatusGatewayTimeout, "deadline",
 			fmt.Sprintf("outlast: the request's deadline passed before upstream %s answered: %v", x.up.Name, err), nil)
-	case isTimeout(err):
+	case outlast.Classify(err) == outlast.ClassStalled, outlast.Classify(err) == outlast.ClassTimeout:
 		x.fail(http.StatusGatewayTimeout, "timeout",
 			fmt.Sprintf("outlast: upstream %s did not answer in time: %v", x.up.Name, err), nil)
 	default:
 		x.fail(http.StatusBadGateway, "unreachable",
 			fmt.Sprintf("outlast: upstream %s is unreachable: %v", x.up.Name, err), nil)
 	}
-}
-
-func isTimeout(err error) bool {
-	var ne interface{ Timeout() bool }
-	return errors.Is(err, outlast.ErrStalled) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // done records the request's end and tells the observer and the log.

@@ -114,6 +114,16 @@ func (u *upstream) busyRetryAfter() int {
 // credentials are the request headers never handed to observers.
 var credentials = []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
 
+// observedHeader is Request.Header: a copy of h without credentials, made
+// only when an observer may read it.
+func (g *Gateway) observedHeader(h http.Header) http.Header {
+	o := g.cfg.Observer
+	if o.Queued == nil && o.AttemptStart == nil && o.AttemptEnd == nil && o.Done == nil {
+		return nil
+	}
+	return redact(h, g.cfg.Redact)
+}
+
 // redact copies h without credentials and the headers named in extra.
 func redact(h http.Header, extra []string) http.Header {
 	out := make(http.Header, len(h))
