@@ -147,8 +147,7 @@ func Classify(err error) string {
 		return ClassCanceled
 	case isRefused(err):
 		return ClassRefused
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case isReset(err):
 		return ClassReset
 	case isTimeout(err):
 		return ClassTimeout
@@ -168,23 +167,22 @@ func isRefused(err error) bool {
 // isGone reports a connection that failed before a response.
 func isGone(err error) bool {
 	switch {
-	case errors.Is(err, ErrStalled), errors.Is(err, ErrClosedEarly):
-		return true
-	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
-		return true
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		// net/http returns these when the server closes the connection
-		// before a response: the request was not answered.
+	case errors.Is(err, ErrStalled), errors.Is(err, ErrClosedEarly), isReset(err):
 		return true
 	}
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
+	if dns, ok := errors.AsType[*net.DNSError](err); ok {
 		// A name that does not exist will not exist in a minute either.
 		return dns.IsTimeout || dns.IsTemporary
 	}
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return isRefused(err)
+}
+
+// isReset reports a connection that broke before the response. net/http
+// returns io.EOF or io.ErrUnexpectedEOF when the server closes it before
+// answering: the request was not answered.
+func isReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // isTimeout reports a timeout that is not the caller's.
