@@ -43,7 +43,7 @@ func TestAPIThroughGateway(t *testing.T) {
 	g, err := gateway.New(gateway.Config{
 		Upstreams: []gateway.Upstream{{Name: "up", URL: u, Policy: &outlast.Policy{Waits: []time.Duration{20 * time.Millisecond}}}},
 		Logger:    slog.New(slog.DiscardHandler),
-		Observer:  journal.Observer(w),
+		Observer:  journal.Observer(w, journal.ObserverConfig{Headers: true}),
 		Endpoints: api.Endpoints(),
 	})
 	if err != nil {

@@ -282,7 +282,7 @@ func (s *stack) addJournal(up *url.URL, c config) error {
 		store.Close()
 		os.RemoveAll(dir)
 	})
-	h, err := newGateway(up, c.Slots, c.UpIdle, gateway.Observers(nopObserver, journal.Observer(w)))
+	h, err := newGateway(up, c.Slots, c.UpIdle, gateway.Observers(nopObserver, journal.Observer(w, journal.ObserverConfig{})))
 	if err != nil {
 		return err
 	}

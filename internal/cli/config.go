@@ -33,17 +33,19 @@ const (
 // serveConfig is what serve runs: the gateway, where it listens and how
 // long it drains.
 type serveConfig struct {
-	listen  string
-	grace   time.Duration
-	gateway gateway.Config
-	journal string        // a journal.Open spec: sqlite:PATH, postgres://…, or off
-	keep    time.Duration // how long the journal keeps a request; 0 for ever
+	listen         string
+	grace          time.Duration
+	gateway        gateway.Config
+	journal        string        // a journal.Open spec: sqlite:PATH, postgres://…, or off
+	journalHeaders bool          // keep request headers in the journal
+	keep           time.Duration // how long the journal keeps a request; 0 for ever
 }
 
 // serveFlags are serve's flags as parsed, before they are checked.
 type serveFlags struct {
 	config, listen, upstream, waits string
 	journal, keep, redact           string
+	journalHeaders                  bool
 	slots, queue, maxAttempts       int
 	reserve, firstByte, idle, grace time.Duration
 	maxBody                         int64
@@ -70,7 +72,7 @@ func (f *serveFlags) load() (*serveConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := &serveConfig{listen: f.listen, grace: f.grace, journal: f.journal, gateway: gateway.Config{MaxBody: f.maxBody, Redact: splitList(f.redact)}}
+	cfg := &serveConfig{listen: f.listen, grace: f.grace, journal: f.journal, journalHeaders: f.journalHeaders, gateway: gateway.Config{MaxBody: f.maxBody, Redact: splitList(f.redact)}}
 	if cfg.keep, err = journal.ParseKeep(f.keep); err != nil {
 		return nil, usagef("--journal-keep %q: %v", f.keep, err)
 	}

@@ -139,7 +139,7 @@ func startDemo(tl *demoTimeline) (*demo, error) {
 			FirstByteTimeout: 10 * time.Second,
 		}},
 		Logger:    slog.New(slog.DiscardHandler), // the timeline says it instead
-		Observer:  gateway.Observers(d.observer(), journal.Observer(d.writer), d.feed.Observer()),
+		Observer:  gateway.Observers(d.observer(), journal.Observer(d.writer, journal.ObserverConfig{}), d.feed.Observer()),
 		Endpoints: d.endpoints(),
 	})
 	if err != nil {

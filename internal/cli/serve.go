@@ -140,6 +140,7 @@ func (f *serveFlags) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.grace, "grace", defaultGrace, "how long requests in flight may finish after SIGINT or SIGTERM")
 	fs.StringVar(&f.journal, "journal", journal.DefaultSpec, "where the record is kept: sqlite:`PATH`, a postgres:// URL for several replicas, or off")
 	fs.StringVar(&f.keep, "journal-keep", "7d", "how long the journal keeps a request, as 7d or 12h; 0 keeps it for ever")
+	fs.BoolVar(&f.journalHeaders, "journal-headers", false, "keep each request's headers in the journal, credentials and --redact left out (default false: they cost more than the rest of the record)")
 	fs.StringVar(&f.redact, "redact", "", "comma-separated request `headers` the record must not keep, besides the credentials it never keeps (default: none)")
 	return fs
 }
@@ -167,7 +168,7 @@ func newGateway(cfg *serveConfig, rec *record, stderr io.Writer) (*gateway.Gatew
 		cfg.gateway.Endpoints[k] = h
 	}
 	if w := rec.writer; w != nil {
-		obs = append(obs, journal.Observer(w))
+		obs = append(obs, journal.Observer(w, journal.ObserverConfig{Headers: cfg.journalHeaders}))
 		m.SetJournalDropped(w.Dropped)
 		cfg.gateway.JournalStats = func() (uint64, uint64) { return w.Dropped(), w.Failed() }
 	}
