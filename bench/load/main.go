@@ -19,27 +19,11 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"flag"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return
-	case errors.As(err, new(usageError)):
-		fmt.Fprintln(os.Stderr, "load:", err)
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "load:", err)
-		os.Exit(1)
-	}
+	cmdline.Main("load", run, func(err error) bool { return errors.As(err, new(usageError)) })
 }

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 	"io"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -30,12 +28,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	defer func() { err = errors.Join(err, st.close()) }()
-	b := &bench{cfg: c, st: st, progress: terminal(stderr)}
+	b := &bench{cfg: c, st: st, progress: cmdline.Terminal(stderr)}
 	rep, err := b.run(ctx)
 	if err != nil {
 		return err
 	}
-	rep.Command = commandLine(args)
+	rep.Command = cmdline.CommandLine("load", args)
 	if c.JSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -43,32 +41,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 	rep.markdown(stdout)
 	return nil
-}
-
-// commandLine is the command that reproduces the run, for the report.
-func commandLine(args []string) string {
-	var b strings.Builder
-	b.WriteString("cd bench && go run ./load")
-	for _, a := range args {
-		if a == "" || strings.ContainsAny(a, " \t\"'") {
-			a = strconv.Quote(a)
-		}
-		b.WriteString(" " + a)
-	}
-	return b.String()
-}
-
-// terminal returns w if it is a terminal, for progress lines, else nil.
-func terminal(w io.Writer) io.Writer {
-	f, ok := w.(*os.File)
-	if !ok {
-		return nil
-	}
-	fi, err := f.Stat()
-	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		return nil
-	}
-	return w
 }
 
 // run runs every phase and returns the report.

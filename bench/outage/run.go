@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 	"io"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -22,7 +22,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	done := make(chan result, 1)
-	go func() { done <- inTest(func(b bubbler) result { return measureAll(b, c, terminal(stderr)) }) }()
+	go func() { done <- inTest(func(b bubbler) result { return measureAll(b, c, cmdline.Terminal(stderr)) }) }()
 	var res result
 	select {
 	case <-ctx.Done():
@@ -33,7 +33,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return res.err
 	}
 	rep := res.rep
-	rep.Command = commandLine(args)
+	rep.Command = cmdline.CommandLine("outage", args)
 	if c.SVG != "" {
 		if err := writeChart(c.SVG, rep); err != nil {
 			return err
@@ -115,32 +115,6 @@ func writeChart(path string, rep *report) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return f.Close()
-}
-
-// commandLine is the command that reproduces the run, for the report.
-func commandLine(args []string) string {
-	var b strings.Builder
-	b.WriteString("cd bench && go run ./outage")
-	for _, a := range args {
-		if a == "" || strings.ContainsAny(a, " \t\"'") {
-			a = strconv.Quote(a)
-		}
-		b.WriteString(" " + a)
-	}
-	return b.String()
-}
-
-// terminal returns w if it is a terminal, for progress lines, else nil.
-func terminal(w io.Writer) io.Writer {
-	f, ok := w.(*os.File)
-	if !ok {
-		return nil
-	}
-	fi, err := f.Stat()
-	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		return nil
-	}
-	return w
 }
 
 // machine names the machine, for the timing line.
