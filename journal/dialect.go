@@ -18,7 +18,8 @@ import (
 // shared.
 type dialect struct {
 	// types maps the schema's placeholders {time}, {json} and {bool} to
-	// the database's types.
+	// the database's types, and {without_rowid} to what follows a table
+	// kept in its primary key's order.
 	types *strings.Replacer
 	// numbered says bind parameters are numbered ($1); otherwise they
 	// are anonymous (?), and a query must use each once, in order.
@@ -36,7 +37,10 @@ type dialect struct {
 }
 
 var sqliteDialect = &dialect{
-	types: strings.NewReplacer("{time}", "TEXT", "{json}", "TEXT", "{bool}", "INTEGER"),
+	// WITHOUT ROWID keeps a table in its primary key's B-tree alone, so
+	// that a row costs one B-tree insert fewer.
+	types: strings.NewReplacer("{time}", "TEXT", "{json}", "TEXT", "{bool}", "INTEGER",
+		"{without_rowid}", " WITHOUT ROWID"),
 	// Anonymous parameters, because the driver looks a numbered one's
 	// name up in a list for each argument: quadratic in a batch's
 	// thousands of arguments.
@@ -51,12 +55,14 @@ var sqliteDialect = &dialect{
 		}
 		// Fixed-width text in UTC sorts as the times do, and reads well
 		// in the sqlite3 shell.
-		return t.UTC().Format(timeLayout)
+		var b [len(timeLayout)]byte
+		return string(appendTime(b[:0], t))
 	},
 }
 
 var postgresDialect = &dialect{
-	types:    strings.NewReplacer("{time}", "TIMESTAMPTZ", "{json}", "JSONB", "{bool}", "BOOLEAN"),
+	types: strings.NewReplacer("{time}", "TIMESTAMPTZ", "{json}", "JSONB", "{bool}", "BOOLEAN",
+		"{without_rowid}", ""),
 	numbered: true,
 	// Multi-row statements: each statement is a round trip.
 	rowsPerInsert: 500,

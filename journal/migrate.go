@@ -18,8 +18,8 @@ import (
 type migration struct {
 	version int
 	name    string
-	// stmts run in order, with {time}, {json} and {bool} replaced by the
-	// dialect's types.
+	// stmts run in order, with {time}, {json}, {bool} and
+	// {without_rowid} replaced as the dialect says.
 	stmts []string
 }
 
@@ -42,12 +42,12 @@ var migrations = []migration{
 			stream        {bool} NOT NULL,
 			committed     {bool} NOT NULL,
 			bytes         BIGINT NOT NULL
-		)`,
-		// List pages newest first by (started_at, id); Run reads a run
-		// oldest first; Prune looks for old ends.
+		){without_rowid}`,
+		// List pages newest first by (started_at, id), and Prune looks
+		// for old starts; Run reads a run oldest first. Every index is
+		// written for every request, so there are no more than these.
 		`CREATE INDEX outlast_requests_started ON outlast_requests (started_at, id)`,
 		`CREATE INDEX outlast_requests_run ON outlast_requests (run, started_at, id)`,
-		`CREATE INDEX outlast_requests_ended ON outlast_requests (ended_at)`,
 		`CREATE TABLE outlast_attempts (
 			request_id     TEXT NOT NULL REFERENCES outlast_requests (id) ON DELETE CASCADE,
 			n              INTEGER NOT NULL,
@@ -63,7 +63,7 @@ var migrations = []migration{
 			retry_after_ms BIGINT NOT NULL,
 			bytes          BIGINT NOT NULL,
 			PRIMARY KEY (request_id, n)
-		)`,
+		){without_rowid}`,
 	}},
 }
 

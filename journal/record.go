@@ -138,11 +138,49 @@ type jsonTime time.Time
 // text has a fixed width and sorts as the times do.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
+// appendTime appends t in timeLayout, in UTC, as t.UTC().Format(timeLayout)
+// does for the years validate lets in, at a fraction of its cost: the
+// store formats three times per request.
+func appendTime(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	hour, min, sec := t.Clock()
+	ms := t.Nanosecond() / int(time.Millisecond)
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, min, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	b = append(b, '.')
+	b = appendDigits(b, ms, 3)
+	return append(b, 'Z')
+}
+
+// appendDigits appends the last width decimal digits of v ≥ 0, with
+// leading zeros.
+func appendDigits(b []byte, v, width int) []byte {
+	b = append(b, make([]byte, width)...)
+	for i := len(b) - 1; i >= len(b)-width; i-- {
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return b
+}
+
 func (t jsonTime) MarshalJSON() ([]byte, error) {
 	if time.Time(t).IsZero() {
 		return []byte("null"), nil
 	}
-	return []byte(`"` + time.Time(t).UTC().Format(timeLayout) + `"`), nil
+	b := make([]byte, 0, len(timeLayout)+2)
+	b = append(b, '"')
+	b = appendTime(b, time.Time(t))
+	return append(b, '"'), nil
 }
 
 func (t *jsonTime) UnmarshalJSON(b []byte) error {

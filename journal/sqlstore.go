@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -22,11 +24,23 @@ type sqlStore struct {
 	w    *sql.DB       // for writes
 	r    *sql.DB       // for reads; w itself on PostgreSQL
 	pool *pgxpool.Pool // under w and r on PostgreSQL, else nil
+
+	// stmts are the write statements, prepared on w once, before the
+	// first write's transaction takes SQLite's one connection, because
+	// SQLite parses a batch's statements for about as long as it runs
+	// them. mu guards stmts.
+	mu         sync.Mutex
+	stmts      map[string]*sql.Stmt
+	unprepared int // statements exec ran without one of stmts, for a test
 }
 
-// chunkRows bounds the IDs of one IN list, well under SQLite's 32766 bind
-// parameters.
+// chunkRows bounds the IDs of one IN list that reads, well under SQLite's
+// 32766 bind parameters.
 const chunkRows = 500
+
+// deleteChunk bounds the IDs of one DELETE's IN list. It is a power of
+// two, because deleteIn pads a list to one.
+const deleteChunk = 512
 
 const (
 	requestCols = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes"
@@ -39,8 +53,76 @@ const (
 		stream = excluded.stream, committed = excluded.committed, bytes = excluded.bytes`
 )
 
+// nextSize returns the rows of the insert statement after one of n rows,
+// in the order prepare goes: per, then the powers of two below it, down
+// to 0 after 1.
+func nextSize(n, per int) int {
+	if n == per && per > 1 {
+		return 1 << (bits.Len(uint(per-1)) - 1)
+	}
+	return n / 2
+}
+
+// prepare prepares the write statements, if they are not yet.
+func (s *sqlStore) prepare(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stmts != nil {
+		return nil
+	}
+	var queries []string
+	per := max(s.d.rowsPerInsert, 1)
+	for n := per; n > 0; n = nextSize(n, per) {
+		queries = append(queries,
+			s.insert("outlast_requests", requestCols, 16, n)+requestUpsert,
+			s.insert("outlast_attempts", attemptCols, 13, n))
+	}
+	for n := deleteChunk; n > 0; n /= 2 {
+		queries = append(queries, s.deleteQuery("outlast_requests", "id", n), s.deleteQuery("outlast_attempts", "request_id", n))
+	}
+	stmts := make(map[string]*sql.Stmt, len(queries))
+	for _, q := range queries {
+		st, err := s.w.PrepareContext(ctx, q)
+		if err != nil {
+			for _, st := range stmts {
+				st.Close()
+			}
+			return fmt.Errorf("prepare: %w", err)
+		}
+		stmts[q] = st
+	}
+	s.stmts = stmts
+	return nil
+}
+
+// exec runs query in tx, as the statement prepare prepared if it is one.
+func (s *sqlStore) exec(ctx context.Context, tx *sql.Tx, query string, args ...any) error {
+	s.mu.Lock()
+	st := s.stmts[query]
+	if st == nil {
+		s.unprepared++
+	}
+	s.mu.Unlock()
+	var err error
+	if st == nil {
+		_, err = tx.ExecContext(ctx, query, args...)
+	} else {
+		// The transaction's statement is closed with the transaction;
+		// st stays, prepared on the connection.
+		_, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	}
+	return err
+}
+
 func (s *sqlStore) Close() error {
-	err := s.w.Close()
+	var err error
+	s.mu.Lock()
+	for _, st := range s.stmts {
+		err = errors.Join(err, st.Close())
+	}
+	s.stmts = nil
+	s.mu.Unlock()
+	err = errors.Join(err, s.w.Close())
 	if s.r != s.w {
 		err = errors.Join(err, s.r.Close())
 	}
@@ -61,6 +143,9 @@ func (s *sqlStore) Write(ctx context.Context, recs []Record) error {
 		}
 	}
 	recs = lastOfEach(recs)
+	if err := s.prepare(ctx); err != nil {
+		return fmt.Errorf("journal: write: %w", err)
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("journal: write: %w", err)
@@ -106,10 +191,14 @@ func (s *sqlStore) writeRequests(ctx context.Context, tx *sql.Tx, recs []Record)
 }
 
 func (s *sqlStore) requestArgs(args []any, r *Record) []any {
-	headers, _ := json.Marshal(cleanHeader(r.Header)) // a map of strings always marshals
+	headers := "{}" // most records keep no headers: see ObserverConfig
+	if h := cleanHeader(r.Header); len(h) > 0 {
+		b, _ := json.Marshal(h) // a map of strings always marshals
+		headers = string(b)
+	}
 	return append(args,
 		clean(r.ID), clean(r.Run), clean(r.Method), clean(r.Path), clean(r.Upstream),
-		clean(r.Slot), clean(r.Model), string(headers),
+		clean(r.Slot), clean(r.Model), headers,
 		s.d.timeArg(r.Start), s.d.timeArg(r.End),
 		r.Status, Sanitize(clean(r.Error)), len(r.Attempts), r.Stream, r.Committed, r.Bytes)
 }
@@ -136,31 +225,22 @@ func (s *sqlStore) writeAttempts(ctx context.Context, tx *sql.Tx, recs []Record)
 }
 
 // insertRows inserts the rows whose arguments args holds, ncols to a row,
-// in statements of up to the dialect's rowsPerInsert rows each, with tail
-// after the VALUES. The statement of a full chunk is prepared once.
+// with tail after the VALUES: in statements of the dialect's rowsPerInsert
+// rows, then of the powers of two that make up the rest, so that a table
+// has a handful of statement texts for exec to prepare.
 func (s *sqlStore) insertRows(ctx context.Context, tx *sql.Tx, table, cols string, ncols int, tail string, args []any) error {
 	per := max(s.d.rowsPerInsert, 1)
-	var full *sql.Stmt
 	for len(args) > 0 {
-		n := min(len(args)/ncols, per)
-		chunk := args[:n*ncols]
-		args = args[n*ncols:]
-		var err error
-		switch {
-		case n < per:
-			_, err = tx.ExecContext(ctx, s.insert(table, cols, ncols, n)+tail, chunk...)
-		case full == nil:
-			if full, err = tx.PrepareContext(ctx, s.insert(table, cols, ncols, n)+tail); err != nil {
-				return err
-			}
-			defer full.Close()
-			fallthrough
-		default:
-			_, err = full.ExecContext(ctx, chunk...)
+		n := len(args) / ncols
+		if n >= per {
+			n = per
+		} else {
+			n = 1 << (bits.Len(uint(n)) - 1)
 		}
-		if err != nil {
+		if err := s.exec(ctx, tx, s.insert(table, cols, ncols, n)+tail, args[:n*ncols]...); err != nil {
 			return err
 		}
+		args = args[n*ncols:]
 	}
 	return nil
 }
@@ -210,15 +290,32 @@ func (s *sqlStore) in(col string, first, n int) string {
 	return b.String()
 }
 
+// deleteIn deletes the rows of table whose col is one of ids. Each list of
+// IDs is padded to a power of two with its last ID, which deletes nothing
+// more, so that a table has a handful of statement texts for exec to
+// prepare.
 func (s *sqlStore) deleteIn(ctx context.Context, tx *sql.Tx, table, col string, ids []string) error {
+	args := make([]any, 0, min(len(ids), deleteChunk))
 	for len(ids) > 0 {
-		n := min(len(ids), chunkRows)
-		if _, err := tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE "+s.in(col, 1, n), anys(ids[:n])...); err != nil {
+		n := min(len(ids), deleteChunk)
+		size := 1 << bits.Len(uint(n-1))
+		args = args[:0]
+		for _, id := range ids[:n] {
+			args = append(args, id)
+		}
+		for len(args) < size {
+			args = append(args, ids[n-1])
+		}
+		if err := s.exec(ctx, tx, s.deleteQuery(table, col, size), args...); err != nil {
 			return err
 		}
 		ids = ids[n:]
 	}
 	return nil
+}
+
+func (s *sqlStore) deleteQuery(table, col string, n int) string {
+	return "DELETE FROM " + table + " WHERE " + s.in(col, 1, n)
 }
 
 func anys(ss []string) []any {
@@ -531,6 +628,9 @@ func (s *sqlStore) pruneChunk(ctx context.Context, before time.Time) (int, error
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	if err := s.prepare(ctx); err != nil {
+		return 0, err
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
@@ -552,10 +652,12 @@ func (s *sqlStore) pruneChunk(ctx context.Context, before time.Time) (int, error
 	return len(ids), nil
 }
 
-// prunable returns up to pruneChunk IDs of requests that ended before.
+// prunable returns up to pruneChunk IDs of requests that started and
+// ended before. A request ends after it starts, so the index on started_at
+// finds them, and the table needs none on ended_at for Prune alone.
 func (s *sqlStore) prunable(ctx context.Context, tx *sql.Tx, before time.Time) ([]string, error) {
-	q := "SELECT id FROM outlast_requests WHERE ended_at < " + s.d.ph(1) +
-		" OR (ended_at IS NULL AND started_at < " + s.d.ph(2) + ") LIMIT " + strconv.Itoa(pruneChunk)
+	q := "SELECT id FROM outlast_requests WHERE started_at < " + s.d.ph(1) +
+		" AND (ended_at IS NULL OR ended_at < " + s.d.ph(2) + ") LIMIT " + strconv.Itoa(pruneChunk)
 	rows, err := tx.QueryContext(ctx, q, s.d.timeArg(before), s.d.timeArg(before))
 	if err != nil {
 		return nil, err

@@ -52,7 +52,8 @@ type Store interface {
 
 	// Prune deletes the requests that ended before the given time, with
 	// their attempts, and returns how many requests it deleted. A request
-	// with no end counts from its start.
+	// with no end counts from its start, and one whose end is before its
+	// start (a clock stepped back) from its start too.
 	Prune(ctx context.Context, before time.Time) (int64, error)
 
 	// Close releases the store's connections.

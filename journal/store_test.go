@@ -366,21 +366,25 @@ func testPrune(t *testing.T, b backend) {
 	}
 	write(t, s, recs...)
 	// old* ended at t0-59m, edge at t0+1s, new at t0+1h+1s.
-	write(t, s, unended, record("edge", "", t0, 200, 1), record("new", "", t0.Add(time.Hour), 200, 1))
+	// stepped ended before the cut by its clock, which stepped back, but
+	// started after it.
+	stepped := record("stepped", "", t0.Add(2*time.Second), 200, 1)
+	stepped.End = t0.Add(-time.Hour)
+	write(t, s, unended, stepped, record("edge", "", t0, 200, 1), record("new", "", t0.Add(time.Hour), 200, 1))
 	n, err := s.Prune(context.Background(), t0.Add(time.Second))
 	if err != nil {
 		t.Fatalf("Prune: %v", err)
 	}
 	// unended counts from its start, t0, and goes; edge ended at the
-	// cut itself and stays.
+	// cut itself and stays, and so does stepped.
 	if n != 2501 {
 		t.Errorf("Prune: got %d deleted, want 2501", n)
 	}
-	if got := pageAll(t, s, journal.Query{}); !reflect.DeepEqual(got, []string{"new", "edge"}) {
-		t.Errorf("left: got %v, want [new edge]", got)
+	if got := pageAll(t, s, journal.Query{}); !reflect.DeepEqual(got, []string{"new", "stepped", "edge"}) {
+		t.Errorf("left: got %v, want [new stepped edge]", got)
 	}
-	if got := count(t, b, spec, "outlast_attempts"); got != 2 {
-		t.Errorf("attempt rows left: got %d, want 2", got)
+	if got := count(t, b, spec, "outlast_attempts"); got != 3 {
+		t.Errorf("attempt rows left: got %d, want 3", got)
 	}
 	if n, err := s.Prune(context.Background(), t0.Add(time.Second)); n != 0 || err != nil {
 		t.Errorf("Prune again: got %d, %v; want 0, nil", n, err)

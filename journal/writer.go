@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -84,6 +85,7 @@ type Writer struct {
 	// kick wakes the goroutine when pending gets its first record, to
 	// start the flush interval, and when it holds a full batch.
 	kick    chan struct{}
+	flushes chan chan error // Flush's requests to the goroutine
 	dropped atomic.Uint64
 	failed  atomic.Uint64
 
@@ -103,6 +105,7 @@ func NewWriter(s Store, cfg WriterConfig) *Writer {
 		timeout:  cfg.WriteTimeout,
 		logger:   cfg.Logger,
 		kick:     make(chan struct{}, 1),
+		flushes:  make(chan chan error),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -155,6 +158,28 @@ func (w *Writer) Add(rec Record) bool {
 		}
 	}
 	return true
+}
+
+// Flush writes the records the Writer holds, without waiting for the
+// flush interval, and returns when they are written. It returns an error
+// if a write fails (the records are kept and tried again, as any batch's
+// are), if ctx ends first, or after Close. Records added while Flush runs
+// may wait for their own batch.
+func (w *Writer) Flush(ctx context.Context) error {
+	done := make(chan error, 1)
+	select {
+	case w.flushes <- done:
+	case <-w.done:
+		return errors.New("journal: flush: the writer is closed")
+	case <-ctx.Done():
+		return fmt.Errorf("journal: flush: %w", context.Cause(ctx))
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("journal: flush: %w", context.Cause(ctx))
+	}
 }
 
 // Dropped returns how many records Add has refused.
@@ -219,6 +244,8 @@ func (b *batcher) run(ctx context.Context) {
 		case <-b.timer.C:
 			b.armed = false
 			b.flush(ctx)
+		case done := <-b.w.flushes:
+			done <- b.flushAll(ctx)
 		case <-b.w.stop:
 			b.timer.Stop()
 			b.w.err = b.drain(ctx)
@@ -241,16 +268,7 @@ func (b *batcher) flush(ctx context.Context) {
 		if b.off == len(b.buf) && !b.take() {
 			return
 		}
-		n := min(len(b.buf)-b.off, b.w.max)
-		err := b.write(ctx, n)
-		if err == nil {
-			b.release(n)
-		} else if b.tries++; b.tries >= maxTries {
-			b.giveUp(n, err)
-		} else {
-			b.w.logger.Warn("journal: write failed; will try again",
-				"records", n, "try", b.tries, "retry_in", b.w.interval, "err", err)
-			b.arm()
+		if b.writeNext(ctx) != nil {
 			return
 		}
 		if b.off == len(b.buf) {
@@ -264,6 +282,54 @@ func (b *batcher) flush(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// writeNext writes the next batch of what was taken. If the write fails,
+// it gives the batch up after maxTries, or else arms the timer to try it
+// again and returns the error.
+func (b *batcher) writeNext(ctx context.Context) error {
+	n := min(len(b.buf)-b.off, b.w.max)
+	err := b.write(ctx, n)
+	switch {
+	case err == nil:
+		b.release(n)
+	case b.tries+1 >= maxTries:
+		b.tries++
+		b.giveUp(n, err)
+	default:
+		b.tries++
+		b.w.logger.Warn("journal: write failed; will try again",
+			"records", n, "try", b.tries, "retry_in", b.w.interval, "err", err)
+		b.arm()
+		return err
+	}
+	return nil
+}
+
+// flushAll writes the records held when it is called, for Flush: those
+// taken and those pending, however few.
+func (b *batcher) flushAll(ctx context.Context) error {
+	b.timer.Stop()
+	b.armed = false
+	left := len(b.buf) - b.off + b.w.pendingLen()
+	failed := b.w.failed.Load()
+	for left > 0 {
+		if b.off == len(b.buf) && !b.take() {
+			break
+		}
+		n := min(len(b.buf)-b.off, b.w.max)
+		if err := b.writeNext(ctx); err != nil {
+			return fmt.Errorf("journal: flush: %w", err)
+		}
+		left -= n
+	}
+	if b.w.pendingLen() > 0 {
+		b.arm()
+	}
+	if lost := b.w.failed.Load() - failed; lost > 0 {
+		return fmt.Errorf("journal: flush: %d records lost: the store refused them %d times", lost, maxTries)
+	}
+	return nil
 }
 
 // take swaps pending for the written buffer and reports whether it got

@@ -348,3 +348,79 @@ func BenchmarkWriterAdd(b *testing.B) {
 	w.Close(context.Background())
 	b.ReportMetric(float64(w.Dropped()), "dropped")
 }
+
+// TestWriterFlush checks that Flush writes what the Writer holds at once,
+// a partial batch too, and returns once it is written.
+func TestWriterFlush(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{}
+		w := journal.NewWriter(f, journal.WriterConfig{Size: 1000, FlushInterval: time.Hour, Logger: quiet})
+		want := ids("r", 300) // a full batch and a partial one
+		addAll(t, w, want)
+		start := time.Now()
+		if err := w.Flush(context.Background()); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+		if time.Since(start) != 0 {
+			t.Errorf("Flush took %v, want no time", time.Since(start))
+		}
+		if got := f.written(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("written after Flush: got %d records, want %d", len(got), len(want))
+		}
+		// The interval starts afresh for what comes after.
+		addAll(t, w, []string{"late"})
+		time.Sleep(time.Hour - time.Nanosecond)
+		synctest.Wait()
+		if got := len(f.written()); got != 300 {
+			t.Errorf("before the interval: got %d written, want 300", got)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if got := len(f.written()); got != 301 {
+			t.Errorf("after the interval: got %d written, want 301", got)
+		}
+		closeWriter(t, w)
+		if err := w.Flush(context.Background()); err == nil {
+			t.Errorf("Flush after Close: got nil, want an error")
+		}
+	})
+}
+
+// TestWriterFlushFails checks that a Flush whose write fails says so, and
+// that the records are kept and written by the next try.
+func TestWriterFlushFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{fails: 1}
+		w := journal.NewWriter(f, journal.WriterConfig{FlushInterval: time.Second, Logger: quiet})
+		addAll(t, w, ids("r", 3))
+		if err := w.Flush(context.Background()); !errors.Is(err, errFake) {
+			t.Errorf("Flush: got %v, want %v", err, errFake)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := f.written(); fmt.Sprint(got) != "[r0 r1 r2]" {
+			t.Errorf("written after the retry: got %v, want [r0 r1 r2]", got)
+		}
+		closeWriter(t, w)
+	})
+}
+
+// TestWriterFlushContext checks that Flush returns when its context ends
+// while the store is stuck, and that the records still reach the store.
+func TestWriterFlushContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{block: make(chan struct{})}
+		w := journal.NewWriter(f, journal.WriterConfig{FlushInterval: time.Hour, Logger: quiet})
+		addAll(t, w, ids("r", 2))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := w.Flush(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Flush: got %v, want %v", err, context.DeadlineExceeded)
+		}
+		close(f.block)
+		closeWriter(t, w)
+		if got := f.written(); fmt.Sprint(got) != "[r0 r1]" {
+			t.Errorf("written: got %v, want [r0 r1]", got)
+		}
+	})
+}

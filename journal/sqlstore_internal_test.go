@@ -1,0 +1,44 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestWritesArePrepared checks that every statement a write or a prune
+// runs is one that prepare prepared, whatever the batch's size: one that
+// is not is parsed anew each time, which costs SQLite about as much as
+// running it.
+func TestWritesArePrepared(t *testing.T) {
+	st, err := Open(context.Background(), "sqlite:"+t.TempDir()+"/p.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s := st.(*sqlStore)
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	id := 0
+	for size := 1; size <= 70; size++ {
+		batch := make([]Record, size)
+		for i := range batch {
+			batch[i] = Record{ID: fmt.Sprintf("r%05d", id), Start: start, End: start.Add(time.Second)}
+			for n := range id % 4 {
+				batch[i].Attempts = append(batch[i].Attempts, Attempt{N: n + 1, Start: start})
+			}
+			id++
+		}
+		if err := s.Write(context.Background(), batch); err != nil {
+			t.Fatalf("Write of %d: %v", size, err)
+		}
+	}
+	if n, err := s.Prune(context.Background(), start.Add(time.Hour)); err != nil || n != int64(id) {
+		t.Fatalf("Prune: got %d, %v; want %d, nil", n, err, id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unprepared != 0 {
+		t.Errorf("%d statements ran unprepared, want 0", s.unprepared)
+	}
+}
