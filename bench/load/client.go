@@ -19,6 +19,18 @@ type target struct {
 	client *http.Client
 	req    [2][]byte // the request body, by mode: plain, stream
 	want   [2][]byte // the right response body, by mode
+	// drain, if set, finishes the work the target's requests left
+	// behind, such as the journal's batch writes, so that it is charged
+	// to this target's round rather than running into the next target's.
+	drain func(context.Context) error
+}
+
+// finish runs t's drain, if it has one.
+func (t *target) finish(ctx context.Context) error {
+	if t.drain == nil {
+		return nil
+	}
+	return t.drain(ctx)
 }
 
 func newTarget(name, url string, up *upstream, req [2][]byte, c config) *target {

@@ -55,6 +55,18 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("%s %s %s: got p50 %v µs, p99 %v µs; want 0 < p50 <= p99", row.Phase, row.Metric, ts.Name, ts.P50, ts.P99)
 			}
 		}
+		// Each gateway+X target is tested against the gateway alone.
+		var against []string
+		for _, c := range row.Against {
+			against = append(against, c.Target)
+			if c.Rounds < 1 || c.PP50 < 0 || c.PP50 > 1 || c.PP99 < 0 || c.PP99 > 1 {
+				t.Errorf("%s %s against %s: got %d rounds, p-values %v and %v; want rounds and p-values in [0, 1]",
+					row.Phase, row.Metric, c.Target, c.Rounds, c.PP50, c.PP99)
+			}
+		}
+		if got := strings.Join(against, ","); got != "gateway+gate,gateway+journal" {
+			t.Errorf("%s %s: compared with the gateway: %s, want gateway+gate,gateway+journal", row.Phase, row.Metric, got)
+		}
 	}
 	if len(rep.MaxRate) != len(want) {
 		t.Fatalf("got %d max-rate results, want %d", len(rep.MaxRate), len(want))

@@ -86,7 +86,7 @@ func (b *bench) sequential(ctx context.Context, stream bool) ([]*series, error) 
 					}
 					s.add(t.do(ctx, stream))
 				}
-				return nil
+				return t.finish(ctx)
 			})
 			if err != nil {
 				return nil, err
@@ -106,7 +106,12 @@ func (b *bench) fixedRate(ctx context.Context, stream bool) ([]*series, error) {
 		b.progressf("%g/s stream=%v: round %d/%d", b.cfg.Rate, stream, r+1, rounds)
 		for _, i := range b.order(r) {
 			t, s := b.st.targets[i], out[i]
-			err := b.round(s, func() error { return b.openLoop(ctx, t, s, b.cfg.Rate, d, stream) })
+			err := b.round(s, func() error {
+				if err := b.openLoop(ctx, t, s, b.cfg.Rate, d, stream); err != nil {
+					return err
+				}
+				return t.finish(ctx)
+			})
 			if err != nil {
 				return nil, err
 			}
@@ -243,6 +248,9 @@ func (b *bench) step(ctx context.Context, i int, rate float64, stream bool, m *m
 		s := &series{}
 		before := sampleCost()
 		if err := b.openLoop(ctx, b.st.targets[i], s, rate, b.cfg.MaxDur, stream); err != nil {
+			return "", err
+		}
+		if err := b.st.targets[i].finish(ctx); err != nil {
 			return "", err
 		}
 		d := sampleCost().since(before)

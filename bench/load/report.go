@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -28,6 +29,57 @@ type latencyRow struct {
 	Phase   string        `json:"phase"`  // "sequential" or the fixed rate
 	Metric  string        `json:"metric"` // "full" or "ttfb"
 	Targets []targetStats `json:"targets"`
+	// Against compares each gateway+X target with the gateway alone.
+	Against []comparison `json:"against_gateway,omitempty"`
+}
+
+// baseline is the target the others of its family are compared with.
+const baseline = "gateway"
+
+// comparison is whether a target's latency differs from the baseline's
+// beyond the noise: the Mann–Whitney U test of the two targets' per-round
+// percentiles, as benchstat compares benchmark runs.
+type comparison struct {
+	Target    string  `json:"target"`
+	Rounds    int     `json:"rounds"`    // per target
+	DeltaP50  float64 `json:"delta_p50"` // the medians' difference, µs
+	DeltaP99  float64 `json:"delta_p99"`
+	ChangeP50 float64 `json:"change_p50"` // DeltaP50 over the baseline's median
+	ChangeP99 float64 `json:"change_p99"`
+	PP50      float64 `json:"p_p50"` // the test's p-value
+	PP99      float64 `json:"p_p99"`
+}
+
+// alpha is the p-value under which a difference is beyond the noise.
+const alpha = 0.05
+
+// compare compares s with base, round by round.
+func compare(name string, s, base *series) comparison {
+	c := comparison{Target: name}
+	for i, p := range []float64{0.50, 0.99} {
+		x, y := roundMicros(s, p), roundMicros(base, p)
+		c.Rounds = min(len(x), len(y))
+		d, m := median(x)-median(y), median(y)
+		change := 0.0
+		if m > 0 {
+			change = d / m
+		}
+		pv := mannWhitney(x, y)
+		if i == 0 {
+			c.DeltaP50, c.ChangeP50, c.PP50 = d, change, pv
+		} else {
+			c.DeltaP99, c.ChangeP99, c.PP99 = d, change, pv
+		}
+	}
+	return c
+}
+
+func roundMicros(s *series, p float64) []float64 {
+	var out []float64
+	for _, d := range s.roundPercentiles(p) {
+		out = append(out, micros(d))
+	}
+	return out
 }
 
 // targetStats is one target's latency in a row. Added is over the direct
@@ -125,6 +177,13 @@ func (rep *report) addLatency(phase string, stream bool, names []string, s []*se
 		}
 		row.Targets = append(row.Targets, ts)
 	}
+	if b := slices.Index(names, baseline); b >= 0 {
+		for i, name := range names {
+			if strings.HasPrefix(name, baseline+"+") {
+				row.Against = append(row.Against, compare(name, s[i], s[b]))
+			}
+		}
+	}
 	rep.Latency = append(rep.Latency, row)
 }
 
@@ -143,6 +202,7 @@ func (rep *report) markdown(w io.Writer) {
 	fmt.Fprintf(w, "\nAdded = the target's percentile minus direct's; ratio = the gateway's added over the bare proxy's (goal: at most 1.10).\n"+
 		"Latency is the whole response (full) or, streaming, the first body byte (ttfb); each percentile is the median over the rounds\n"+
 		"of the round's percentile (the pooled ones are in --json).\n")
+	rep.againstTable(w)
 	rep.costTable(w)
 	rep.countTable(w)
 	if len(rep.MaxRate) > 0 {
@@ -165,6 +225,41 @@ func (rep *report) latencyTable(w io.Writer) {
 		}
 		tableRow(w, cells...)
 	}
+}
+
+// againstTable says whether each gateway+X target's latency differs from
+// the gateway's beyond the noise.
+func (rep *report) againstTable(w io.Writer) {
+	var rows []latencyRow
+	for _, row := range rep.Latency {
+		if len(row.Against) > 0 {
+			rows = append(rows, row)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n")
+	head := []string{"phase", "metric", "target", "rounds", "p50 vs " + baseline, "p99 vs " + baseline}
+	tableRow(w, head...)
+	tableRule(w, len(head))
+	for _, row := range rows {
+		for _, c := range row.Against {
+			tableRow(w, row.Phase, row.Metric, c.Target, fmt.Sprint(c.Rounds),
+				against(c.DeltaP50, c.ChangeP50, c.PP50), against(c.DeltaP99, c.ChangeP99, c.PP99))
+		}
+	}
+	fmt.Fprintf(w, "\nEach cell is the difference of the medians over the rounds of each round's percentile, and the p-value of the\n"+
+		"Mann–Whitney U test of the rounds' percentiles, as benchstat reports: ~ is within the noise (p ≥ %.2f).\n", alpha)
+}
+
+// against is one cell of againstTable.
+func against(delta, change, p float64) string {
+	verdict := "~"
+	if p < alpha {
+		verdict = fmt.Sprintf("%+.0f%%", 100*change)
+	}
+	return fmt.Sprintf("%+.1f µs, %s (p=%.2f)", delta, verdict, p)
 }
 
 // costTable shows the process's CPU time and allocations per request,

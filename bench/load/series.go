@@ -65,14 +65,7 @@ func (s *series) percentile(p float64) time.Duration {
 // percentile. A round that another process on the machine disturbed moves
 // it little, where it can decide a pooled p99 alone.
 func (s *series) roundPercentile(p float64) time.Duration {
-	var per []time.Duration
-	start := 0
-	for _, end := range s.rounds {
-		if end > start {
-			per = append(per, rank(slices.Sorted(slices.Values(s.lats[start:end])), p))
-		}
-		start = end
-	}
+	per := s.roundPercentiles(p)
 	if len(per) == 0 {
 		return s.percentile(p)
 	}
@@ -81,6 +74,20 @@ func (s *series) roundPercentile(p float64) time.Duration {
 		return (per[n/2-1] + per[n/2]) / 2
 	}
 	return per[len(per)/2]
+}
+
+// roundPercentiles returns each round's p-th percentile, of the rounds
+// that have latencies.
+func (s *series) roundPercentiles(p float64) []time.Duration {
+	var per []time.Duration
+	start := 0
+	for _, end := range s.rounds {
+		if end > start {
+			per = append(per, rank(slices.Sorted(slices.Values(s.lats[start:end])), p))
+		}
+		start = end
+	}
+	return per
 }
 
 // rank returns the nearest-rank p-th percentile of sorted, or 0 if it is

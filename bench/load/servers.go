@@ -265,7 +265,7 @@ func newStack(c config) (_ *stack, err error) {
 
 // addJournal adds the gateway with its embedded journal: SQLite in a
 // temporary folder, written through the batch writer, as outlast serve
-// runs it by default.
+// runs it by default. Each round ends by flushing the writer.
 func (s *stack) addJournal(up *url.URL, c config) error {
 	dir, err := os.MkdirTemp("", "outlast-load-")
 	if err != nil {
@@ -286,8 +286,12 @@ func (s *stack) addJournal(up *url.URL, c config) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.add("gateway+journal", h, c)
-	return err
+	if _, err := s.add("gateway+journal", h, c); err != nil {
+		return err
+	}
+	// The writes a round's requests leave behind are that round's cost.
+	s.targets[len(s.targets)-1].drain = w.Flush
+	return nil
 }
 
 func (s *stack) add(name string, h http.Handler, c config) (*server, error) {
