@@ -2,22 +2,34 @@ package journal_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
+	"time"
 
+	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/journal"
 )
 
-// benchmarkWrite measures one Write of a batch of 100 records with two
-// attempts each, as a Writer sends them.
+// benchmarkWrite measures one Write of a full batch, 256 records, as the
+// gateway makes them on its success path: UUIDv7 IDs in time order, no
+// headers, one attempt each.
 func benchmarkWrite(b *testing.B, s journal.Store) {
-	batch := make([]journal.Record, 100)
+	batch := make([]journal.Record, 256)
+	start := time.Now()
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
 		for i := range batch {
-			batch[i] = record(fmt.Sprintf("r%08d", n), "bench", t0, 200, 2)
+			at := start.Add(time.Duration(n) * 500 * time.Microsecond)
+			batch[i] = journal.Record{
+				ID: outlast.NewCallID(), Method: "POST", Path: "/v1/chat/completions",
+				Upstream: "openai", Model: "gpt-test", Start: at, End: at.Add(300 * time.Millisecond),
+				Status: 200, Committed: true, Bytes: 1200,
+				Attempts: []journal.Attempt{{
+					N: 1, CallID: outlast.NewCallID(), Start: at, End: at.Add(300 * time.Millisecond),
+					Status: 200, Bytes: 1200,
+				}},
+			}
 			n++
 		}
 		if err := s.Write(context.Background(), batch); err != nil {

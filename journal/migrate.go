@@ -18,8 +18,8 @@ import (
 type migration struct {
 	version int
 	name    string
-	// stmts run in order, with {time}, {json}, {bool} and
-	// {without_rowid} replaced as the dialect says.
+	// stmts run in order, with {time}, {json} and {bool} replaced by the
+	// dialect's types.
 	stmts []string
 }
 
@@ -42,7 +42,7 @@ var migrations = []migration{
 			stream        {bool} NOT NULL,
 			committed     {bool} NOT NULL,
 			bytes         BIGINT NOT NULL
-		){without_rowid}`,
+		)`,
 		// List pages newest first by (started_at, id), and Prune looks
 		// for old starts; Run reads a run oldest first. Every index is
 		// written for every request, so there are no more than these.
@@ -63,7 +63,7 @@ var migrations = []migration{
 			retry_after_ms BIGINT NOT NULL,
 			bytes          BIGINT NOT NULL,
 			PRIMARY KEY (request_id, n)
-		){without_rowid}`,
+		)`,
 	}},
 }
 

@@ -42,3 +42,25 @@ func TestWritesArePrepared(t *testing.T) {
 		t.Errorf("%d statements ran unprepared, want 0", s.unprepared)
 	}
 }
+
+// TestSQLiteSettings checks the settings the writer's cost depends on
+// reach the connection: a DSN typo would drop them silently.
+func TestSQLiteSettings(t *testing.T) {
+	st, err := Open(context.Background(), "sqlite:"+t.TempDir()+"/s.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s := st.(*sqlStore)
+	for pragma, want := range map[string]string{
+		"journal_mode": "wal", "synchronous": "1", "temp_store": "2", "wal_autocheckpoint": "8000",
+	} {
+		var got string
+		if err := s.w.QueryRowContext(context.Background(), "PRAGMA "+pragma).Scan(&got); err != nil {
+			t.Fatalf("PRAGMA %s: %v", pragma, err)
+		}
+		if got != want {
+			t.Errorf("PRAGMA %s: got %s, want %s", pragma, got, want)
+		}
+	}
+}
