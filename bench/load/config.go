@@ -126,7 +126,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.ProxyPool, "proxy-pool", c.ProxyPool, "give the bare proxy a BufferPool, as the gateway pools its buffers\n(false: httputil's default, a new 32 KiB buffer per response)")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "bound on one request")
 	fs.BoolVar(&c.JSON, "json", c.JSON, "print JSON instead of markdown")
-	fs.StringVar(&c.CPUProfile, "cpuprofile", c.CPUProfile, "after the phases, profile the proxy and the gateway alone at --rate, non-streaming,\nfor --profile-time each, into `PREFIX`-proxy.pprof and PREFIX-gateway.pprof")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", c.CPUProfile, "after the phases, profile the proxy, the gateway and the gateway with its journal, each alone at --rate,\nnon-streaming, for --profile-time each, into `PREFIX`-proxy.pprof, PREFIX-gateway.pprof and PREFIX-gateway+journal.pprof")
 	fs.DurationVar(&c.ProfileDur, "profile-time", c.ProfileDur, "time per target profiled by --cpuprofile")
 	fs.StringVar(&c.MemProfile, "memprofile", c.MemProfile, "write the whole run's allocations, sampled every 4 KiB, to `FILE`\n(the sampling slows every target; do not read the tables of such a run)")
 	fs.BoolVar(&c.Quick, "quick", c.Quick, "a short run (~10 s) for a smoke test; flags given explicitly still win")

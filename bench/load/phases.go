@@ -292,11 +292,16 @@ func (b *bench) verdict(s *series, rate float64) string {
 	return ""
 }
 
-// profile writes a CPU profile of the proxy and of the gateway, each alone
-// at Rate, non-streaming, for ProfileDur: diff them with
+// profile writes a CPU profile of the proxy, of the gateway and, if it
+// runs, of the gateway with its journal, each alone at Rate, non-streaming,
+// for ProfileDur: diff them with
 // go tool pprof -diff_base PREFIX-proxy.pprof PREFIX-gateway.pprof.
 func (b *bench) profile(ctx context.Context) error {
-	for _, name := range []string{"proxy", "gateway"} {
+	names := []string{"proxy", "gateway"}
+	if b.st.target("gateway+journal") != nil {
+		names = append(names, "gateway+journal")
+	}
+	for _, name := range names {
 		b.progressf("profiling %s at %g/s", name, b.cfg.Rate)
 		if err := b.profileOne(ctx, name); err != nil {
 			return err
@@ -332,6 +337,9 @@ func (b *bench) profileOne(ctx context.Context, name string) error {
 		return err
 	}
 	err = b.openLoop(ctx, t, &series{}, b.cfg.Rate, b.cfg.ProfileDur, false)
+	if err == nil {
+		err = t.finish(ctx)
+	}
 	pprof.StopCPUProfile()
 	if err != nil {
 		return err
