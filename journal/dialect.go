@@ -41,9 +41,10 @@ var sqliteDialect = &dialect{
 	// name up in a list for each argument: quadratic in a batch's
 	// thousands of arguments.
 	numbered: false,
-	// Statements of a few rows, prepared once: SQLite parses a long
-	// statement for longer than it saves.
-	rowsPerInsert: 32,
+	// Statements of 128 rows, prepared once: a batch of 256 records is
+	// two statements a table. (32 rows, 8 and 1 measured 7, 10 and 60 %
+	// slower per record.)
+	rowsPerInsert: 128,
 	readTx:        sql.TxOptions{ReadOnly: true},
 	timeArg: func(t time.Time) any {
 		if t.IsZero() {

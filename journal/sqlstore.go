@@ -151,10 +151,15 @@ func (s *sqlStore) Write(ctx context.Context, recs []Record) error {
 		return fmt.Errorf("journal: write: %w", err)
 	}
 	defer tx.Rollback() // after Commit, a no-op
-	if err := s.writeRequests(ctx, tx, recs); err != nil {
+	buf := argsPool.Get().(*[]any)
+	defer func() {
+		clear(*buf) // let the batch's strings go
+		argsPool.Put(buf)
+	}()
+	if err := s.writeRequests(ctx, tx, recs, buf); err != nil {
 		return fmt.Errorf("journal: write requests: %w", err)
 	}
-	if err := s.writeAttempts(ctx, tx, recs); err != nil {
+	if err := s.writeAttempts(ctx, tx, recs, buf); err != nil {
 		return fmt.Errorf("journal: write attempts: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -182,11 +187,16 @@ func lastOfEach(recs []Record) []Record {
 	return out
 }
 
-func (s *sqlStore) writeRequests(ctx context.Context, tx *sql.Tx, recs []Record) error {
-	args := make([]any, 0, len(recs)*16)
+// argsPool holds the argument slices of writes, a few thousand values each
+// and otherwise garbage after every batch.
+var argsPool = sync.Pool{New: func() any { return new([]any) }}
+
+func (s *sqlStore) writeRequests(ctx context.Context, tx *sql.Tx, recs []Record, buf *[]any) error {
+	args := (*buf)[:0]
 	for i := range recs {
 		args = s.requestArgs(args, &recs[i])
 	}
+	*buf = args
 	return s.insertRows(ctx, tx, "outlast_requests", requestCols, 16, requestUpsert, args)
 }
 
@@ -205,7 +215,7 @@ func (s *sqlStore) requestArgs(args []any, r *Record) []any {
 
 // writeAttempts replaces the attempts of recs: those of a record written
 // before go, whatever their numbers.
-func (s *sqlStore) writeAttempts(ctx context.Context, tx *sql.Tx, recs []Record) error {
+func (s *sqlStore) writeAttempts(ctx context.Context, tx *sql.Tx, recs []Record, buf *[]any) error {
 	ids := make([]string, len(recs))
 	n := 0
 	for i := range recs {
@@ -215,12 +225,13 @@ func (s *sqlStore) writeAttempts(ctx context.Context, tx *sql.Tx, recs []Record)
 	if err := s.deleteIn(ctx, tx, "outlast_attempts", "request_id", ids); err != nil {
 		return err
 	}
-	args := make([]any, 0, n*13)
+	args := (*buf)[:0]
 	for i := range recs {
 		for j := range recs[i].Attempts {
 			args = s.attemptArgs(args, ids[i], &recs[i].Attempts[j])
 		}
 	}
+	*buf = args
 	return s.insertRows(ctx, tx, "outlast_attempts", attemptCols, 13, "", args)
 }
 
