@@ -25,6 +25,9 @@ type dialect struct {
 	numbered bool
 	// rowsPerInsert bounds the rows of one INSERT.
 	rowsPerInsert int
+	// prepared says the store prepares its write statements once: the
+	// driver would parse each anew (pgx caches them itself).
+	prepared bool
 	// lock, if set, is the first statement of the migration's
 	// transaction, so that replicas starting together take turns.
 	lock string
@@ -45,6 +48,7 @@ var sqliteDialect = &dialect{
 	// two statements a table. (32 rows, 8 and 1 measured 7, 10 and 60 %
 	// slower per record.)
 	rowsPerInsert: 128,
+	prepared:      true,
 	readTx:        sql.TxOptions{ReadOnly: true},
 	timeArg: func(t time.Time) any {
 		if t.IsZero() {

@@ -30,7 +30,7 @@ type sqlStore struct {
 	// SQLite parses a batch's statements for about as long as it runs
 	// them. mu guards stmts.
 	mu         sync.Mutex
-	stmts      map[string]*sql.Stmt
+	stmts      map[stmtKey]*sql.Stmt
 	unprepared int // statements exec ran without one of stmts, for a test
 }
 
@@ -53,6 +53,27 @@ const (
 		stream = excluded.stream, committed = excluded.committed, bytes = excluded.bytes`
 )
 
+// A stmtKey names a write statement: an insert of rows rows into table,
+// or a delete of rows IDs from it.
+type stmtKey struct {
+	delete bool
+	table  string
+	rows   int
+}
+
+// text returns k's SQL.
+func (s *sqlStore) text(k stmtKey) string {
+	switch {
+	case k.delete && k.table == "outlast_requests":
+		return "DELETE FROM outlast_requests WHERE " + s.in("id", 1, k.rows)
+	case k.delete:
+		return "DELETE FROM " + k.table + " WHERE " + s.in("request_id", 1, k.rows)
+	case k.table == "outlast_requests":
+		return s.insert(k.table, requestCols, 16, k.rows) + requestUpsert
+	}
+	return s.insert(k.table, attemptCols, 13, k.rows)
+}
+
 // nextSize returns the rows of the insert statement after one of n rows,
 // in the order prepare goes: per, then the powers of two below it, down
 // to 0 after 1.
@@ -63,49 +84,52 @@ func nextSize(n, per int) int {
 	return n / 2
 }
 
-// prepare prepares the write statements, if they are not yet.
+// prepare prepares the write statements, if the dialect keeps them and
+// they are not yet.
 func (s *sqlStore) prepare(ctx context.Context) error {
+	if !s.d.prepared {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stmts != nil {
 		return nil
 	}
-	var queries []string
+	var keys []stmtKey
 	per := max(s.d.rowsPerInsert, 1)
 	for n := per; n > 0; n = nextSize(n, per) {
-		queries = append(queries,
-			s.insert("outlast_requests", requestCols, 16, n)+requestUpsert,
-			s.insert("outlast_attempts", attemptCols, 13, n))
+		keys = append(keys, stmtKey{false, "outlast_requests", n}, stmtKey{false, "outlast_attempts", n})
 	}
 	for n := deleteChunk; n > 0; n /= 2 {
-		queries = append(queries, s.deleteQuery("outlast_requests", "id", n), s.deleteQuery("outlast_attempts", "request_id", n))
+		keys = append(keys, stmtKey{true, "outlast_requests", n}, stmtKey{true, "outlast_attempts", n})
 	}
-	stmts := make(map[string]*sql.Stmt, len(queries))
-	for _, q := range queries {
-		st, err := s.w.PrepareContext(ctx, q)
+	stmts := make(map[stmtKey]*sql.Stmt, len(keys))
+	for _, k := range keys {
+		st, err := s.w.PrepareContext(ctx, s.text(k))
 		if err != nil {
 			for _, st := range stmts {
 				st.Close()
 			}
 			return fmt.Errorf("prepare: %w", err)
 		}
-		stmts[q] = st
+		stmts[k] = st
 	}
 	s.stmts = stmts
 	return nil
 }
 
-// exec runs query in tx, as the statement prepare prepared if it is one.
-func (s *sqlStore) exec(ctx context.Context, tx *sql.Tx, query string, args ...any) error {
+// exec runs the statement k in tx: the one prepare prepared, if there is
+// one, or else k's text.
+func (s *sqlStore) exec(ctx context.Context, tx *sql.Tx, k stmtKey, args []any) error {
 	s.mu.Lock()
-	st := s.stmts[query]
-	if st == nil {
+	st := s.stmts[k]
+	if st == nil && s.d.prepared {
 		s.unprepared++
 	}
 	s.mu.Unlock()
 	var err error
 	if st == nil {
-		_, err = tx.ExecContext(ctx, query, args...)
+		_, err = tx.ExecContext(ctx, s.text(k), args...)
 	} else {
 		// The transaction's statement is closed with the transaction;
 		// st stays, prepared on the connection.
@@ -153,7 +177,7 @@ func (s *sqlStore) Write(ctx context.Context, recs []Record) error {
 	defer tx.Rollback() // after Commit, a no-op
 	buf := argsPool.Get().(*[]any)
 	defer func() {
-		clear(*buf) // let the batch's strings go
+		clear((*buf)[:cap(*buf)]) // let the batch's strings go
 		argsPool.Put(buf)
 	}()
 	if err := s.writeRequests(ctx, tx, recs, buf); err != nil {
@@ -197,7 +221,7 @@ func (s *sqlStore) writeRequests(ctx context.Context, tx *sql.Tx, recs []Record,
 		args = s.requestArgs(args, &recs[i])
 	}
 	*buf = args
-	return s.insertRows(ctx, tx, "outlast_requests", requestCols, 16, requestUpsert, args)
+	return s.insertRows(ctx, tx, "outlast_requests", 16, args)
 }
 
 func (s *sqlStore) requestArgs(args []any, r *Record) []any {
@@ -217,12 +241,10 @@ func (s *sqlStore) requestArgs(args []any, r *Record) []any {
 // before go, whatever their numbers.
 func (s *sqlStore) writeAttempts(ctx context.Context, tx *sql.Tx, recs []Record, buf *[]any) error {
 	ids := make([]string, len(recs))
-	n := 0
 	for i := range recs {
 		ids[i] = clean(recs[i].ID)
-		n += len(recs[i].Attempts)
 	}
-	if err := s.deleteIn(ctx, tx, "outlast_attempts", "request_id", ids); err != nil {
+	if err := s.deleteIn(ctx, tx, "outlast_attempts", ids); err != nil {
 		return err
 	}
 	args := (*buf)[:0]
@@ -232,23 +254,24 @@ func (s *sqlStore) writeAttempts(ctx context.Context, tx *sql.Tx, recs []Record,
 		}
 	}
 	*buf = args
-	return s.insertRows(ctx, tx, "outlast_attempts", attemptCols, 13, "", args)
+	return s.insertRows(ctx, tx, "outlast_attempts", 13, args)
 }
 
-// insertRows inserts the rows whose arguments args holds, ncols to a row,
-// with tail after the VALUES: in statements of the dialect's rowsPerInsert
-// rows, then of the powers of two that make up the rest, so that a table
-// has a handful of statement texts for exec to prepare.
-func (s *sqlStore) insertRows(ctx context.Context, tx *sql.Tx, table, cols string, ncols int, tail string, args []any) error {
+// insertRows inserts the rows whose arguments args holds, ncols to a row:
+// in statements of the dialect's rowsPerInsert rows and, where the dialect
+// keeps prepared statements, then of the powers of two that make up the
+// rest, so that a table has a handful of statements to prepare.
+func (s *sqlStore) insertRows(ctx context.Context, tx *sql.Tx, table string, ncols int, args []any) error {
 	per := max(s.d.rowsPerInsert, 1)
 	for len(args) > 0 {
 		n := len(args) / ncols
-		if n >= per {
+		switch {
+		case n >= per:
 			n = per
-		} else {
+		case s.d.prepared:
 			n = 1 << (bits.Len(uint(n)) - 1)
 		}
-		if err := s.exec(ctx, tx, s.insert(table, cols, ncols, n)+tail, args[:n*ncols]...); err != nil {
+		if err := s.exec(ctx, tx, stmtKey{false, table, n}, args[:n*ncols]); err != nil {
 			return err
 		}
 		args = args[n*ncols:]
@@ -301,15 +324,18 @@ func (s *sqlStore) in(col string, first, n int) string {
 	return b.String()
 }
 
-// deleteIn deletes the rows of table whose col is one of ids. Each list of
-// IDs is padded to a power of two with its last ID, which deletes nothing
-// more, so that a table has a handful of statement texts for exec to
-// prepare.
-func (s *sqlStore) deleteIn(ctx context.Context, tx *sql.Tx, table, col string, ids []string) error {
+// deleteIn deletes the rows of table whose key column is one of ids.
+// Where the dialect keeps prepared statements, each list of IDs is padded
+// to a power of two with its last ID, which deletes nothing more, so that
+// a table has a handful of statements to prepare.
+func (s *sqlStore) deleteIn(ctx context.Context, tx *sql.Tx, table string, ids []string) error {
 	args := make([]any, 0, min(len(ids), deleteChunk))
 	for len(ids) > 0 {
 		n := min(len(ids), deleteChunk)
-		size := 1 << bits.Len(uint(n-1))
+		size := n
+		if s.d.prepared {
+			size = 1 << bits.Len(uint(n-1))
+		}
 		args = args[:0]
 		for _, id := range ids[:n] {
 			args = append(args, id)
@@ -317,16 +343,12 @@ func (s *sqlStore) deleteIn(ctx context.Context, tx *sql.Tx, table, col string, 
 		for len(args) < size {
 			args = append(args, ids[n-1])
 		}
-		if err := s.exec(ctx, tx, s.deleteQuery(table, col, size), args...); err != nil {
+		if err := s.exec(ctx, tx, stmtKey{true, table, size}, args); err != nil {
 			return err
 		}
 		ids = ids[n:]
 	}
 	return nil
-}
-
-func (s *sqlStore) deleteQuery(table, col string, n int) string {
-	return "DELETE FROM " + table + " WHERE " + s.in(col, 1, n)
 }
 
 func anys(ss []string) []any {
@@ -651,10 +673,10 @@ func (s *sqlStore) pruneChunk(ctx context.Context, before time.Time) (int, error
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
-	if err := s.deleteIn(ctx, tx, "outlast_attempts", "request_id", ids); err != nil {
+	if err := s.deleteIn(ctx, tx, "outlast_attempts", ids); err != nil {
 		return 0, err
 	}
-	if err := s.deleteIn(ctx, tx, "outlast_requests", "id", ids); err != nil {
+	if err := s.deleteIn(ctx, tx, "outlast_requests", ids); err != nil {
 		return 0, err
 	}
 	if err := tx.Commit(); err != nil {

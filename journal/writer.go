@@ -163,8 +163,9 @@ func (w *Writer) Add(rec Record) bool {
 // Flush writes the records the Writer holds, without waiting for the
 // flush interval, and returns when they are written. It returns an error
 // if a write fails (the records are kept and tried again, as any batch's
-// are), if ctx ends first, or after Close. Records added while Flush runs
-// may wait for their own batch.
+// are), if ctx ends first, or after Close. A batch that has failed is
+// tried at once, and the try counts towards the three it gets. Records
+// added while Flush runs may wait for their own batch.
 func (w *Writer) Flush(ctx context.Context) error {
 	done := make(chan error, 1)
 	select {
@@ -313,10 +314,9 @@ func (b *batcher) flushAll(ctx context.Context) error {
 	b.armed = false
 	left := len(b.buf) - b.off + b.w.pendingLen()
 	failed := b.w.failed.Load()
-	for left > 0 {
-		if b.off == len(b.buf) && !b.take() {
-			break
-		}
+	// Everything taken is written, even records taken after left was
+	// counted: nothing else would write them before the next Add.
+	for b.off < len(b.buf) || left > 0 && b.take() {
 		n := min(len(b.buf)-b.off, b.w.max)
 		if err := b.writeNext(ctx); err != nil {
 			return fmt.Errorf("journal: flush: %w", err)

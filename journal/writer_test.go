@@ -424,3 +424,38 @@ func TestWriterFlushContext(t *testing.T) {
 		}
 	})
 }
+
+// callStore is a fakeStore that runs a function during its next Write.
+type callStore struct {
+	*fakeStore
+	during func()
+}
+
+func (c *callStore) Write(ctx context.Context, recs []journal.Record) error {
+	if f := c.during; f != nil {
+		c.during = nil
+		f()
+	}
+	return c.fakeStore.Write(ctx, recs)
+}
+
+// TestWriterFlushTakesMore checks that records Flush takes beyond those
+// it was called for are written too, not stranded until the next Add:
+// here more than a batch arrives while Flush writes.
+func TestWriterFlushTakesMore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &callStore{fakeStore: &fakeStore{fails: 1}}
+		w := journal.NewWriter(f, journal.WriterConfig{Size: 1000, FlushInterval: time.Hour, Logger: quiet})
+		addAll(t, w, ids("a", 256)) // a full batch, whose write fails
+		synctest.Wait()
+		addAll(t, w, ids("b", 1))
+		f.during = func() { addAll(t, w, ids("c", 300)) } // while Flush writes the a's
+		if err := w.Flush(context.Background()); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+		if got := len(f.written()); got != 557 {
+			t.Errorf("written after Flush: got %d, want 557 (what Flush took, all of it)", got)
+		}
+		closeWriter(t, w)
+	})
+}
