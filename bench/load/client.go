@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +24,7 @@ type target struct {
 	// behind, such as the journal's batch writes, so that it is charged
 	// to this target's round rather than running into the next target's.
 	drain func(context.Context) error
+	sent  atomic.Int64 // requests begun, for drain
 }
 
 // finish runs t's drain, if it has one.
@@ -70,6 +72,7 @@ func (t *target) do(ctx context.Context, stream bool) (time.Duration, error) {
 		return 0, err
 	}
 	req.Header["Content-Type"] = []string{"application/json"}
+	t.sent.Add(1)
 	start := time.Now()
 	resp, err := t.client.Do(req)
 	if err != nil {

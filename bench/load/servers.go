@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outlast-llm/outlast"
@@ -282,15 +283,27 @@ func (s *stack) addJournal(up *url.URL, c config) error {
 		store.Close()
 		os.RemoveAll(dir)
 	})
-	h, err := newGateway(up, c.Slots, c.UpIdle, gateway.Observers(nopObserver, journal.Observer(w, journal.ObserverConfig{})))
+	// The gateway adds a request's record after writing its response, so
+	// the client may be done before the record is added: count them.
+	var recorded atomic.Int64
+	counter := gateway.Observer{Done: func(*gateway.Request) { recorded.Add(1) }}
+	h, err := newGateway(up, c.Slots, c.UpIdle, gateway.Observers(nopObserver, journal.Observer(w, journal.ObserverConfig{}), counter))
 	if err != nil {
 		return err
 	}
 	if _, err := s.add("gateway+journal", h, c); err != nil {
 		return err
 	}
-	// The writes a round's requests leave behind are that round's cost.
-	s.targets[len(s.targets)-1].drain = w.Flush
+	// The writes a round's requests leave behind are that round's cost:
+	// wait (up to a second) for every request begun to be recorded, and
+	// write them.
+	t := s.targets[len(s.targets)-1]
+	t.drain = func(ctx context.Context) error {
+		for wait := time.Now().Add(time.Second); recorded.Load() < t.sent.Load() && time.Now().Before(wait); {
+			time.Sleep(100 * time.Microsecond)
+		}
+		return w.Flush(ctx)
+	}
 	return nil
 }
 
