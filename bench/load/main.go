@@ -2,9 +2,11 @@
 // what a bare httputil.ReverseProxy adds, over one fast in-process fake
 // upstream on loopback.
 //
-// It drives four targets, interleaved in one run so that drift on a noisy
+// It drives five targets, interleaved in one run so that drift on a noisy
 // machine falls on all of them alike: the upstream directly, a bare
-// ReverseProxy, the gateway, and the gateway with its slot gate on. It
+// ReverseProxy, the gateway, the gateway with its slot gate on, and the
+// gateway with its SQLite journal (written in-process, or with
+// --journal-child from a child process at nice 19). It
 // reports each proxy's added latency (its percentile minus the direct one)
 // at p50 and p99, sequentially and at a fixed open-loop rate, for whole
 // responses and for the first byte of event streams, and the highest rate
@@ -20,10 +22,19 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"os"
 
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 )
 
 func main() {
+	if os.Getenv(childEnv) != "" {
+		if err := childMain(); err != nil {
+			fmt.Fprintln(os.Stderr, "load: child writer:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cmdline.Main("load", run, func(err error) bool { return errors.As(err, new(usageError)) })
 }

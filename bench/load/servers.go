@@ -277,10 +277,20 @@ func (s *stack) addJournal(up *url.URL, c config) error {
 		os.RemoveAll(dir)
 		return err
 	}
-	w := journal.NewWriter(store, journal.WriterConfig{Logger: slog.New(slog.DiscardHandler)})
+	var st journal.Store = store
+	if c.JournalProc {
+		ps, err := newChildStore(filepath.Join(dir, "journal.db"), store)
+		if err != nil {
+			store.Close()
+			os.RemoveAll(dir)
+			return err
+		}
+		st = ps
+	}
+	w := journal.NewWriter(st, journal.WriterConfig{Logger: slog.New(slog.DiscardHandler)})
 	s.cleanup = append(s.cleanup, func() {
 		w.Close(context.Background())
-		store.Close()
+		st.Close()
 		os.RemoveAll(dir)
 	})
 	// The gateway adds a request's record after writing its response, so
