@@ -28,10 +28,11 @@ type sqlStore struct {
 	// stmts are the write statements, prepared on w once, before the
 	// first write's transaction takes SQLite's one connection, because
 	// SQLite parses a batch's statements for about as long as it runs
-	// them. mu guards stmts.
+	// them. mu guards the fields below.
 	mu         sync.Mutex
 	stmts      map[stmtKey]*sql.Stmt
-	unprepared int // statements exec ran without one of stmts, for a test
+	unprepared int  // statements exec ran without one of stmts, for a test
+	closed     bool // by Close: prepare no more
 }
 
 // chunkRows bounds the IDs of one IN list that reads, well under SQLite's
@@ -92,7 +93,10 @@ func (s *sqlStore) prepare(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stmts != nil {
+	switch {
+	case s.closed:
+		return errors.New("prepare: the store is closed")
+	case s.stmts != nil:
 		return nil
 	}
 	var keys []stmtKey
@@ -145,6 +149,7 @@ func (s *sqlStore) Close() error {
 		err = errors.Join(err, st.Close())
 	}
 	s.stmts = nil
+	s.closed = true
 	s.mu.Unlock()
 	err = errors.Join(err, s.w.Close())
 	if s.r != s.w {
