@@ -55,9 +55,6 @@ func TestChildStore(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
-	if c.cmd.ProcessState == nil || !c.cmd.ProcessState.Success() {
-		t.Errorf("the child writer did not exit cleanly: %v", c.cmd.ProcessState)
-	}
 }
 
 // TestSmokeJournalChild runs the program at a tiny scale with the journal

@@ -1,0 +1,181 @@
+// Package journalproc writes a journal from another process: a Store whose
+// writes go, batch by batch, through a pipe to a child process that runs
+// Serve on its standard input and output.
+//
+// SQLite runs inside the process that writes it, so its writes take CPU
+// from the gateway's requests; Go's scheduler cannot put the requests
+// first, but the operating system can, if the writes run in a process of
+// lower priority. The load benchmark measures this with --journal-child;
+// outlast serve does not use it yet.
+package journalproc
+
+import (
+	"bufio"
+	"context"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"sync"
+
+	"github.com/outlast-llm/outlast/journal"
+)
+
+// Serve reads batches of records from r, writes each to s, and answers
+// each on w with a line: "ok", or the write's error. It returns nil when r
+// ends, or the error that ended it.
+func Serve(r io.Reader, w io.Writer, s journal.Store) error {
+	dec := gob.NewDecoder(bufio.NewReader(r))
+	out := bufio.NewWriter(w)
+	for {
+		var recs []journal.Record
+		if err := dec.Decode(&recs); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("journalproc: reading a batch: %w", err)
+		}
+		if err := s.Write(context.Background(), recs); err != nil {
+			fmt.Fprintf(out, "error: %v\n", oneLine(err))
+		} else {
+			out.WriteString("ok\n")
+		}
+		if err := out.Flush(); err != nil {
+			return fmt.Errorf("journalproc: answering: %w", err)
+		}
+	}
+}
+
+// oneLine keeps an error's message to one line of the protocol.
+func oneLine(err error) string {
+	b := []byte(err.Error())
+	for i, c := range b {
+		if c == '\n' || c == '\r' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
+
+// A Store writes through a child process and reads from the Store it
+// wraps, which must open the same database. A child that dies fails the
+// write under way, and the next write starts a new one. It is safe for
+// concurrent use; writes go one batch at a time.
+type Store struct {
+	journal.Store // for reads, and closed by Close
+
+	newCmd func() *exec.Cmd
+
+	mu    sync.Mutex // guards the fields below, and the pipe
+	child *child
+}
+
+// child is one running child process and its pipe.
+type child struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	buf *bufio.Writer
+	enc *gob.Encoder
+	out *bufio.Reader
+}
+
+// New returns a Store that writes through the child processes newCmd
+// makes, each of which must run Serve on its standard input and output
+// against the database base reads. The first starts with the first write.
+func New(base journal.Store, newCmd func() *exec.Cmd) *Store {
+	return &Store{Store: base, newCmd: newCmd}
+}
+
+// Write sends recs to the child and returns when it has written them. If
+// ctx ends first, the child is killed and the write fails.
+func (s *Store) Write(ctx context.Context, recs []journal.Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.child == nil {
+		c, err := s.start()
+		if err != nil {
+			return err
+		}
+		s.child = c
+	}
+	c := s.child
+	// A write that outlives ctx kills the child, which ends the wait for
+	// its answer.
+	stop := context.AfterFunc(ctx, func() { c.cmd.Process.Kill() })
+	err := c.write(recs)
+	stop()
+	var refused refusedError
+	if err != nil && !errors.As(err, &refused) {
+		// The pipe is broken or out of step: start afresh next time.
+		c.cmd.Process.Kill()
+		c.cmd.Wait()
+		s.child = nil
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
+		}
+	}
+	return err
+}
+
+func (s *Store) start() (*child, error) {
+	cmd := s.newCmd()
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("journalproc: %w", err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("journalproc: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("journalproc: starting the writer: %w", err)
+	}
+	buf := bufio.NewWriterSize(in, 64<<10)
+	return &child{cmd: cmd, in: in, buf: buf, enc: gob.NewEncoder(buf), out: bufio.NewReader(out)}, nil
+}
+
+// refusedError is a write the child's store refused; the child is fine.
+type refusedError struct{ msg string }
+
+func (e refusedError) Error() string { return "journalproc: the writer's store: " + e.msg }
+
+func (c *child) write(recs []journal.Record) error {
+	if err := c.enc.Encode(recs); err != nil {
+		return fmt.Errorf("journalproc: sending a batch: %w", err)
+	}
+	if err := c.buf.Flush(); err != nil {
+		return fmt.Errorf("journalproc: sending a batch: %w", err)
+	}
+	line, err := c.out.ReadString('\n')
+	switch {
+	case err != nil:
+		return fmt.Errorf("journalproc: the writer did not answer: %w", err)
+	case line == "ok\n":
+		return nil
+	case len(line) > len("error: ") && line[:len("error: ")] == "error: ":
+		return refusedError{line[len("error: ") : len(line)-1]}
+	}
+	return fmt.Errorf("journalproc: the writer answered %q", line)
+}
+
+// stop ends the child: it closes its input, which ends Serve, and waits.
+func (c *child) stop() error {
+	err := c.in.Close()
+	if werr := c.cmd.Wait(); werr != nil && err == nil {
+		err = werr
+	}
+	return err
+}
+
+// Close stops the child, if one runs, and closes the wrapped Store.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	if s.child != nil {
+		err = s.child.stop()
+		s.child = nil
+	}
+	return errors.Join(err, s.Store.Close())
+}

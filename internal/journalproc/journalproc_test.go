@@ -1,0 +1,150 @@
+package journalproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/outlast-llm/outlast/journal"
+)
+
+// childEnv makes the test binary a writer: it runs Serve against the
+// SQLite database the variable names. childHang makes it read and never
+// answer.
+const (
+	childEnv  = "OUTLAST_TEST_JOURNALPROC_DB"
+	childHang = "OUTLAST_TEST_JOURNALPROC_HANG"
+)
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(childEnv); path != "" {
+		if os.Getenv(childHang) != "" {
+			select {}
+		}
+		s, err := journal.Open(context.Background(), "sqlite:"+path)
+		if err == nil {
+			err = Serve(os.Stdin, os.Stdout, s)
+			s.Close()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func newStore(t *testing.T, env ...string) (*Store, *int) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "j.db")
+	base, err := journal.Open(context.Background(), "sqlite:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := new(int)
+	s := New(base, func() *exec.Cmd {
+		*starts++
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(append(os.Environ(), childEnv+"="+path), env...)
+		cmd.Stderr = os.Stderr
+		return cmd
+	})
+	return s, starts
+}
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func batch(prefix string, n int) []journal.Record {
+	recs := make([]journal.Record, n)
+	for i := range recs {
+		recs[i] = journal.Record{ID: fmt.Sprintf("%s%d", prefix, i), Start: t0,
+			Attempts: []journal.Attempt{{N: 1, Start: t0, Status: 200}}}
+	}
+	return recs
+}
+
+// TestWritesReachTheDatabase checks that batches written through the
+// child can be read back, and that Close stops it.
+func TestWritesReachTheDatabase(t *testing.T) {
+	s, starts := newStore(t)
+	for i := range 3 {
+		if err := s.Write(context.Background(), batch(fmt.Sprint("b", i, "-"), 50)); err != nil {
+			t.Fatalf("Write %d: %v", i, err)
+		}
+	}
+	got, err := s.Get(context.Background(), "b2-49")
+	if err != nil || len(got.Attempts) != 1 || got.Attempts[0].Status != 200 {
+		t.Errorf("Get: got %+v, %v; want the record with its attempt", got, err)
+	}
+	if *starts != 1 {
+		t.Errorf("started %d writers, want 1", *starts)
+	}
+	c := s.child
+	if err := s.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if !c.cmd.ProcessState.Success() {
+		t.Errorf("the writer did not exit cleanly: %v", c.cmd.ProcessState)
+	}
+}
+
+// TestRefusedBatch checks that a batch the child's store refuses fails
+// the write with its reason, and keeps the child.
+func TestRefusedBatch(t *testing.T) {
+	s, starts := newStore(t)
+	defer s.Close()
+	bad := []journal.Record{{ID: "no-start"}}
+	err := s.Write(context.Background(), bad)
+	if !errors.As(err, new(refusedError)) {
+		t.Fatalf("Write of a record with no start: got %v, want the store's refusal", err)
+	}
+	if err := s.Write(context.Background(), batch("ok", 1)); err != nil || *starts != 1 {
+		t.Errorf("next Write: got %v with %d writers started; want nil with 1", err, *starts)
+	}
+}
+
+// TestDeadChildRestarts checks that a child that died fails the write
+// under way and that the next write starts a new one.
+func TestDeadChildRestarts(t *testing.T) {
+	s, starts := newStore(t)
+	defer s.Close()
+	if err := s.Write(context.Background(), batch("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	s.child.cmd.Process.Kill()
+	s.child.cmd.Process.Wait()
+	if err := s.Write(context.Background(), batch("b", 1)); err == nil {
+		t.Errorf("Write to a dead writer: got nil, want an error")
+	}
+	if err := s.Write(context.Background(), batch("c", 1)); err != nil {
+		t.Errorf("Write after: %v", err)
+	}
+	if *starts != 2 {
+		t.Errorf("started %d writers, want 2", *starts)
+	}
+	if _, err := s.Get(context.Background(), "c0"); err != nil {
+		t.Errorf("Get c0: %v", err)
+	}
+}
+
+// TestHungChildTimesOut checks that a write to a child that never answers
+// ends with its context, killing the child.
+func TestHungChildTimesOut(t *testing.T) {
+	s, _ := newStore(t, childHang+"=1")
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err := s.Write(ctx, batch("h", 1))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Write to a hung writer: got %v, want %v", err, context.DeadlineExceeded)
+	}
+	if s.child != nil {
+		t.Errorf("the hung writer is kept, want it gone")
+	}
+}
