@@ -5,8 +5,8 @@
 // It drives five targets, interleaved in one run so that drift on a noisy
 // machine falls on all of them alike: the upstream directly, a bare
 // ReverseProxy, the gateway, the gateway with its slot gate on, and the
-// gateway with its SQLite journal (written in-process, or with
-// --journal-child from a child process at nice 19). It
+// gateway with its SQLite journal (written by a child process at nice 19,
+// as outlast serve does, or in-process with --journal-child=false). It
 // reports each proxy's added latency (its percentile minus the direct one)
 // at p50 and p99, sequentially and at a fixed open-loop rate, for whole
 // responses and for the first byte of event streams, and the highest rate

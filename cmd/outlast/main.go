@@ -15,6 +15,13 @@ import (
 )
 
 func main() {
+	if ok, err := cli.JournalWriter(); ok {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "outlast:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -38,6 +38,7 @@ type serveConfig struct {
 	gateway        gateway.Config
 	journal        string        // a journal.Open spec: sqlite:PATH, postgres://…, or off
 	journalHeaders bool          // keep request headers in the journal
+	journalWriter  string        // writerProcess or writerInline
 	keep           time.Duration // how long the journal keeps a request; 0 for ever
 }
 
@@ -45,6 +46,7 @@ type serveConfig struct {
 type serveFlags struct {
 	config, listen, upstream, waits string
 	journal, keep, redact           string
+	journalWriter                   string
 	journalHeaders                  bool
 	slots, queue, maxAttempts       int
 	reserve, firstByte, idle, grace time.Duration
@@ -72,7 +74,10 @@ func (f *serveFlags) load() (*serveConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := &serveConfig{listen: f.listen, grace: f.grace, journal: f.journal, journalHeaders: f.journalHeaders, gateway: gateway.Config{MaxBody: f.maxBody, Redact: splitList(f.redact)}}
+	cfg := &serveConfig{listen: f.listen, grace: f.grace, journal: f.journal, journalHeaders: f.journalHeaders, journalWriter: f.journalWriter, gateway: gateway.Config{MaxBody: f.maxBody, Redact: splitList(f.redact)}}
+	if f.journalWriter != writerProcess && f.journalWriter != writerInline {
+		return nil, usagef("--journal-writer %q: want %s or %s", f.journalWriter, writerProcess, writerInline)
+	}
 	if cfg.keep, err = journal.ParseKeep(f.keep); err != nil {
 		return nil, usagef("--journal-keep %q: %v", f.keep, err)
 	}

@@ -80,6 +80,14 @@ func openRecord(ctx context.Context, cfg *serveConfig, logger *slog.Logger) (*re
 	if err != nil {
 		return nil, fmt.Errorf("serve: --journal: %w", err)
 	}
+	if store != nil && !inProcessWriter(cfg.journal, cfg.journalWriter) {
+		w, err := writeThroughProcess(ctx, cfg.journal, store)
+		if err != nil {
+			store.Close()
+			return nil, fmt.Errorf("serve: --journal-writer %s: %w (--journal-writer inline writes in this process)", cfg.journalWriter, err)
+		}
+		store = w
+	}
 	r := &record{store: store, keeper: &journal.Keeper{Store: store, Keep: cfg.keep, Logger: logger}, feed: timeline.New(0), tracer: tracer}
 	if store != nil {
 		r.writer = journal.NewWriter(store, journal.WriterConfig{Logger: logger})
@@ -139,6 +147,7 @@ func (f *serveFlags) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&f.maxBody, "max-body", defaultMaxBody, "the largest request body, in `bytes`; a larger one gets 413 (32 MiB)")
 	fs.DurationVar(&f.grace, "grace", defaultGrace, "how long requests in flight may finish after SIGINT or SIGTERM")
 	fs.StringVar(&f.journal, "journal", journal.DefaultSpec, "where the record is kept: sqlite:`PATH`, a postgres:// URL for several replicas, or off")
+	fs.StringVar(&f.journalWriter, "journal-writer", writerProcess, "who writes a SQLite journal: process, a child process at the lowest CPU priority, so that its writes never take a core from the requests; or inline, this process")
 	fs.StringVar(&f.keep, "journal-keep", "7d", "how long the journal keeps a request, as 7d or 12h; 0 keeps it for ever")
 	fs.BoolVar(&f.journalHeaders, "journal-headers", false, "keep each request's headers in the journal, credentials and --redact left out (default false: they cost more than the rest of the record)")
 	fs.StringVar(&f.redact, "redact", "", "comma-separated request `headers` the record must not keep, besides the credentials it never keeps (default: none)")

@@ -57,12 +57,13 @@ func TestChildStore(t *testing.T) {
 	}
 }
 
-// TestSmokeJournalChild runs the program at a tiny scale with the journal
-// written by a child process, and checks that every request succeeded.
-func TestSmokeJournalChild(t *testing.T) {
+// TestSmokeJournalInline runs the program at a tiny scale with the journal
+// written in-process, and checks that every request succeeded. (TestSmoke
+// runs the default, a child writer.)
+func TestSmokeJournalInline(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	args := append(append([]string(nil), tiny...), "--journal-child", "--gate-slots", "0", "--max-rates", "")
+	args := append(append([]string(nil), tiny...), "--journal-child=false", "--gate-slots", "0", "--max-rates", "")
 	if err := run(t.Context(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("run: %v; stderr: %s", err, stderr.String())
 	}
