@@ -18,6 +18,10 @@ import (
 // itself again with it set to the SQLite spec to write.
 const writerEnv = "OUTLAST_INTERNAL_JOURNAL_WRITER"
 
+// writerArg is the writer's first argument: the variable alone, set by
+// mistake, does not make outlast a writer.
+const writerArg = "__journal-writer"
+
 // Writer modes, for --journal-writer.
 const (
 	writerProcess = "process"
@@ -30,7 +34,7 @@ const (
 // calls it first.
 func JournalWriter() (bool, error) {
 	spec := os.Getenv(writerEnv)
-	if spec == "" {
+	if spec == "" || len(os.Args) < 2 || os.Args[1] != writerArg {
 		return false, nil
 	}
 	lowerPriority()
@@ -50,12 +54,12 @@ func JournalWriter() (bool, error) {
 // they never take a core from the requests. It starts the child once to
 // check that it can.
 func writeThroughProcess(ctx context.Context, spec string, base journal.Store) (journal.Store, error) {
-	exe, err := os.Executable()
+	exe, err := self()
 	if err != nil {
 		return nil, fmt.Errorf("the journal writer: %w", err)
 	}
 	s := journalproc.New(base, func() *exec.Cmd {
-		cmd := exec.Command(exe)
+		cmd := exec.Command(exe, writerArg)
 		cmd.Env = append(os.Environ(), writerEnv+"="+spec)
 		cmd.Stderr = os.Stderr
 		return cmd
@@ -69,7 +73,8 @@ func writeThroughProcess(ctx context.Context, spec string, base journal.Store) (
 // inProcessWriter says whether the store spec names is written by serve
 // itself: PostgreSQL, whose writes spend their CPU on its server; SQLite
 // in memory, which no other process can reach; and any with
-// --journal-writer inline.
+// --journal-writer inline; and all where the writer's priority cannot be
+// lowered.
 func inProcessWriter(spec, mode string) bool {
-	return mode == writerInline || !strings.HasPrefix(spec, "sqlite:") || spec == "sqlite::memory:"
+	return mode == writerInline || !canLowerPriority || !strings.HasPrefix(spec, "sqlite:") || spec == "sqlite::memory:"
 }

@@ -5,8 +5,8 @@
 // SQLite runs inside the process that writes it, so its writes take CPU
 // from the gateway's requests; Go's scheduler cannot put the requests
 // first, but the operating system can, if the writes run in a process of
-// lower priority. The load benchmark measures this with --journal-child;
-// outlast serve does not use it yet.
+// lower priority. outlast serve writes a SQLite journal this way; the load
+// benchmark measures it.
 package journalproc
 
 import (
@@ -18,6 +18,7 @@ import (
 	"io"
 	"os/exec"
 	"sync"
+	"time"
 
 	"github.com/outlast-llm/outlast/journal"
 )
@@ -67,8 +68,9 @@ type Store struct {
 
 	newCmd func() *exec.Cmd
 
-	mu    sync.Mutex // guards the fields below, and the pipe
-	child *child
+	mu     sync.Mutex // guards the fields below, and the pipe
+	child  *child
+	closed bool
 }
 
 // child is one running child process and its pipe.
@@ -92,6 +94,13 @@ func New(base journal.Store, newCmd func() *exec.Cmd) *Store {
 func (s *Store) Write(ctx context.Context, recs []journal.Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return errors.New("journalproc: write after Close")
+	case ctx.Err() != nil:
+		// Not worth a child started only to be killed.
+		return fmt.Errorf("journalproc: %w", context.Cause(ctx))
+	}
 	if s.child == nil {
 		c, err := s.start()
 		if err != nil {
@@ -104,14 +113,15 @@ func (s *Store) Write(ctx context.Context, recs []journal.Record) error {
 	// its answer.
 	stop := context.AfterFunc(ctx, func() { c.cmd.Process.Kill() })
 	err := c.write(recs)
-	stop()
+	killed := !stop()
 	var refused refusedError
-	if err != nil && !errors.As(err, &refused) {
-		// The pipe is broken or out of step: start afresh next time.
+	if killed || err != nil && !errors.As(err, &refused) {
+		// The pipe is broken or out of step, or ctx's kill came after the
+		// answer: start afresh next time.
 		c.cmd.Process.Kill()
 		c.cmd.Wait()
 		s.child = nil
-		if ctx.Err() != nil {
+		if err != nil && ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
 		}
 	}
@@ -159,9 +169,16 @@ func (c *child) write(recs []journal.Record) error {
 	return fmt.Errorf("journalproc: the writer answered %q", line)
 }
 
-// stop ends the child: it closes its input, which ends Serve, and waits.
+// stopWait bounds how long stop waits for the child to finish its batch
+// and exit before it kills it.
+const stopWait = 10 * time.Second
+
+// stop ends the child: it closes its input, which ends Serve, and waits,
+// for up to stopWait.
 func (c *child) stop() error {
 	err := c.in.Close()
+	t := time.AfterFunc(stopWait, func() { c.cmd.Process.Kill() })
+	defer t.Stop()
 	if werr := c.cmd.Wait(); werr != nil && err == nil {
 		err = werr
 	}
@@ -172,6 +189,7 @@ func (c *child) stop() error {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true
 	var err error
 	if s.child != nil {
 		err = s.child.stop()
