@@ -56,7 +56,7 @@ type WriterConfig struct {
 //
 // Each batch is written in one transaction: a request and all its
 // attempts reach the store together or not at all. A write that fails is
-// tried again after FlushInterval, while new records wait in the buffer;
+// tried again after FlushInterval (or at once by Flush), while new records wait in the buffer;
 // a batch that fails three times is given up and counted by Failed.
 //
 // What a crash loses is what the Writer holds: at most Size records, and
