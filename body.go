@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/outlast-llm/outlast/internal/sse"
 )
 
 // send makes one round trip with r. With FirstByteTimeout it also waits
@@ -50,26 +51,26 @@ func (c *call) send(r *http.Request, release func()) (*http.Response, error) {
 // the response, its body intact, for the caller if it is not retried.
 func firstByte(resp *http.Response, timer *time.Timer, ctx, parent context.Context, release func(), cancel context.CancelCauseFunc) (*http.Response, error) {
 	b := &body{rc: resp.Body, release: release, cancel: cancel}
-	sse := isEventStream(resp.Header)
-	err := b.peek(sse)
+	stream := sse.IsStream(resp.Header)
+	err := b.peek(stream)
 	if !timer.Stop() {
 		// The timer fired, so ctx is or will be cancelled: whatever was
 		// read, the rest of the body is lost.
 		return nil, b.abandon(stallCause(ctx, parent, ErrStalled))
 	}
 	switch {
-	case sse && len(b.head) > 0 && !eventEnded(b.head) && err != nil:
+	case stream && len(b.head) > 0 && !eventEnded(b.head) && err != nil:
 		// The stream broke inside its first event.
 		return nil, b.abandon(stallCause(ctx, parent, closedEarly(err)))
 	case len(b.head) > 0:
 		resp.Body = b
-		if sse {
+		if stream {
 			if ferr := firstEventError(b.head, resp.Header); ferr != nil {
 				return resp, ferr
 			}
 		}
 		return resp, nil
-	case err == io.EOF && !sse:
+	case err == io.EOF && !stream:
 		// A clean, empty body is a complete answer.
 		resp.Body = b
 		return resp, nil
@@ -142,18 +143,6 @@ func stallCause(ctx, parent context.Context, err error) error {
 		return ErrStalled
 	}
 	return err
-}
-
-func isEventStream(h http.Header) bool {
-	ct := h.Get("Content-Type")
-	switch ct {
-	case "text/event-stream", "text/event-stream; charset=utf-8":
-		return true // the common forms, without ParseMediaType's allocations
-	case "application/json", "application/json; charset=utf-8", "":
-		return false
-	}
-	mt, _, _ := mime.ParseMediaType(ct)
-	return mt == "text/event-stream"
 }
 
 // wrapBody gives resp a body that releases the gate and cancels the

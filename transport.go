@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/outlast-llm/outlast/internal/sse"
 )
 
 // AttemptHeader is sent with every attempt a Transport makes under a policy,
@@ -326,7 +328,7 @@ func discard(resp *http.Response) {
 	// An event stream may stay open after its error event: reading it
 	// could block, so it is closed unread, as is a long body.
 	known := resp.ContentLength >= 0 && resp.ContentLength <= drainLimit
-	if known || (resp.ContentLength == -1 && !isEventStream(resp.Header)) {
+	if known || (resp.ContentLength == -1 && !sse.IsStream(resp.Header)) {
 		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
 	}
 	resp.Body.Close()

@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/outlast-llm/outlast/internal/sse"
 )
 
 // errIdle ends an upstream response that fell silent for IdleTimeout.
@@ -35,8 +36,8 @@ func (x *exchange) forward(resp *http.Response, cancel context.CancelCauseFunc) 
 		x.committed = true
 	}
 	x.mu.Unlock()
-	stream := x.rec.Stream || isEventStream(resp.Header)
-	if progressed && (resp.StatusCode >= 300 || !isEventStream(resp.Header)) {
+	stream := x.rec.Stream || sse.IsStream(resp.Header)
+	if progressed && (resp.StatusCode >= 300 || !sse.IsStream(resp.Header)) {
 		// The caller was promised an event stream; the upstream's answer
 		// is something else, and comes as an error event.
 		x.rec.Status = http.StatusOK
@@ -189,18 +190,6 @@ func (x *exchange) errorEvent(typ, msg string, upstream []byte) {
 func readSnippet(r io.Reader) []byte {
 	b, _ := io.ReadAll(io.LimitReader(r, 4<<10))
 	return b
-}
-
-func isEventStream(h http.Header) bool {
-	ct := h.Get("Content-Type")
-	switch ct {
-	case "text/event-stream", "text/event-stream; charset=utf-8":
-		return true // the common forms, without ParseMediaType's allocations
-	case "application/json", "application/json; charset=utf-8", "":
-		return false
-	}
-	mt, _, _ := mime.ParseMediaType(ct)
-	return mt == "text/event-stream"
 }
 
 // startProgress starts the progress comments of a streaming request that

@@ -1,0 +1,21 @@
+// Package sse holds what the Transport and the gateway must judge alike
+// about server-sent events.
+package sse
+
+import (
+	"mime"
+	"net/http"
+)
+
+// IsStream reports whether h's Content-Type is text/event-stream.
+func IsStream(h http.Header) bool {
+	ct := h.Get("Content-Type")
+	switch ct {
+	case "text/event-stream", "text/event-stream; charset=utf-8":
+		return true // the common forms, without ParseMediaType's allocations
+	case "application/json", "application/json; charset=utf-8", "":
+		return false
+	}
+	mt, _, _ := mime.ParseMediaType(ct)
+	return mt == "text/event-stream"
+}
