@@ -124,7 +124,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.Slots, "slots", c.Slots, "Slots of the gateway target (0: no gate)")
 	fs.IntVar(&c.GateSlots, "gate-slots", c.GateSlots, "Slots of the gateway+gate target (0: leave the target out)")
 	fs.BoolVar(&c.Journal, "journal", c.Journal, "add the gateway+journal target: the gateway writing its record to SQLite, as outlast serve does by default")
-	fs.BoolVar(&c.JournalProc, "journal-child", c.JournalProc, "write the gateway+journal target's SQLite from a child process at nice 19, fed batches through a pipe,\nas outlast serve does by default (false: in this process, as serve --journal-writer inline)")
+	fs.BoolVar(&c.JournalProc, "journal-child", c.JournalProc, "write the gateway+journal target's SQLite from a child process at the lowest CPU priority, fed batches through a pipe,\nas outlast serve does by default (false: in this process, as serve --journal-writer inline)")
 	fs.IntVar(&c.UpIdle, "upstream-idle", c.UpIdle, "MaxIdleConnsPerHost of the proxy's and the gateway's transports")
 	fs.BoolVar(&c.ProxyPool, "proxy-pool", c.ProxyPool, "give the bare proxy a BufferPool, as the gateway pools its buffers\n(false: httputil's default, a new 32 KiB buffer per response)")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "bound on one request")

@@ -26,12 +26,13 @@ import (
 	"os"
 
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
+	"github.com/outlast-llm/outlast/internal/journalproc"
 )
 
 func main() {
-	if os.Getenv(childEnv) != "" {
-		if err := childMain(); err != nil {
-			fmt.Fprintln(os.Stderr, "load: child writer:", err)
+	if ok, err := journalproc.Child(); ok {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "load: journal writer:", err)
 			os.Exit(1)
 		}
 		return

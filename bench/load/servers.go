@@ -22,6 +22,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/internal/journalproc"
 	"github.com/outlast-llm/outlast/journal"
 )
 
@@ -279,7 +280,7 @@ func (s *stack) addJournal(up *url.URL, c config) error {
 	}
 	var st journal.Store = store
 	if c.JournalProc {
-		ps, err := newChildStore(filepath.Join(dir, "journal.db"), store)
+		ps, err := journalproc.Start(context.Background(), "sqlite:"+filepath.Join(dir, "journal.db"), store)
 		if err != nil {
 			store.Close()
 			os.RemoveAll(dir)

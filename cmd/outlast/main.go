@@ -12,10 +12,11 @@ import (
 	"syscall"
 
 	"github.com/outlast-llm/outlast/internal/cli"
+	"github.com/outlast-llm/outlast/internal/journalproc"
 )
 
 func main() {
-	if ok, err := cli.JournalWriter(); ok {
+	if ok, err := journalproc.Child(); ok {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "outlast:", err)
 			os.Exit(1)

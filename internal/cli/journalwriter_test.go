@@ -18,7 +18,7 @@ import (
 // TestMain lets the test binary be serve's journal writer, as the outlast
 // binary is.
 func TestMain(m *testing.M) {
-	if ok, err := JournalWriter(); ok {
+	if ok, err := journalproc.Child(); ok {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/internal/journalproc"
 	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/metrics"
 	"github.com/outlast-llm/outlast/timeline"
@@ -81,7 +82,7 @@ func openRecord(ctx context.Context, cfg *serveConfig, logger *slog.Logger) (*re
 		return nil, fmt.Errorf("serve: --journal: %w", err)
 	}
 	if store != nil && !inProcessWriter(cfg.journal, cfg.journalWriter) {
-		w, err := writeThroughProcess(ctx, cfg.journal, store)
+		w, err := journalproc.Start(ctx, cfg.journal, store)
 		if err != nil {
 			store.Close()
 			return nil, fmt.Errorf("serve: --journal-writer %s: %w (--journal-writer inline writes in this process)", cfg.journalWriter, err)

@@ -5,8 +5,8 @@
 // SQLite runs inside the process that writes it, so its writes take CPU
 // from the gateway's requests; Go's scheduler cannot put the requests
 // first, but the operating system can, if the writes run in a process of
-// lower priority. outlast serve writes a SQLite journal this way; the load
-// benchmark measures it.
+// lower priority. outlast serve writes a SQLite journal this way (Start,
+// with Child first in main); the load benchmark measures it.
 package journalproc
 
 import (

@@ -13,16 +13,16 @@ import (
 	"github.com/outlast-llm/outlast/journal"
 )
 
-// childEnv makes the test binary a writer: it runs Serve against the
+// testDBEnv makes the test binary a writer: it runs Serve against the
 // SQLite database the variable names. childHang makes it read and never
 // answer.
 const (
-	childEnv  = "OUTLAST_TEST_JOURNALPROC_DB"
+	testDBEnv = "OUTLAST_TEST_JOURNALPROC_DB"
 	childHang = "OUTLAST_TEST_JOURNALPROC_HANG"
 )
 
 func TestMain(m *testing.M) {
-	if path := os.Getenv(childEnv); path != "" {
+	if path := os.Getenv(testDBEnv); path != "" {
 		if os.Getenv(childHang) != "" {
 			select {}
 		}
@@ -51,7 +51,7 @@ func newStore(t *testing.T, env ...string) (*Store, *int) {
 	s := New(base, func() *exec.Cmd {
 		*starts++
 		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(append(os.Environ(), childEnv+"="+path), env...)
+		cmd.Env = append(append(os.Environ(), testDBEnv+"="+path), env...)
 		cmd.Stderr = os.Stderr
 		return cmd
 	})

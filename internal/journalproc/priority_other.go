@@ -1,12 +1,12 @@
 //go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
 
-package cli
+package journalproc
 
 import "os"
 
-// canLowerPriority says lowerPriority works here: it does not, so serve
+// CanLowerPriority says Child can lower its priority here: it cannot, so serve
 // writes the journal in-process, as a writer process would gain nothing.
-const canLowerPriority = false
+const CanLowerPriority = false
 
 func lowerPriority() {}
 

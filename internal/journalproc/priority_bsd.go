@@ -1,14 +1,14 @@
 //go:build darwin || freebsd || netbsd || openbsd || dragonfly
 
-package cli
+package journalproc
 
 import (
 	"os"
 	"syscall"
 )
 
-// canLowerPriority says lowerPriority works here.
-const canLowerPriority = true
+// CanLowerPriority says Child can lower its priority here.
+const CanLowerPriority = true
 
 // lowerPriority gives this process the lowest CPU priority (nice 19).
 func lowerPriority() { syscall.Setpriority(syscall.PRIO_PROCESS, 0, 19) }

@@ -1,4 +1,4 @@
-package cli
+package journalproc
 
 import (
 	"os"
@@ -6,8 +6,8 @@ import (
 	"syscall"
 )
 
-// canLowerPriority says lowerPriority works here.
-const canLowerPriority = true
+// CanLowerPriority says Child can lower its priority here.
+const CanLowerPriority = true
 
 // lowerPriority gives this process the lowest CPU priority (nice 19). On
 // Linux a priority is a thread's, so it sets every thread's; threads made
