@@ -12,12 +12,7 @@ import (
 // is not is parsed anew each time, which costs SQLite about as much as
 // running it.
 func TestWritesArePrepared(t *testing.T) {
-	st, err := Open(context.Background(), "sqlite:"+t.TempDir()+"/p.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s := st.(*sqlStore)
+	s := testSQLite(t)
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	id := 0
 	for size := 1; size <= 70; size++ {
@@ -46,12 +41,7 @@ func TestWritesArePrepared(t *testing.T) {
 // TestSQLiteSettings checks the settings the writer's cost depends on
 // reach the connection: a DSN typo would drop them silently.
 func TestSQLiteSettings(t *testing.T) {
-	st, err := Open(context.Background(), "sqlite:"+t.TempDir()+"/s.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s := st.(*sqlStore)
+	s := testSQLite(t)
 	for pragma, want := range map[string]string{
 		"journal_mode": "wal", "synchronous": "1", "temp_store": "2", "wal_autocheckpoint": "8000",
 	} {
@@ -63,4 +53,16 @@ func TestSQLiteSettings(t *testing.T) {
 			t.Errorf("PRAGMA %s: got %s, want %s", pragma, got, want)
 		}
 	}
+}
+
+// testSQLite opens a SQLite store in a temporary folder, closed when the
+// test ends.
+func testSQLite(t *testing.T) *sqlStore {
+	t.Helper()
+	st, err := Open(context.Background(), "sqlite:"+t.TempDir()+"/j.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st.(*sqlStore)
 }

@@ -55,23 +55,22 @@ const alpha = 0.05
 
 // compare compares s with base, round by round.
 func compare(name string, s, base *series) comparison {
-	c := comparison{Target: name}
-	for i, p := range []float64{0.50, 0.99} {
-		x, y := roundMicros(s, p), roundMicros(base, p)
-		c.Rounds = min(len(x), len(y))
-		d, m := median(x)-median(y), median(y)
-		change := 0.0
-		if m > 0 {
-			change = d / m
-		}
-		pv := mannWhitney(x, y)
-		if i == 0 {
-			c.DeltaP50, c.ChangeP50, c.PP50 = d, change, pv
-		} else {
-			c.DeltaP99, c.ChangeP99, c.PP99 = d, change, pv
-		}
-	}
+	c := comparison{Target: name, Rounds: min(len(s.roundPercentiles(0.5)), len(base.roundPercentiles(0.5)))}
+	c.DeltaP50, c.ChangeP50, c.PP50 = differ(s, base, 0.50)
+	c.DeltaP99, c.ChangeP99, c.PP99 = differ(s, base, 0.99)
 	return c
+}
+
+// differ returns how s's per-round p-th percentiles differ from base's:
+// the medians' difference in µs, that over base's median, and the
+// Mann–Whitney p-value.
+func differ(s, base *series, p float64) (delta, change, pValue float64) {
+	x, y := roundMicros(s, p), roundMicros(base, p)
+	delta = median(x) - median(y)
+	if m := median(y); m > 0 {
+		change = delta / m
+	}
+	return delta, change, mannWhitney(x, y)
 }
 
 func roundMicros(s *series, p float64) []float64 {

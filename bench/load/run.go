@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
@@ -34,13 +33,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	rep.Command = cmdline.CommandLine("load", args)
-	if c.JSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	rep.markdown(stdout)
-	return nil
+	return cmdline.Report(stdout, c.JSON, rep, rep.markdown)
 }
 
 // run runs every phase and returns the report.

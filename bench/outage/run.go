@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 	"io"
@@ -39,13 +38,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if c.JSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	rep.markdown(stdout)
-	return nil
+	return cmdline.Report(stdout, c.JSON, rep, rep.markdown)
 }
 
 type result struct {

@@ -5,6 +5,7 @@ package cmdline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -60,4 +61,16 @@ func Terminal(w io.Writer) io.Writer {
 		return nil
 	}
 	return w
+}
+
+// Report writes rep to w: indented JSON if asJSON, else what markdown
+// writes.
+func Report(w io.Writer, asJSON bool, rep any, markdown func(io.Writer)) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	markdown(w)
+	return nil
 }

@@ -2,6 +2,8 @@ package cmdline_test
 
 import (
 	"bytes"
+	"io"
+	"strings"
 	"testing"
 
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
@@ -19,5 +21,16 @@ func TestCommandLine(t *testing.T) {
 func TestTerminal(t *testing.T) {
 	if w := cmdline.Terminal(new(bytes.Buffer)); w != nil {
 		t.Errorf("got %v, want nil for a buffer", w)
+	}
+}
+
+func TestReport(t *testing.T) {
+	rep := map[string]int{"n": 1}
+	var md, js strings.Builder
+	if err := cmdline.Report(&md, false, rep, func(w io.Writer) { io.WriteString(w, "| n |\n") }); err != nil || md.String() != "| n |\n" {
+		t.Errorf("markdown: got %q, %v", md.String(), err)
+	}
+	if err := cmdline.Report(&js, true, rep, func(io.Writer) { t.Error("markdown written for JSON") }); err != nil || js.String() != "{\n  \"n\": 1\n}\n" {
+		t.Errorf("JSON: got %q, %v", js.String(), err)
 	}
 }
