@@ -120,9 +120,17 @@ func upstreamTransport(idle int) *http.Transport {
 // pooled buffers, as the gateway does; without, through httputil's default
 // of a new 32 KiB buffer per response, whose garbage the gateway would be
 // credited for avoiding.
+//
+// It hands the transport a body that ends at the declared length; see
+// sizedBody.
 func newProxy(up *url.URL, idle int, pool bool) http.Handler {
 	rp := &httputil.ReverseProxy{
-		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(up) },
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(up)
+			if n := pr.Out.ContentLength; n > 0 && pr.Out.Body != nil {
+				pr.Out.Body = &sizedBody{rc: pr.Out.Body, left: n}
+			}
+		},
 		Transport: upstreamTransport(idle),
 		ErrorLog:  log.New(io.Discard, "", 0),
 	}
@@ -131,6 +139,39 @@ func newProxy(up *url.URL, idle int, pool bool) http.Handler {
 	}
 	return rp
 }
+
+// sizedBody is an inbound request body that reports io.EOF once its
+// declared length is read, without reading the server's body again.
+//
+// Having sent a body of known length, http.Transport reads once more to
+// check that it was not longer. With the server's own body, that read can
+// come after the upstream has answered and the proxy has begun its
+// response, which makes the HTTP/1 server drain and close the inbound body
+// (golang/go#15527). The read then fails, the transport closes its
+// connection to the upstream, and a stream still being copied is cut: the
+// client gets "unexpected EOF" (golang/go#40747). The server's body already
+// enforces the declared length, so this extra read can only see its end.
+type sizedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *sizedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	if err == io.EOF && b.left > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (b *sizedBody) Close() error { return b.rc.Close() }
 
 // bufferPool is an httputil.BufferPool of 32 KiB buffers, the size the
 // gateway copies through. It pools array pointers, so that Put does not
