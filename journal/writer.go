@@ -56,8 +56,9 @@ type WriterConfig struct {
 //
 // Each batch is written in one transaction: a request and all its
 // attempts reach the store together or not at all. A write that fails is
-// tried again after FlushInterval (or at once by Flush), while new records wait in the buffer;
-// a batch that fails three times is given up and counted by Failed.
+// tried again after FlushInterval (or at once by Flush), while new records
+// wait in the buffer; a batch that fails three times is given up and
+// counted by Failed.
 //
 // What a crash loses is what the Writer holds: at most Size records, and
 // at most those added in the last FlushInterval (plus the write under
@@ -291,20 +292,18 @@ func (b *batcher) flush(ctx context.Context) {
 func (b *batcher) writeNext(ctx context.Context) error {
 	n := min(len(b.buf)-b.off, b.w.max)
 	err := b.write(ctx, n)
-	switch {
-	case err == nil:
+	if err == nil {
 		b.release(n)
-	case b.tries+1 >= maxTries:
-		b.tries++
-		b.giveUp(n, err)
-	default:
-		b.tries++
-		b.w.logger.Warn("journal: write failed; will try again",
-			"records", n, "try", b.tries, "retry_in", b.w.interval, "err", err)
-		b.arm()
-		return err
+		return nil
 	}
-	return nil
+	if b.tries++; b.tries >= maxTries {
+		b.giveUp(n, err)
+		return nil
+	}
+	b.w.logger.Warn("journal: write failed; will try again",
+		"records", n, "try", b.tries, "retry_in", b.w.interval, "err", err)
+	b.arm()
+	return err
 }
 
 // flushAll writes the records held when it is called, for Flush: those

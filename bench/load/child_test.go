@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"testing"
 
@@ -13,13 +12,7 @@ import (
 // TestMain lets the test binary be the child writer, as the load program
 // is for --journal-child.
 func TestMain(m *testing.M) {
-	if ok, err := journalproc.Child(); ok {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	journalproc.RunIfChild()
 	os.Exit(m.Run())
 }
 

@@ -22,20 +22,12 @@ package main
 
 import (
 	"errors"
-	"fmt"
-	"os"
 
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 	"github.com/outlast-llm/outlast/internal/journalproc"
 )
 
 func main() {
-	if ok, err := journalproc.Child(); ok {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "load: journal writer:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	journalproc.RunIfChild()
 	cmdline.Main("load", run, func(err error) bool { return errors.As(err, new(usageError)) })
 }

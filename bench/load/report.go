@@ -55,24 +55,26 @@ const alpha = 0.05
 
 // compare compares s with base, round by round.
 func compare(name string, s, base *series) comparison {
-	c := comparison{Target: name, Rounds: min(len(s.roundPercentiles(0.5)), len(base.roundPercentiles(0.5)))}
-	c.DeltaP50, c.ChangeP50, c.PP50 = differ(s, base, 0.50)
-	c.DeltaP99, c.ChangeP99, c.PP99 = differ(s, base, 0.99)
+	x, y := roundMicros(s, 0.50), roundMicros(base, 0.50)
+	c := comparison{Target: name, Rounds: min(len(x), len(y))}
+	c.DeltaP50, c.ChangeP50, c.PP50 = differ(x, y)
+	c.DeltaP99, c.ChangeP99, c.PP99 = differ(roundMicros(s, 0.99), roundMicros(base, 0.99))
 	return c
 }
 
-// differ returns how s's per-round p-th percentiles differ from base's:
-// the medians' difference in µs, that over base's median, and the
+// differ returns how the per-round percentiles x differ from base's: the
+// medians' difference in µs, that over base's median, and the
 // Mann–Whitney p-value.
-func differ(s, base *series, p float64) (delta, change, pValue float64) {
-	x, y := roundMicros(s, p), roundMicros(base, p)
-	delta = median(x) - median(y)
-	if m := median(y); m > 0 {
+func differ(x, base []float64) (delta, change, pValue float64) {
+	m := median(base)
+	delta = median(x) - m
+	if m > 0 {
 		change = delta / m
 	}
-	return delta, change, mannWhitney(x, y)
+	return delta, change, mannWhitney(x, base)
 }
 
+// roundMicros returns s's per-round p-th percentiles, in µs.
 func roundMicros(s *series, p float64) []float64 {
 	var out []float64
 	for _, d := range s.roundPercentiles(p) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"math"
 	"slices"
 )
@@ -27,15 +28,7 @@ func mannWhitney(x, y []float64) float64 {
 	for _, v := range y {
 		all = append(all, obs{v, false})
 	}
-	slices.SortFunc(all, func(a, b obs) int {
-		switch {
-		case a.v < b.v:
-			return -1
-		case a.v > b.v:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(all, func(a, b obs) int { return cmp.Compare(a.v, b.v) })
 	// Tied values share the mean of their ranks.
 	var rx, ties float64
 	for i := 0; i < len(all); {

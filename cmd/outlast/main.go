@@ -16,13 +16,7 @@ import (
 )
 
 func main() {
-	if ok, err := journalproc.Child(); ok {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "outlast:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	journalproc.RunIfChild()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

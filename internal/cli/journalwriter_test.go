@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,13 +17,7 @@ import (
 // TestMain lets the test binary be serve's journal writer, as the outlast
 // binary is.
 func TestMain(m *testing.M) {
-	if ok, err := journalproc.Child(); ok {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	journalproc.RunIfChild()
 	os.Exit(m.Run())
 }
 

@@ -6,7 +6,7 @@
 // from the gateway's requests; Go's scheduler cannot put the requests
 // first, but the operating system can, if the writes run in a process of
 // lower priority. outlast serve writes a SQLite journal this way (Start,
-// with Child first in main); the load benchmark measures it.
+// with RunIfChild first in main); the load benchmark measures it.
 package journalproc
 
 import (
@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,13 +51,7 @@ func Serve(r io.Reader, w io.Writer, s journal.Store) error {
 
 // oneLine keeps an error's message to one line of the protocol.
 func oneLine(err error) string {
-	b := []byte(err.Error())
-	for i, c := range b {
-		if c == '\n' || c == '\r' {
-			b[i] = ' '
-		}
-	}
-	return string(b)
+	return strings.NewReplacer("\n", " ", "\r", " ").Replace(err.Error())
 }
 
 // A Store writes through a child process and reads from the Store it
@@ -163,8 +158,9 @@ func (c *child) write(recs []journal.Record) error {
 		return fmt.Errorf("journalproc: the writer did not answer: %w", err)
 	case line == "ok\n":
 		return nil
-	case len(line) > len("error: ") && line[:len("error: ")] == "error: ":
-		return refusedError{line[len("error: ") : len(line)-1]}
+	}
+	if msg, ok := strings.CutPrefix(line, "error: "); ok {
+		return refusedError{strings.TrimSuffix(msg, "\n")}
 	}
 	return fmt.Errorf("journalproc: the writer answered %q", line)
 }

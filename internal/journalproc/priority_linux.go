@@ -6,7 +6,7 @@ import (
 	"syscall"
 )
 
-// CanLowerPriority says Child can lower its priority here.
+// CanLowerPriority says the writer process can lower its priority here.
 const CanLowerPriority = true
 
 // lowerPriority gives this process the lowest CPU priority (nice 19). On

@@ -4,7 +4,7 @@ package journalproc
 
 import "os"
 
-// CanLowerPriority says Child can lower its priority here: it cannot, so serve
+// CanLowerPriority says the writer process can lower its priority here: it cannot, so serve
 // writes the journal in-process, as a writer process would gain nothing.
 const CanLowerPriority = false
 
