@@ -52,10 +52,21 @@
 // that runs to the end of the line, so a script file can hold one step a
 // line with notes. Each request takes the current step. A step applies to
 // one request, or to N requests with xN, or to every request during a
-// window with "for D", measured from when the step became current (when
-// the server started, for the first step). The last step repeats forever:
-// "502x2,ok" is two 502s then success, and "503" alone is always 503. No
-// script at all means every request succeeds.
+// window with "for D". The last step repeats forever: "502x2,ok" is two
+// 502s then success, and "503" alone is always 503. No script at all
+// means every request succeeds.
+//
+// A window is measured from when its step became current. After a window,
+// the next step becomes current when the window ends, whether or not a
+// request came, so that windows add up to a timeline: in
+// "502 for 30s,503 for 10s,ok" the 503s end 40 s after the first step
+// began. A step after counted steps becomes current when the last
+// counted request came. The first step becomes current when the server starts
+// (Server.Start, or "outlast mock" starting), so a host that takes 3 s to
+// start misses all of "429 for 2s". Set Server.FromFirstRequest, or pass
+// --from-first-request to "outlast mock", to have it become current at
+// the first model request instead. A first step that refuses starts with
+// the server all the same, since no request can reach a closed socket.
 //
 // A step is a fault, then parameters, each after a colon, then a count or
 // a window:

@@ -174,45 +174,54 @@ func TestLoadingHealth(t *testing.T) {
 // counted.
 func TestRefuse(t *testing.T) {
 	t.Parallel()
-	begin := time.Now()
-	s := start(t, "refuse:300ms", nil)
-	url := s.URL
-	c := client(t, 5*time.Second)
-	_, err := post(c, url+chatPath, bodies[chatPath])
-	if !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("during the window: got %v, want connection refused", err)
-	}
-	waitOK(t, c, url+chatPath)
-	if d := time.Since(begin); d < 300*time.Millisecond {
-		t.Errorf("up after %v, want 300ms or more", d)
-	}
-	if s.URL != url {
-		t.Errorf("URL: got %s, want %s", s.URL, url)
-	}
-	// A script that ends with refuse ends up.
-	want := mockllm.Stats{Total: 1, Paths: map[string]map[string]int{chatPath: {"ok": 1}}}
-	if got := s.Stats(); !reflect.DeepEqual(got, want) {
-		t.Errorf("stats: got %+v, want %+v", got, want)
+	for _, tc := range []struct {
+		name      string
+		fromFirst bool
+	}{
+		// The window starts at Start.
+		{"from start", false},
+		// A first step that refuses starts at Start even with
+		// FromFirstRequest: no request could reach the closed socket to
+		// start it.
+		{"from the first request", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			begin := time.Now()
+			s := start(t, "refuse:300ms", &mockllm.Server{FromFirstRequest: tc.fromFirst})
+			url := s.URL
+			c := client(t, 5*time.Second)
+			_, err := post(c, url+chatPath, bodies[chatPath])
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Fatalf("during the window: got %v, want connection refused", err)
+			}
+			waitListening(t, s)
+			if d := time.Since(begin); d < 300*time.Millisecond {
+				t.Errorf("up after %v, want 300ms or more", d)
+			}
+			if resp, _ := do(t, c, url+chatPath, bodies[chatPath]); resp.StatusCode != 200 {
+				t.Errorf("after the window: got %d, want 200", resp.StatusCode)
+			}
+			if s.URL != url {
+				t.Errorf("URL: got %s, want %s", s.URL, url)
+			}
+			// A script that ends with refuse ends up.
+			want := mockllm.Stats{Total: 1, Paths: map[string]map[string]int{chatPath: {"ok": 1}}}
+			if got := s.Stats(); !reflect.DeepEqual(got, want) {
+				t.Errorf("stats: got %+v, want %+v", got, want)
+			}
+		})
 	}
 }
 
-// waitOK polls url until it answers 200.
-func waitOK(t *testing.T, c *http.Client, url string) {
+// waitListening waits until s listens again after a refuse step: the
+// reopening is an event to wait for, not a time to guess.
+func waitListening(t *testing.T, s *mockllm.Server) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp, err := post(c, url, bodies[chatPath])
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not up after 5s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := mockllm.WaitListening(ctx, s); err != nil {
+		t.Fatalf("not listening again: %v", err)
 	}
 }
 
@@ -229,7 +238,10 @@ func TestRefuseAfterRequest(t *testing.T) {
 	if _, err := post(c, s.URL+chatPath, bodies[chatPath]); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("second: got %v, want connection refused", err)
 	}
-	waitOK(t, c, s.URL+chatPath)
+	waitListening(t, s)
+	if resp, _ := do(t, c, s.URL+chatPath, bodies[chatPath]); resp.StatusCode != 200 {
+		t.Errorf("after the window: got %d, want 200", resp.StatusCode)
+	}
 }
 
 // reset drops the connection with a reset before any response.
@@ -415,6 +427,10 @@ func TestSequence(t *testing.T) {
 		{"ends failing", "ok,503", []int{200, 503, 503, 503}},
 		// A count on the last step does not end it.
 		{"count on the last", "ok,503x2", []int{200, 503, 503, 503}},
+		// A window applies to every request during it; the rules for
+		// when windows start and end are in TestScheduleWindows, in
+		// virtual time.
+		{"window", "502 for 1h,ok", []int{502, 502, 502}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -428,66 +444,14 @@ func TestSequence(t *testing.T) {
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
+			n := map[string]int{}
+			for _, code := range got {
+				n[map[int]string{200: "ok", 429: "429", 502: "502", 503: "503"}[code]]++
+			}
+			if st := s.Stats(); st.Total != len(got) || !reflect.DeepEqual(st.Paths[chatPath], n) {
+				t.Errorf("stats: got %+v, want %d requests, %v", st, len(got), n)
+			}
 		})
-	}
-}
-
-// A window applies to every request during it, from when its step became
-// current; windows add up to a timeline.
-func TestWindows(t *testing.T) {
-	t.Parallel()
-	begin := time.Now()
-	s := start(t, "502 for 200ms,503 for 200ms,ok", nil)
-	c := client(t, 0)
-	var seen []int
-	firstAt := map[int]time.Duration{}
-	for len(seen) == 0 || seen[len(seen)-1] != 200 {
-		resp, _ := do(t, c, s.URL+chatPath, bodies[chatPath])
-		if _, ok := firstAt[resp.StatusCode]; !ok {
-			firstAt[resp.StatusCode] = time.Since(begin)
-		}
-		seen = append(seen, resp.StatusCode)
-		if time.Since(begin) > 5*time.Second {
-			t.Fatalf("no 200 after 5s: %v", seen)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	order := []int{}
-	for _, code := range seen {
-		if len(order) == 0 || order[len(order)-1] != code {
-			order = append(order, code)
-		}
-	}
-	if !reflect.DeepEqual(order, []int{502, 503, 200}) {
-		t.Errorf("got %v, want 502s, then 503s, then 200", seen)
-	}
-	if firstAt[503] < 200*time.Millisecond || firstAt[200] < 400*time.Millisecond {
-		t.Errorf("first 503 at %v and 200 at %v, want 200ms and 400ms or later", firstAt[503], firstAt[200])
-	}
-	n := map[string]int{}
-	for _, code := range seen {
-		n[map[int]string{502: "502", 503: "503", 200: "ok"}[code]]++
-	}
-	if got := s.Stats(); got.Total != len(seen) || !reflect.DeepEqual(got.Paths[chatPath], n) {
-		t.Errorf("stats: got %+v, want %d requests, %v", got, len(seen), n)
-	}
-}
-
-// A window after counted steps starts when the last counted request
-// came.
-func TestWindowAfterCount(t *testing.T) {
-	t.Parallel()
-	s := start(t, "ok,503 for 200ms,ok", nil)
-	c := client(t, 0)
-	time.Sleep(250 * time.Millisecond) // longer than the window: it has not begun
-	var got []int
-	for _, wait := range []time.Duration{0, 0, 250 * time.Millisecond} {
-		time.Sleep(wait)
-		resp, _ := do(t, c, s.URL+chatPath, bodies[chatPath])
-		got = append(got, resp.StatusCode)
-	}
-	if want := []int{200, 503, 200}; !reflect.DeepEqual(got, want) {
-		t.Errorf("got %v, want %v", got, want)
 	}
 }
 

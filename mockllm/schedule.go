@@ -16,10 +16,12 @@ const reopenRetry = 100 * time.Millisecond
 //
 // Counted steps move on when a request takes their last use; timed steps
 // move on when their window ends, measured from when they became
-// current. A timer moves the schedule on at the end of a window even if
-// no request comes, because a refuse step must close the listener on
-// time; requests also move it on, so that one that arrives before the
-// timer fires still sees the right step.
+// current. The first step becomes current at start, or, if the schedule
+// waits for the first request, when take is first called. A timer moves
+// the schedule on at the end of a window even if no request comes,
+// because a refuse step must close the listener on time; requests also
+// move it on, so that one that arrives before the timer fires still sees
+// the right step.
 type schedule struct {
 	steps []step
 	// refuse closes (true) or reopens (false) the listener. It is called
@@ -28,6 +30,7 @@ type schedule struct {
 	logf   func(format string, args ...any)
 
 	mu       sync.Mutex  // guards the fields below
+	waiting  bool        // whether the clock waits for the first request
 	i        int         // the current step
 	used     int         // requests the current step has taken
 	since    time.Time   // when the current step became current
@@ -50,9 +53,18 @@ func newSchedule(s Script, refuse func(bool) error, logf func(string, ...any)) *
 	return &schedule{steps: steps, refuse: refuse, logf: logf, reopenOK: true}
 }
 
-// start makes the first step current at now.
-func (sc *schedule) start(now time.Time) {
+// start makes the first step current at now or, with fromFirst, leaves
+// it waiting for the first request to take it. A first step that refuses
+// starts at now either way, since with the socket closed no request could
+// come to start its clock; the steps after it follow on from it.
+func (sc *schedule) start(now time.Time, fromFirst bool) {
 	sc.mu.Lock()
+	if fromFirst && sc.steps[0].fault != faultRefuse {
+		// No timer yet: a window that has not begun cannot end.
+		sc.waiting = true
+		sc.mu.Unlock()
+		return
+	}
 	sc.since = now
 	err := sc.advance(now)
 	sc.mu.Unlock()
@@ -63,6 +75,10 @@ func (sc *schedule) start(now time.Time) {
 // its number from 0, and counts the request against it.
 func (sc *schedule) take(now time.Time) (step, int) {
 	sc.mu.Lock()
+	if sc.waiting {
+		sc.waiting = false
+		sc.since = now
+	}
 	err := sc.advance(now)
 	i, st := sc.i, sc.steps[sc.i]
 	if _, timed := st.timed(); !timed && !sc.last() {
@@ -79,9 +95,16 @@ func (sc *schedule) take(now time.Time) (step, int) {
 	return st, i
 }
 
-// peek returns the step that applies at now without using it.
+// peek returns the step that applies at now without using it. While the
+// schedule waits for the first request, that is the first step, and its
+// clock stays stopped: only a model request starts it.
 func (sc *schedule) peek(now time.Time) step {
 	sc.mu.Lock()
+	if sc.waiting {
+		st := sc.steps[0]
+		sc.mu.Unlock()
+		return st
+	}
 	err := sc.advance(now)
 	st := sc.steps[sc.i]
 	sc.mu.Unlock()

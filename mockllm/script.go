@@ -135,17 +135,32 @@ const maxInt = 1<<31 - 1
 // A ScriptError is a script that does not parse. It names the step, by
 // number and position, and what is wrong with it.
 type ScriptError struct {
-	Step   int    // the step's number, from 1
-	Line   int    // the line the step starts on, from 1
-	Column int    // the column, in characters, from 1
-	Text   string // the step's text, shortened if long
-	Err    error  // what is wrong
+	// Step is the step's number, from 1.
+	Step int
+
+	// Line is the line the step starts on, from 1.
+	Line int
+
+	// Column is the column the step starts at on its line, in
+	// characters, from 1.
+	Column int
+
+	// Text is the step's text, up to the next comma or newline, cut
+	// short with "…" if it is longer than 40 bytes.
+	Text string
+
+	// Err is what is wrong with the step.
+	Err error
 }
 
+// Error returns the error as one line, naming the step by number, text
+// and position, then what is wrong.
 func (e *ScriptError) Error() string {
 	return fmt.Sprintf("mockllm: script step %d %q (line %d, column %d): %v", e.Step, e.Text, e.Line, e.Column, e.Err)
 }
 
+// Unwrap returns Err, so that errors.Is and errors.As see what is wrong
+// with the step.
 func (e *ScriptError) Unwrap() error { return e.Err }
 
 // ParseScript parses a script: steps separated by commas or newlines,

@@ -49,6 +49,19 @@ type Server struct {
 	// wait.
 	ChunkDelay time.Duration
 
+	// FromFirstRequest makes the script's clock start at the first model
+	// request rather than at Start, so that a host that is slow to start
+	// does not miss a window. The first step becomes current when the
+	// first request to a model endpoint arrives, the first request that
+	// Stats counts; GET /health, GET /slots and GET /mock/stats do not
+	// start it, and until then GET /health answers as the first step
+	// says. A script whose first step is a refuse step starts at Start
+	// regardless, since a closed socket cannot wait for a request, and
+	// its later steps follow on from it as usual. It matters only when
+	// the first step is a window: counted steps do not depend on the
+	// clock. False means the first step becomes current at Start.
+	FromFirstRequest bool
+
 	// Logf, if not nil, is told about each model request and what the
 	// script did to it, and about errors the server hit. It may be
 	// called concurrently.
@@ -104,7 +117,7 @@ func NewServer(script string) *Server {
 
 // Start listens on addr ("127.0.0.1:0" if empty), sets URL, and serves
 // in the background until Close. The script's first step becomes current
-// now.
+// now, or with FromFirstRequest at the first model request.
 func (s *Server) Start(addr string) error {
 	if s.Slots < 0 || s.Chunks < 0 || s.ChunkDelay < 0 {
 		return fmt.Errorf("mockllm: Slots %d, Chunks %d and ChunkDelay %v cannot be negative", s.Slots, s.Chunks, s.ChunkDelay)
@@ -137,7 +150,7 @@ func (s *Server) Start(addr string) error {
 		ReadHeaderTimeout: time.Minute,
 		ErrorLog:          log.New(logWriter{s}, "", 0),
 	}
-	s.sched.start(time.Now())
+	s.sched.start(time.Now(), s.FromFirstRequest)
 	go func() {
 		defer close(s.served)
 		s.srv.Serve(ln)

@@ -14,12 +14,35 @@ import (
 
 // runMock serves a fault-injecting LLM provider until ctx is done.
 func runMock(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	srv, listen, done, err := mockServer(args, stderr)
+	if done {
+		return err
+	}
+	if err := srv.Start(listen); err != nil {
+		return fmt.Errorf("mock: %w", err)
+	}
+	defer srv.Close()
+	desc := srv.Script.String()
+	if srv.Script.Len() == 0 {
+		desc = "none (every request succeeds)"
+	}
+	fmt.Fprintf(stdout, "outlast mock: listening on %s, script: %s\n", srv.URL, desc)
+	<-ctx.Done()
+	return nil
+}
+
+// mockServer parses the mock command's flags into a Server, not yet
+// started, and the address to start it on; it is apart from runMock so
+// that a test can see what each flag sets without serving. done is true
+// when there is nothing to serve: after --help, or with err.
+func mockServer(args []string, stderr io.Writer) (srv *mockllm.Server, listen string, done bool, err error) {
 	fs := flag.NewFlagSet("mock", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:8701", "the `address` to serve on")
+	addr := fs.String("listen", "127.0.0.1:8701", "the `address` to serve on")
 	slots := fs.Int("slots", 1, "requests served at once, like llama.cpp's --parallel; 0 for no limit")
 	script := fs.String("script", "", "the faults: a script `SPEC`, or a FILE with one step a line (empty: every request succeeds)")
 	chunks := fs.Int("chunks", 9, "content chunks in each response")
 	chunkDelay := fs.Duration("chunk-delay", 0, "the wait before each content chunk")
+	fromFirst := fs.Bool("from-first-request", false, "start the script's windows at the first model request instead of when the mock starts, as they do by default, so that a host slow to start misses none; a first refuse:D step starts with the mock regardless")
 	quiet := fs.Bool("quiet", false, "do not log each request to stderr")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, `Usage: outlast mock [flags]
@@ -28,10 +51,13 @@ Serves a fake LLM provider that fails as a script says: OpenAI's
 POST /v1/chat/completions, Anthropic's POST /v1/messages, llama.cpp's
 POST /completion, GET /health and GET /slots, and GET /mock/stats with the
 requests it saw. Each request takes the script's next step; the last step
-repeats. For example:
+repeats. A window ("for D") runs from when its step becomes current; the
+first step becomes current when the mock starts, or with
+--from-first-request at the first model request. For example:
 
   outlast mock --script '502x3,429:retry-after=1,ok'
   outlast mock --script 'refuse:5s,503 for 30s,ok'
+  outlast mock --from-first-request --script '429:retry-after=1 for 5s,ok'
 
 Faults: ok, a status (503, 500:body=...:header=Name=value), overloaded,
 overloaded-stream, loading, refuse:D, reset, close-after-headers, stall,
@@ -44,30 +70,20 @@ Flags:`)
 		fs.PrintDefaults()
 	}
 	if done, err := parseFlags(fs, args, stderr); done {
-		return err
+		return nil, "", true, err
 	}
 	if *slots < 0 || *chunks < 0 || *chunkDelay < 0 {
-		return fmt.Errorf("%w: mock: --slots, --chunks and --chunk-delay cannot be negative", ErrUsage)
+		return nil, "", true, fmt.Errorf("%w: mock: --slots, --chunks and --chunk-delay cannot be negative", ErrUsage)
 	}
 	sc, err := readScript(*script)
 	if err != nil {
-		return err
+		return nil, "", true, err
 	}
-	srv := &mockllm.Server{Script: sc, Slots: *slots, Chunks: *chunks, ChunkDelay: *chunkDelay}
+	srv = &mockllm.Server{Script: sc, Slots: *slots, Chunks: *chunks, ChunkDelay: *chunkDelay, FromFirstRequest: *fromFirst}
 	if !*quiet {
 		srv.Logf = lineLogger(stderr)
 	}
-	if err := srv.Start(*listen); err != nil {
-		return fmt.Errorf("mock: %w", err)
-	}
-	defer srv.Close()
-	desc := sc.String()
-	if sc.Len() == 0 {
-		desc = "none (every request succeeds)"
-	}
-	fmt.Fprintf(stdout, "outlast mock: listening on %s, script: %s\n", srv.URL, desc)
-	<-ctx.Done()
-	return nil
+	return srv, *addr, false, nil
 }
 
 // readScript parses --script: the contents of the file it names, if it

@@ -1,0 +1,33 @@
+package cli
+
+import (
+	"io"
+	"testing"
+)
+
+// --from-first-request reaches the Server; without it the windows start
+// when the mock starts.
+func TestMockFromFirstRequest(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want bool
+	}{
+		// The default: the script's clock starts at Start.
+		{"default", nil, false},
+		// The flag: it starts at the first model request.
+		{"flag", []string{"--from-first-request"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv, _, done, err := mockServer(append(tc.args, "--script", "429 for 5s,ok"), io.Discard)
+			if done || err != nil {
+				t.Fatalf("got done %v, %v; want a server", done, err)
+			}
+			if srv.FromFirstRequest != tc.want {
+				t.Errorf("FromFirstRequest: got %v, want %v", srv.FromFirstRequest, tc.want)
+			}
+		})
+	}
+}
