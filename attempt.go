@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// An Attempt is the record of one try at a request: what seed 000 calls a
-// model call. Each attempt is reported twice to [Hooks]: at its start, with
-// End, Status, Err and RetryIn zero, and at its end.
+// An Attempt is the record of one try at a request: one model call, as a
+// host's record shows it. Each attempt is reported twice to [Hooks]: at its
+// start, with End, Status, Err, Class and RetryIn zero, and at its end.
 type Attempt struct {
 	// CallID identifies the attempt: a UUIDv7, unique and time-ordered, so
 	// sorting the IDs sorts the attempts.
@@ -34,6 +34,10 @@ type Attempt struct {
 	// Err is the failure: a *StatusError for a failed status, the
 	// transport's error, or nil for the result that was returned.
 	Err error
+	// Class is Err's class, as Classify judges it when the attempt ends:
+	// ClassNone for the result that was returned. Observers show this
+	// rather than judging Err again.
+	Class Class
 	// RetryAfter is the delay the server asked for, if any.
 	RetryAfter time.Duration
 	// RetryIn is the wait before the next attempt, when one follows. The
@@ -76,32 +80,32 @@ func hooksFrom(ctx context.Context) *Hooks {
 	return h
 }
 
-// reporter sends attempts to up to two Hooks: a transport's and a
-// context's.
-type reporter struct{ a, b *Hooks }
+// callHooks are the Hooks that one request reports its attempts to: the
+// Transport's own, then those its context carries (WithHooks).
+type callHooks struct{ transport, request *Hooks }
 
-func (r reporter) active() bool { return r.a.any() || r.b.any() }
+func (h callHooks) active() bool { return h.transport.any() || h.request.any() }
 
-func (r reporter) start(at Attempt) {
-	for _, h := range [2]*Hooks{r.a, r.b} {
-		if h != nil && h.AttemptStart != nil {
-			h.AttemptStart(at)
+func (h callHooks) start(at Attempt) {
+	for _, x := range [2]*Hooks{h.transport, h.request} {
+		if x != nil && x.AttemptStart != nil {
+			x.AttemptStart(at)
 		}
 	}
 }
 
-func (r reporter) end(at Attempt) {
-	for _, h := range [2]*Hooks{r.a, r.b} {
-		if h != nil && h.AttemptEnd != nil {
-			h.AttemptEnd(at)
+func (h callHooks) end(at Attempt) {
+	for _, x := range [2]*Hooks{h.transport, h.request} {
+		if x != nil && x.AttemptEnd != nil {
+			x.AttemptEnd(at)
 		}
 	}
 }
 
-func (r reporter) queued(key string, ahead int) {
-	for _, h := range [2]*Hooks{r.a, r.b} {
-		if h != nil && h.Queued != nil {
-			h.Queued(key, ahead)
+func (h callHooks) queued(key string, ahead int) {
+	for _, x := range [2]*Hooks{h.transport, h.request} {
+		if x != nil && x.Queued != nil {
+			x.Queued(key, ahead)
 		}
 	}
 }

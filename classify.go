@@ -107,54 +107,6 @@ func isCallerDone(err error) bool {
 	return false
 }
 
-// The classes of an attempt's failure, as [Classify] names them. The
-// journal stores them, and metrics and traces use them as labels.
-const (
-	ClassStatus      = "status"       // a failed status: a *StatusError
-	ClassErrorEvent  = "error_event"  // a 200 event stream that opened with an error (ErrErrorEvent)
-	ClassBusy        = "busy"         // the gate's queue was full (ErrBusy)
-	ClassStalled     = "stalled"      // no first byte in time (ErrStalled)
-	ClassClosedEarly = "closed_early" // the body ended before its first byte (ErrClosedEarly)
-	ClassCanceled    = "canceled"     // the caller's context ended: its cancellation or its deadline
-	ClassRefused     = "refused"      // no connection: refused, or the dial failed
-	ClassReset       = "reset"        // the connection broke before the response: reset, aborted, or closed (EOF)
-	ClassTimeout     = "timeout"      // a timeout that was not the caller's, such as a response header timeout
-	ClassOther       = "other"        // anything else
-)
-
-// Classify returns the class of an attempt's failure, one of the Class
-// constants, or "" for nil. The order matters where classes nest: an error
-// event comes inside a *StatusError, and a stall is also a timeout. It
-// allocates nothing, so a metrics observer can call it per attempt.
-func Classify(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, ErrErrorEvent):
-		return ClassErrorEvent
-	}
-	if _, ok := errors.AsType[*StatusError](err); ok {
-		return ClassStatus
-	}
-	switch {
-	case isBusy(err):
-		return ClassBusy
-	case errors.Is(err, ErrStalled):
-		return ClassStalled
-	case errors.Is(err, ErrClosedEarly):
-		return ClassClosedEarly
-	case isCallerDone(err):
-		return ClassCanceled
-	case isRefused(err):
-		return ClassRefused
-	case isReset(err):
-		return ClassReset
-	case isTimeout(err):
-		return ClassTimeout
-	}
-	return ClassOther
-}
-
 // isRefused reports a connection that was never made.
 func isRefused(err error) bool {
 	if errors.Is(err, syscall.ECONNREFUSED) {

@@ -367,16 +367,30 @@ func opErr(op string, err error) *net.OpError {
 	return &net.OpError{Op: op, Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}, Err: err}
 }
 
+// headerTimeout is shaped like net/http's own timeout errors: a timeout
+// that says it is context.DeadlineExceeded through Is, without being it.
+type headerTimeout struct{}
+
+func (headerTimeout) Error() string        { return "net/http: timeout awaiting response headers" }
+func (headerTimeout) Timeout() bool        { return true }
+func (headerTimeout) Temporary() bool      { return true }
+func (headerTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
+
 // Classify names each kind of failure once, for the journal, metrics and
 // traces; the order matters where kinds nest.
 func TestClassifyNamesFailures(t *testing.T) {
 	cases := []struct {
 		name string
 		err  error
-		want string
+		want outlast.Class
 	}{
-		{"nil is no failure", nil, ""},
-		{"a status", &outlast.StatusError{StatusCode: 503}, outlast.ClassStatus},
+		{"nil is no failure", nil, outlast.ClassNone},
+		// Statuses are split by what they ask of the client.
+		{"429 asks to slow down", &outlast.StatusError{StatusCode: 429}, outlast.ClassRateLimited},
+		{"529 is Anthropic's overload", &outlast.StatusError{StatusCode: 529}, outlast.ClassOverloaded},
+		{"another 4xx", &outlast.StatusError{StatusCode: 408}, outlast.ClassStatus4xx},
+		{"another 5xx", &outlast.StatusError{StatusCode: 503}, outlast.ClassStatus5xx},
+		{"a status outside 400-599", &outlast.StatusError{StatusCode: 302}, outlast.ClassOther},
 		// An error event comes inside a StatusError; the event wins.
 		{"an error event", &outlast.StatusError{StatusCode: 529, Err: fmt.Errorf("%w: overloaded_error", outlast.ErrErrorEvent)}, outlast.ClassErrorEvent},
 		{"busy", fmt.Errorf("gate: %w", outlast.ErrBusy), outlast.ClassBusy},
@@ -385,20 +399,97 @@ func TestClassifyNamesFailures(t *testing.T) {
 		{"closed early", fmt.Errorf("%w: %w", outlast.ErrClosedEarly, io.ErrUnexpectedEOF), outlast.ClassClosedEarly},
 		{"the caller's deadline", fmt.Errorf("x: %w", context.DeadlineExceeded), outlast.ClassCanceled},
 		{"refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, outlast.ClassRefused},
+		// A dial that failed for any other reason made no connection either.
+		{"a failed dial", &net.OpError{Op: "dial", Err: errors.New("no route to host")}, outlast.ClassRefused},
+		{"aborted", opErr("read", syscall.ECONNABORTED), outlast.ClassReset},
 		{"reset", &net.OpError{Op: "read", Err: syscall.ECONNRESET}, outlast.ClassReset},
 		{"closed before the response", io.EOF, outlast.ClassReset},
 		{"a timeout that is not the caller's", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, outlast.ClassTimeout},
 		{"anything else", errors.New("x"), outlast.ClassOther},
+
+		// The shapes the Transport and net/http really produce, which the
+		// journal's, the metrics' and the traces' own tests checked when
+		// each of them classified.
+		{"a wrapped status", fmt.Errorf("attempt: %w", &outlast.StatusError{StatusCode: 503}), outlast.ClassStatus5xx},
+		// A 200 stream that opens with an error event must not read as a
+		// status outside 400-599.
+		{"an error event on a 200 stream", &outlast.StatusError{StatusCode: 200, Err: fmt.Errorf("%w: overloaded_error", outlast.ErrErrorEvent)}, outlast.ClassErrorEvent},
+		// A stall is a timeout too, even when the chain says so.
+		{"a stall that is also a timeout", fmt.Errorf("%w: %w", outlast.ErrStalled, opErr("read", os.ErrDeadlineExceeded)), outlast.ClassStalled},
+		// The caller's context, as net/http wraps it: url.Error says a
+		// deadline is a timeout, and it is still the caller's.
+		{"the caller's cancellation in a url.Error", &url.Error{Op: "Post", URL: "http://h", Err: context.Canceled}, outlast.ClassCanceled},
+		{"the caller's deadline in a url.Error", &url.Error{Op: "Post", URL: "http://h", Err: context.DeadlineExceeded}, outlast.ClassCanceled},
+		// Through the other Unwrap form.
+		{"the caller's deadline, joined", errors.Join(errors.New("send"), context.DeadlineExceeded), outlast.ClassCanceled},
+		// net/http's own header timeout says it is context.DeadlineExceeded
+		// through Is without being it: it is the server's.
+		{"a server timeout that says it is a deadline", &url.Error{Op: "Post", URL: "http://h", Err: headerTimeout{}}, outlast.ClassTimeout},
+		{"refused, as net/http reports it", &url.Error{Op: "Post", URL: "http://h", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}, outlast.ClassRefused},
+		// The errno alone says refused, whatever the operation.
+		{"refused on a read", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, outlast.ClassRefused},
+		// A name that does not resolve never made a connection.
+		{"a name that does not resolve", &url.Error{Op: "Post", URL: "http://h", Err: &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "h", IsNotFound: true}}}, outlast.ClassRefused},
+		{"EOF, as net/http reports it", &url.Error{Op: "Post", URL: "http://h", Err: io.EOF}, outlast.ClassReset},
+		{"an unexpected EOF", fmt.Errorf("body: %w", io.ErrUnexpectedEOF), outlast.ClassReset},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if got := outlast.Classify(c.err); got != c.want {
-				t.Errorf("got %q, want %q", got, c.want)
+				t.Errorf("got %v, want %v", got, c.want)
 			}
 		})
 	}
 	reset := error(&net.OpError{Op: "read", Err: syscall.ECONNRESET})
 	if n := testing.AllocsPerRun(100, func() { outlast.Classify(reset) }); n != 0 {
 		t.Errorf("Classify allocates %v times, want 0", n)
+	}
+}
+
+// A class is written as its name and read back from it, so that stored
+// classes survive a reordering of the constants; every class has a name of
+// its own, and an unknown name is an error that quotes it.
+func TestClassText(t *testing.T) {
+	seen := map[string]outlast.Class{}
+	for _, c := range outlast.Classes() {
+		b, err := c.MarshalText()
+		if err != nil {
+			t.Fatalf("%d: %v", c, err)
+		}
+		if prev, ok := seen[string(b)]; ok {
+			t.Errorf("classes %d and %d are both %q", prev, c, b)
+		}
+		seen[string(b)] = c
+		var back outlast.Class
+		if err := back.UnmarshalText(b); err != nil || back != c {
+			t.Errorf("%q read back as %v (%v), want %v", b, back, err, c)
+		}
+		if c.String() != string(b) {
+			t.Errorf("String %q, MarshalText %q; want the same", c.String(), b)
+		}
+	}
+	if outlast.Classes()[0] != outlast.ClassNone || outlast.ClassNone.String() != "" {
+		t.Errorf("the first class is %v (%q), want ClassNone, written as nothing", outlast.Classes()[0], outlast.ClassNone.String())
+	}
+	var c outlast.Class
+	if err := c.UnmarshalText([]byte("teapot")); err == nil || !strings.Contains(err.Error(), `"teapot"`) {
+		t.Errorf("an unknown name: got %v, want an error quoting it", err)
+	}
+	if _, err := outlast.Class(200).MarshalText(); err == nil {
+		t.Error("Class(200).MarshalText: got no error, want one")
+	}
+}
+
+// IsStatus is true of the classes StatusClass returns for failed
+// statuses, and of no other.
+func TestClassIsStatus(t *testing.T) {
+	status := map[outlast.Class]bool{}
+	for _, code := range []int{400, 408, 429, 500, 503, 529, 599} {
+		status[outlast.StatusClass(code)] = true
+	}
+	for _, c := range outlast.Classes() {
+		if got := c.IsStatus(); got != status[c] {
+			t.Errorf("%v.IsStatus(): got %v, want %v", c, got, status[c])
+		}
 	}
 }

@@ -33,3 +33,7 @@
 // This is more likely without a deadline, when waits run to the end of
 // [Policy.Waits] whatever the caller's patience.
 package outlast
+
+// Version is outlast's version, as the gateway's health and its traces
+// report it. A release build sets it with -ldflags "-X".
+var Version = "0.1.0-dev"

@@ -5,14 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"time"
+
+	"github.com/outlast-llm/outlast/internal/redact"
 )
 
 // markKey marks a context whose request is in flight under a layer that may
 // retry it. A layer that sees the mark makes exactly one attempt, so k
-// retries in each of two nested layers make k+1 attempts, not (k+1)²
-// (seed 000, "only the outermost request retries").
+// retries in each of two nested layers make k+1 attempts, not (k+1)².
 type markKey struct{}
 
 func marked(ctx context.Context) bool { return ctx.Value(markKey{}) != nil }
@@ -40,56 +40,54 @@ func Do(ctx context.Context, p *Policy, attempt func(ctx context.Context) error)
 	if p == nil {
 		p, _ = policyFrom(ctx)
 	}
-	rep := reporter{b: hooksFrom(ctx)}
+	hooks := callHooks{request: hooksFrom(ctx)}
 	if p == nil || marked(ctx) {
-		return doOnce(ctx, 1, rep, attempt, nil)
+		_, _, err := doOnce(ctx, 1, hooks, attempt, &schedule{})
+		return err
 	}
 	if err := p.Validate(); err != nil {
 		return err
 	}
 	ctx = mark(ctx)
-	s := schedule{p: p, first: time.Now()}
-	for {
-		err := doOnce(ctx, s.n+1, rep, attempt, &s)
-		if err == nil || s.wait < 0 {
+	s := schedule{p: p}
+	for n := 1; ; n++ {
+		wait, retry, err := doOnce(ctx, n, hooks, attempt, &s)
+		if !retry {
 			return err
 		}
-		if werr := sleep(ctx, s.wait); werr != nil {
-			return waitErr(werr, s.wait, err)
+		if werr := sleep(ctx, wait); werr != nil {
+			return waitErr(werr, wait, err)
 		}
 	}
 }
 
-// doOnce makes attempt n and reports it. With a schedule, it decides the
-// next wait before reporting the attempt's end, so that the end carries it.
-func doOnce(ctx context.Context, n int, rep reporter, attempt func(context.Context) error, s *schedule) error {
-	var at Attempt
-	if rep.active() {
-		at = Attempt{CallID: NewCallID(), N: n, Start: time.Now()}
-		rep.start(at)
+// doOnce makes attempt n, asks s whether a failure is retried, and reports
+// the attempt, whose end carries the wait that follows.
+func doOnce(ctx context.Context, n int, hooks callHooks, attempt func(context.Context) error, s *schedule) (time.Duration, bool, error) {
+	at := Attempt{N: n, Start: time.Now()}
+	if hooks.active() {
+		at.CallID = NewCallID()
+		hooks.start(at)
 	}
 	err := attempt(ctx)
-	if s != nil {
-		s.n = n
-		s.wait = -1
-		if err != nil {
-			d, has := errDelay(err)
-			if w, ok := s.next(ctx, err, d, has); ok {
-				s.wait = w
-				at.RetryIn = w
-				logRetry(ctx, slog.Default(), "", n, err, w)
-			}
+	var wait time.Duration
+	retry := false
+	if err != nil {
+		// Do validated the policy, so decide cannot fail.
+		wait, retry, _ = s.decide(ctx, err, at.Start)
+		if retry {
+			at.RetryIn = wait
+			logRetry(ctx, slog.Default(), "", n, err, wait)
 		}
 	}
-	if rep.active() {
-		at.End, at.Err = time.Now(), err
-		var se *StatusError
-		if errors.As(err, &se) {
+	if hooks.active() {
+		at.End, at.Err, at.Class = time.Now(), err, Classify(err)
+		if se, ok := errors.AsType[*StatusError](err); ok {
 			at.Status, at.RetryAfter = se.StatusCode, se.RetryAfter
 		}
-		rep.end(at)
+		hooks.end(at)
 	}
-	return err
+	return wait, retry, err
 }
 
 // errDelay returns the server's delay that err carries, if any.
@@ -104,38 +102,57 @@ func errDelay(err error) (time.Duration, bool) {
 	return RetryAfter(se.Header, time.Now())
 }
 
-// schedule carries a request's retry state from one failure to the next.
+// schedule decides, failure by failure, whether a request is tried again.
+// Its zero value never retries.
 type schedule struct {
-	p     *Policy
-	first time.Time     // the first attempt's start, for Window
-	n     int           // attempts made so far
-	wait  time.Duration // the next wait, or -1 for none
+	p     *Policy   // nil: no retries
+	once  bool      // the request's body cannot be sent again
+	first time.Time // the first attempt's start, for Window
+	n     int       // the failures decided on so far
 }
 
-// next decides whether attempt s.n, which failed with err, is followed by
-// another, and how long to wait first. serverDelay is the server's delay,
-// if it gave one (has).
-func (s *schedule) next(ctx context.Context, err error, serverDelay time.Duration, has bool) (time.Duration, bool) {
+// decide reports whether a request whose latest attempt, sent at start,
+// failed with err is tried again, and after how long a wait. The policy
+// is read only now that a request has failed: the first call checks it,
+// and a policy that fails Validate is an error wrapping err.
+func (s *schedule) decide(ctx context.Context, err error, start time.Time) (time.Duration, bool, error) {
+	if s.p == nil || s.once {
+		return 0, false, nil
+	}
+	if s.n == 0 {
+		if verr := s.p.Validate(); verr != nil {
+			return 0, false, fmt.Errorf("%w (the request failed: %w)", verr, err)
+		}
+		s.first = start
+	}
+	s.n++
+	if ctx.Err() != nil || !s.p.retryable(err) {
+		return 0, false, nil
+	}
+	if s.p.MaxAttempts > 0 && s.n >= s.p.MaxAttempts {
+		return 0, false, nil
+	}
+	wait, ok := s.waitFor(ctx, err)
+	return wait, ok, nil
+}
+
+// waitFor returns the wait before the retry after failure s.n, err, and
+// whether that wait fits the bounds.
+func (s *schedule) waitFor(ctx context.Context, err error) (time.Duration, bool) {
 	p := s.p
-	if ctx.Err() != nil || !p.retryable(err) {
-		return 0, false
-	}
-	if p.MaxAttempts > 0 && s.n >= p.MaxAttempts {
-		return 0, false
-	}
 	deadline, hasDeadline := ctx.Deadline()
 	if !hasDeadline && s.n > len(p.Waits) {
 		return 0, false // without a deadline, the list is the bound
 	}
 	w := p.Waits[min(s.n, len(p.Waits))-1]
 	serverSet := false
-	if has {
+	if d, has := errDelay(err); has {
 		switch p.RetryAfter {
 		case RetryAfterAtLeast:
-			serverSet = serverDelay >= w
-			w = max(w, serverDelay)
+			serverSet = d >= w
+			w = max(w, d)
 		case RetryAfterExact:
-			w, serverSet = serverDelay, true
+			w, serverSet = d, true
 		}
 	}
 	limit := s.limit(deadline, hasDeadline)
@@ -182,9 +199,10 @@ func waitErr(ctxErr error, wait time.Duration, last error) error {
 	return fmt.Errorf("outlast: %w while waiting %v to retry: %w", ctxErr, wait, last)
 }
 
-// logRetry logs one retry at warn, as seed 003 asks: the status, the number
-// of the attempt about to start, and the wait. The error is logged without
-// the request's URL, whose query may carry an API key.
+// logRetry logs one retry at warn: the status, the number of the attempt
+// about to start, and the wait. The error's text goes through
+// redact.Text: the URL that a transport error quotes may carry an API key
+// in its query.
 func logRetry(ctx context.Context, l *slog.Logger, key string, n int, err error, wait time.Duration) {
 	if !l.Enabled(ctx, slog.LevelWarn) {
 		return
@@ -198,19 +216,10 @@ func logRetry(ctx context.Context, l *slog.Logger, key string, n int, err error,
 		slog.Int("attempt", n+1),
 		slog.Int("status", status),
 		slog.Duration("wait", wait),
-		slog.String("error", redactedError(err)),
+		slog.String("error", redact.Text(err.Error())),
 	}
 	if key != "" {
 		attrs = append(attrs, slog.String("key", key))
 	}
 	l.LogAttrs(ctx, slog.LevelWarn, "outlast: retrying", attrs...)
-}
-
-// redactedError returns err's text without a URL that a *url.Error names.
-func redactedError(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Op + ": " + ue.Err.Error()
-	}
-	return err.Error()
 }

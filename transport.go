@@ -123,20 +123,46 @@ func NewTransport(base http.RoundTripper, p *Policy) (*Transport, error) {
 // RoundTrip sends req, retrying it as the policy says, and returns the
 // last attempt's response or error. It implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	c, err := t.newCall(req)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		res, err := c.attempt()
+		if err != nil || res.fail == nil {
+			return res.resp, err
+		}
+		// The policy is read only now that an attempt has failed.
+		wait, retry, err := c.sched.decide(c.ctx, res.fail, res.at.Start)
+		if err != nil || !retry {
+			return c.stop(res, err)
+		}
+		if err := c.wait(res, wait); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// newCall starts the RoundTrip of req. Under a policy, and with no outer
+// layer retrying already, it marks the context and makes the body
+// replayable.
+func (t *Transport) newCall(req *http.Request) (call, error) {
 	ctx := req.Context()
-	c := call{t: t, req: req, ctx: ctx, rep: reporter{a: &t.Hooks, b: hooksFrom(ctx)}}
+	c := call{t: t, req: req, ctx: ctx, hooks: callHooks{transport: &t.Hooks, request: hooksFrom(ctx)}}
 	p := t.Policy
 	if cp, ok := policyFrom(ctx); ok {
 		p = cp
 	}
-	if p != nil && !marked(ctx) {
-		if err := c.prepareReplay(); err != nil {
-			return nil, err
-		}
-		c.retry, c.sched = true, schedule{p: p} // first is set at the first failure
-		c.ctx = mark(ctx)
+	if p == nil || marked(ctx) {
+		return c, nil
 	}
-	return c.run()
+	if err := c.prepareReplay(); err != nil {
+		return c, err
+	}
+	c.retry = true
+	c.sched = schedule{p: p, once: c.body != nil && c.getBody == nil}
+	c.ctx = mark(ctx)
+	return c, nil
 }
 
 // CloseIdleConnections closes the idle connections of Base, if it has
@@ -175,9 +201,10 @@ type call struct {
 	t     *Transport
 	req   *http.Request
 	ctx   context.Context // req's context, marked when it may retry
-	rep   reporter
-	retry bool     // whether the request may be retried: a policy, no mark
-	sched schedule // the retry state, when retry is set
+	hooks callHooks
+	retry bool     // under a policy, with no outer layer retrying: attempts carry AttemptHeader
+	sched schedule // the retry decisions; its zero value never retries
+	n     int      // the attempts made so far
 
 	last    error                         // the last attempt's failure, once one has failed
 	getBody func() (io.ReadCloser, error) // replays the body; nil when it cannot be
@@ -218,66 +245,61 @@ func (c *call) prepareReplay() error {
 	return nil
 }
 
+// attemptValues are AttemptHeader's values for the first attempts, made
+// once: the header map of each attempt is a fresh copy, but its values,
+// like the caller's, are shared and never changed.
+var attemptValues = func() [16][]string {
+	var v [16][]string
+	for i := range v {
+		v[i] = []string{strconv.Itoa(i + 1)}
+	}
+	return v
+}()
+
+// attemptValue returns AttemptHeader's value for attempt n.
+func attemptValue(n int) []string {
+	if n >= 1 && n <= len(attemptValues) {
+		return attemptValues[n-1]
+	}
+	return []string{strconv.Itoa(n)}
+}
+
 type readCloser struct {
 	io.Reader
 	io.Closer
 }
 
-// run makes attempts until one is returned.
-func (c *call) run() (*http.Response, error) {
-	for n := 1; ; n++ {
-		r, err := c.attemptRequest(n)
-		if err != nil {
-			return nil, err
-		}
-		res, err := c.attempt(r, n)
-		if err != nil || res.fail == nil {
-			return res.resp, err
-		}
-		wait, ok, err := c.next(res.fail, res.at.Start)
-		if err != nil {
-			c.rep.end(res.at)
-			discard(res.resp)
-			return nil, err
-		}
-		if !ok {
-			c.rep.end(res.at)
-			if res.resp != nil {
-				return res.resp, nil
-			}
-			return nil, res.fail
-		}
-		// The wait runs from now: hooks and draining the failed response
-		// come out of it, not on top of it, so it still ends inside the
-		// bound that next checked.
-		wake := time.Now().Add(wait)
-		res.at.RetryIn = wait
-		c.rep.end(res.at)
-		logRetry(c.ctx, c.t.logger(), res.at.Key, n, res.fail, wait)
-		c.last = res.fail
+// stop ends a call whose last attempt failed and will not be retried:
+// it returns the failed response, if there is one, or the failure. An
+// error from the decision itself (an invalid policy) wins over both.
+func (c *call) stop(res result, err error) (*http.Response, error) {
+	c.hooks.end(res.at)
+	if err != nil {
 		discard(res.resp)
-		if err := sleep(c.ctx, time.Until(wake)); err != nil {
-			return nil, waitErr(err, wait, res.fail)
-		}
+		return nil, err
 	}
+	if res.resp != nil {
+		return res.resp, nil
+	}
+	return nil, res.fail
 }
 
-// next asks the schedule whether a failure is retried, first checking the
-// policy: it is read only now that a request has failed.
-func (c *call) next(fail error, start time.Time) (time.Duration, bool, error) {
-	if !c.retry || (c.body != nil && c.getBody == nil) {
-		return 0, false, nil
+// wait reports a failed attempt that will be retried, throws its response
+// away, and waits before the next attempt.
+func (c *call) wait(res result, wait time.Duration) error {
+	// The wait runs from now: hooks and draining the failed response
+	// come out of it, not on top of it, so it still ends inside the
+	// bound that decide checked.
+	wake := time.Now().Add(wait)
+	res.at.RetryIn = wait
+	c.hooks.end(res.at)
+	logRetry(c.ctx, c.t.logger(), res.at.Key, res.at.N, res.fail, wait)
+	c.last = res.fail
+	discard(res.resp)
+	if err := sleep(c.ctx, time.Until(wake)); err != nil {
+		return waitErr(err, wait, res.fail)
 	}
-	if c.sched.n == 0 {
-		if err := c.sched.p.Validate(); err != nil {
-			return 0, false, fmt.Errorf("%w (the request failed: %w)", err, fail)
-		}
-		c.sched.first = start
-	}
-	c.sched.n++
-	d, has := errDelay(fail)
-	w, ok := c.sched.next(c.ctx, fail, d, has)
-	return w, ok, nil
+	return nil
 }
 
 // attemptRequest returns the request for attempt n: the caller's own when
@@ -293,7 +315,7 @@ func (c *call) attemptRequest(n int) (*http.Request, error) {
 	for k, v := range c.req.Header {
 		h[k] = v
 	}
-	h[AttemptHeader] = []string{strconv.Itoa(n)}
+	h[AttemptHeader] = attemptValue(n)
 	r.Header = h
 	r.GetBody = c.getBody
 	if n == 1 {
@@ -345,12 +367,18 @@ func errBusyGate(key string, err error) error {
 	return err
 }
 
-// attempt makes attempt n with r: it takes the gate, sends, and classifies
+// attempt makes the next attempt: it takes the gate, sends, and classifies
 // the result. It reports the attempt's start, and its end when it is not a
-// failure; run reports a failure's end once it knows the wait. The error is
-// for a request that was never sent: a busy gate or the caller's context.
-func (c *call) attempt(r *http.Request, n int) (result, error) {
-	res := result{at: Attempt{N: n}}
+// failure; a failure's end is reported once the wait that follows it is
+// known. The error is for a request that was never sent: a busy gate, the
+// caller's context, or a body that could not be replayed.
+func (c *call) attempt() (result, error) {
+	c.n++
+	res := result{at: Attempt{N: c.n}}
+	r, err := c.attemptRequest(c.n)
+	if err != nil {
+		return res, err
+	}
 	release, err := c.acquire(r, &res.at)
 	if err != nil {
 		// RoundTrip must close the body, even on an error (http.RoundTripper).
@@ -359,7 +387,7 @@ func (c *call) attempt(r *http.Request, n int) (result, error) {
 		}
 		return res, err
 	}
-	active := c.rep.active()
+	active := c.hooks.active()
 	if active {
 		res.at.CallID = NewCallID()
 	}
@@ -367,7 +395,7 @@ func (c *call) attempt(r *http.Request, n int) (result, error) {
 		res.at.Start = time.Now()
 	}
 	if active {
-		c.rep.start(res.at)
+		c.hooks.start(res.at)
 	}
 	resp, err := c.send(r, release)
 	// time.Now is a measurable part of a success's cost: the end is read
@@ -392,11 +420,11 @@ func (c *call) attempt(r *http.Request, n int) (result, error) {
 		res.resp = resp
 		res.at.Status = resp.StatusCode
 		if active {
-			c.rep.end(res.at)
+			c.hooks.end(res.at)
 		}
 		return res, nil
 	}
-	res.at.Err = res.fail
+	res.at.Err, res.at.Class = res.fail, Classify(res.fail)
 	return res, nil
 }
 
@@ -407,13 +435,13 @@ func (c *call) acquire(r *http.Request, at *Attempt) (release func(), err error)
 		return nil, nil
 	}
 	key := c.t.gateKey(r)
-	ahead, rep := 0, c.rep // copies, so that the closure does not move c to the heap
+	ahead, hooks := 0, c.hooks // copies, so that the closure does not move c to the heap
 	ctx, stop := c.gateContext()
 	defer stop()
 	start := time.Now()
 	release, err = g.Acquire(ctx, key, func(n int) {
 		ahead = n
-		rep.queued(key, n)
+		hooks.queued(key, n)
 	})
 	at.Key, at.Ahead, at.GateWait = key, ahead, time.Since(start)
 	switch {
@@ -428,10 +456,9 @@ func (c *call) acquire(r *http.Request, at *Attempt) (release func(), err error)
 }
 
 // gateContext bounds a retry's wait at the gate, under a deadline, by the
-// deadline less the reserve: seed 000's rule that no wait before a retry
-// may eat into the reserve holds for the gate's queue too. The first
-// attempt, like the first attempt without a gate, may use the whole
-// deadline.
+// deadline less the reserve: no wait before a retry may eat into the
+// reserve, and the gate's queue is such a wait. The first attempt, like
+// the first attempt without a gate, may use the whole deadline.
 func (c *call) gateContext() (context.Context, context.CancelFunc) {
 	deadline, ok := c.ctx.Deadline()
 	if !c.retry || c.last == nil || !ok {

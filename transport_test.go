@@ -405,7 +405,7 @@ func TestTransportLogsEachRetry(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 		want := []string{
 			`level=WARN msg="outlast: retrying" attempt=2 status=503 wait=1.5s error="outlast: status 503 Service Unavailable"`,
-			`level=WARN msg="outlast: retrying" attempt=3 status=0 wait=1.5s error="Get: dial tcp 127.0.0.1:1: connect: connection refused"`,
+			`level=WARN msg="outlast: retrying" attempt=3 status=0 wait=1.5s error="Get \"http://model.test/v1\": dial tcp 127.0.0.1:1: connect: connection refused"`,
 		}
 		if len(lines) != len(want) {
 			t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), buf.String())

@@ -6,8 +6,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/outlast-llm/outlast/gate"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/outlast-llm/outlast/gate"
 )
 
 // The gate is measured against semaphore.Weighted, the x/sync primitive it

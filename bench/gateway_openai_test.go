@@ -15,6 +15,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
 )

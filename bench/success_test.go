@@ -14,6 +14,7 @@ import (
 
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
 	"github.com/hashicorp/go-retryablehttp"
+
 	"github.com/outlast-llm/outlast"
 )
 

@@ -6,8 +6,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/outlast-llm/outlast/gate"
 	"go.uber.org/goleak"
+
+	"github.com/outlast-llm/outlast/gate"
 )
 
 func TestMain(m *testing.M) {

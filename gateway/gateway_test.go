@@ -18,6 +18,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // upstream is an httptest server that answers attempt n with script[n-1]
@@ -564,13 +565,13 @@ func TestEndpointsAndObservers(t *testing.T) {
 	u, _ := url.Parse(up.URL)
 	var mu sync.Mutex
 	var calls []string
-	note := func(s string) func(*gateway.Request) {
-		return func(*gateway.Request) { mu.Lock(); calls = append(calls, s); mu.Unlock() }
+	note := func(s string) func(*record.Request) {
+		return func(*record.Request) { mu.Lock(); calls = append(calls, s); mu.Unlock() }
 	}
 	g, err := gateway.New(gateway.Config{
 		Upstreams: []gateway.Upstream{{URL: u}},
 		Logger:    slog.New(slog.DiscardHandler),
-		Observer:  gateway.Observers(gateway.Observer{Done: note("a")}, gateway.Observer{}, gateway.Observer{Done: note("b")}),
+		Observer:  record.Observers(record.Observer{Done: note("a")}, record.Observer{}, record.Observer{Done: note("b")}),
 		Endpoints: map[string]http.Handler{
 			"metrics":   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "m") }),
 			"requests/": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "r:"+r.URL.Path) }),
@@ -610,7 +611,7 @@ func TestObserverHeadersRedacted(t *testing.T) {
 		Upstreams: []gateway.Upstream{{URL: u}},
 		Logger:    slog.New(slog.DiscardHandler),
 		Redact:    []string{"X-Org-Secret"},
-		Observer:  gateway.Observer{Done: func(r *gateway.Request) { got <- r.Header.Clone() }},
+		Observer:  record.Observer{Done: func(r *record.Request) { got <- r.Header.Clone() }},
 	})
 	s := httptest.NewServer(g)
 	defer s.Close()

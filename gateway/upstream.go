@@ -1,14 +1,82 @@
 package gateway
 
 import (
-	"github.com/outlast-llm/outlast"
+	"context"
+	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gate"
+	"github.com/outlast-llm/outlast/internal/redact"
 )
+
+// upstream is an Upstream with the parts the gateway builds for it: the
+// Transport that retries its attempts, and the gates they pass.
+type upstream struct {
+	Upstream
+	transport *outlast.Transport
+	gates     *slotGates
+	latency   ewma // attempt durations, for busy responses' Retry-After
+}
+
+// newUpstream checks u, the i-th of Config.Upstreams, fills in its
+// defaults, and builds its Transport over base.
+func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger) (*upstream, error) {
+	if u.URL == nil || (u.URL.Scheme != "http" && u.URL.Scheme != "https") || u.URL.Host == "" {
+		return nil, fmt.Errorf("gateway: upstreams[%d]: url %q is not an absolute http(s) URL", i, redact.URL(u.URL))
+	}
+	if u.URL.User != nil {
+		// Credentials belong in the caller's headers, which pass through;
+		// in the URL they would show in logs and health.
+		return nil, fmt.Errorf("gateway: upstreams[%d]: url %q carries credentials: send them as the request's Authorization or x-api-key header", i, redact.URL(u.URL))
+	}
+	if u.Name == "" {
+		u.Name = u.URL.Host
+	}
+	u.Prefix = "/" + strings.Trim(u.Prefix, "/")
+	if u.Policy != nil {
+		if err := u.Policy.Validate(); err != nil {
+			return nil, fmt.Errorf("gateway: upstreams[%d] (%s): %w", i, u.Name, err)
+		}
+	}
+	switch {
+	case u.Slots < 0:
+		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): slots %d is negative", i, u.Name, u.Slots)
+	case u.FirstByteTimeout < 0:
+		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): first-byte timeout %v is negative", i, u.Name, u.FirstByteTimeout)
+	case u.IdleTimeout < 0:
+		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): idle timeout %v is negative", i, u.Name, u.IdleTimeout)
+	}
+	if u.Queue == 0 {
+		u.Queue = DefaultQueue
+	}
+	up := &upstream{Upstream: u, gates: newSlotGates(u.Slots, max(u.Queue, 0))}
+	up.transport = &outlast.Transport{
+		Base:             base,
+		Policy:           u.Policy,
+		Gate:             up.gates,
+		GateKey:          slotOf,
+		Logger:           logger,
+		FirstByteTimeout: u.FirstByteTimeout,
+		MaxBufferedBody:  -1, // the gateway buffers bodies itself, with GetBody
+	}
+	return up, nil
+}
+
+func defaultTransport() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	// A proxy passes the body's encoding through as it came; transparent
+	// decompression would also buffer event streams.
+	t.DisableCompression = true
+	return t
+}
 
 // target returns the upstream URL for path and query: the upstream's path
 // joined to the request's, and both queries, as
@@ -37,49 +105,64 @@ func joinPath(a, b string) string {
 	return a + b
 }
 
-// hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1, and the ones
-// older proxies use, which a proxy must not forward.
-var hopHeaders = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+// slotKey carries a request's named slot in its attempts' context.
+type slotKey struct{}
+
+// withSlot returns ctx carrying the gate key of the named slot.
+func withSlot(ctx context.Context, slot string) context.Context {
+	return context.WithValue(ctx, slotKey{}, "slot "+slot)
 }
 
-// forwardHeader returns the headers to send upstream: the caller's, less
-// hop-by-hop headers and the gateway's own, but keeping Outlast-Attempt
-// (see HeaderTimeout's group). Authorization and x-api-key pass through.
-func forwardHeader(in http.Header) http.Header {
-	out := make(http.Header, len(in))
-	for k, v := range in {
-		if strings.HasPrefix(k, "Outlast-") && k != outlast.AttemptHeader {
-			continue
+// slotOf is the upstream Transport's GateKey: the named slot's key, or ""
+// for the upstream's own bound.
+func slotOf(r *http.Request) string {
+	k, _ := r.Context().Value(slotKey{}).(string)
+	return k
+}
+
+// slotGates is the Gate of one upstream: the upstream's own bound, and one
+// slot of capacity 1 per named slot.
+type slotGates struct {
+	main  *gate.Gate // nil when the upstream has no bound
+	named *gate.Gate
+}
+
+func newSlotGates(slots, queue int) *slotGates {
+	s := &slotGates{named: gate.New(1, queue)}
+	if slots > 0 {
+		s.main = gate.New(slots, queue)
+	}
+	return s
+}
+
+// Acquire takes the named slot for a key from slotOf, else a slot of the
+// upstream's bound, if it has one.
+func (s *slotGates) Acquire(ctx context.Context, key string, queued func(ahead int)) (func(), error) {
+	if key != "" {
+		return s.named.Acquire(ctx, key, queued)
+	}
+	if s.main == nil {
+		return func() {}, nil
+	}
+	return s.main.Acquire(ctx, "", queued)
+}
+
+// load returns the requests in flight and waiting, over the upstream's
+// bound and every named slot, and the waiting of each named slot by key.
+func (s *slotGates) load() (inFlight, waiting int, named map[string]int) {
+	if s.main != nil {
+		inFlight, waiting = s.main.Load("")
+	}
+	for _, k := range s.named.Keys() {
+		f, w := s.named.Load(k)
+		if named == nil {
+			named = map[string]int{}
 		}
-		out[k] = v
+		named[k] = w
+		inFlight += f
+		waiting += w
 	}
-	removeHop(out)
-	return out
-}
-
-// copyHeader copies an upstream response's headers to the caller's,
-// less hop-by-hop headers.
-func copyHeader(dst, src http.Header) {
-	for k, v := range src {
-		dst[k] = append([]string(nil), v...)
-	}
-	removeHop(dst)
-}
-
-func removeHop(h http.Header) {
-	// RFC 9110 §7.6.1: headers named in Connection are hop-by-hop too.
-	for _, v := range h["Connection"] {
-		for f := range strings.SplitSeq(v, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				h.Del(f)
-			}
-		}
-	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
+	return inFlight, waiting, named
 }
 
 // ewma is a moving average of durations, safe for concurrent use.
@@ -109,37 +192,4 @@ func (u *upstream) busyRetryAfter() int {
 	slots := max(u.Slots, 1)
 	d := time.Duration(float64(per) * float64(waiting+1) / float64(slots))
 	return max(1, int(math.Ceil(d.Seconds())))
-}
-
-// credentials are the request headers never handed to observers.
-var credentials = []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
-
-// observedHeader is Request.Header: a copy of h without credentials, made
-// only when an observer may read it.
-func (g *Gateway) observedHeader(h http.Header) http.Header {
-	o := g.cfg.Observer
-	if o.Queued == nil && o.AttemptStart == nil && o.AttemptEnd == nil && o.Done == nil {
-		return nil
-	}
-	return redact(h, g.cfg.Redact)
-}
-
-// redact copies h without credentials and the headers named in extra.
-func redact(h http.Header, extra []string) http.Header {
-	out := make(http.Header, len(h))
-	for k, v := range h {
-		if !named(k, credentials) && !named(k, extra) {
-			out[k] = v
-		}
-	}
-	return out
-}
-
-func named(k string, names []string) bool {
-	for _, n := range names {
-		if strings.EqualFold(k, n) {
-			return true
-		}
-	}
-	return false
 }

@@ -9,6 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outlast-llm/outlast/internal/apierr"
+	"github.com/outlast-llm/outlast/internal/parse"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // API serves the record as JSON under the gateway's /outlast/ prefix:
@@ -21,8 +25,19 @@ import (
 //	    a run's requests and their attempts, oldest first: seed 000's
 //	    view of a run
 //
-// A bad query parameter gets 400 with an error naming it. With no store
-// (the journal is off), every endpoint answers 404 saying so.
+// A list of requests is always an object with the list under "requests":
+// {"requests": […], "next": "…"} for a page, where next is the cursor of
+// the next page and is left out after the last one, and {"run": "…",
+// "requests": […]} for a run. A request is the record's JSON form (see
+// package record).
+//
+// Errors are the gateway's own, in one shape: an Outlast-Error header
+// naming the kind and {"type":"error","error":{"type":"outlast_KIND",
+// "message":"…"}}. A bad query parameter or cursor gets 400, kind invalid,
+// naming it; an unknown request or run gets 404, kind not-found; a method
+// other than GET or HEAD gets 405, kind method; a journal that cannot be
+// read gets 500, kind internal. With no store (the journal is off), every
+// endpoint answers 404, kind not-found, saying so.
 type API struct {
 	// Store is where the record is read. Nil means the journal is off.
 	Store Store
@@ -43,7 +58,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	}
 	q, err := parseQuery(r.URL.Query())
 	if err != nil {
-		apiError(w, http.StatusBadRequest, err.Error())
+		apierr.Write(w, http.StatusBadRequest, apierr.Invalid, err.Error())
 		return
 	}
 	page, err := a.Store.List(r.Context(), q)
@@ -73,7 +88,7 @@ func (a *API) run(w http.ResponseWriter, r *http.Request) {
 	}
 	run, err := url.PathUnescape(strings.TrimPrefix(r.URL.EscapedPath(), "/outlast/runs/"))
 	if err != nil || run == "" {
-		apiError(w, http.StatusBadRequest, "outlast: the run in the path is missing or badly escaped")
+		apierr.Write(w, http.StatusBadRequest, apierr.Invalid, "outlast: the run in the path is missing or badly escaped")
 		return
 	}
 	recs, err := a.Store.Run(r.Context(), run)
@@ -82,8 +97,8 @@ func (a *API) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, struct {
-		Run      string   `json:"run"`
-		Requests []Record `json:"requests"`
+		Run      string           `json:"run"`
+		Requests []record.Request `json:"requests"`
 	}{run, recs})
 }
 
@@ -92,10 +107,10 @@ func (a *API) ready(w http.ResponseWriter, r *http.Request) bool {
 	switch {
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
 		w.Header().Set("Allow", "GET, HEAD")
-		apiError(w, http.StatusMethodNotAllowed, "outlast: the record is read with GET")
+		apierr.Write(w, http.StatusMethodNotAllowed, apierr.Method, "outlast: the record is read with GET")
 		return false
 	case a.Store == nil:
-		apiError(w, http.StatusNotFound, "outlast: the journal is off (--journal off)")
+		apierr.Write(w, http.StatusNotFound, apierr.NotFound, "outlast: the journal is off (--journal off)")
 		return false
 	}
 	return true
@@ -104,11 +119,11 @@ func (a *API) ready(w http.ResponseWriter, r *http.Request) bool {
 func (a *API) storeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrNotFound):
-		apiError(w, http.StatusNotFound, err.Error())
+		apierr.Write(w, http.StatusNotFound, apierr.NotFound, err.Error())
 	case errors.Is(err, ErrBadCursor), errors.Is(err, ErrInvalid):
-		apiError(w, http.StatusBadRequest, err.Error())
+		apierr.Write(w, http.StatusBadRequest, apierr.Invalid, err.Error())
 	default:
-		apiError(w, http.StatusInternalServerError, "outlast: reading the journal: "+err.Error())
+		apierr.Write(w, http.StatusInternalServerError, apierr.Internal, "outlast: reading the journal: "+err.Error())
 	}
 }
 
@@ -151,7 +166,7 @@ func parseSince(s string) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t, nil
 	}
-	d, err := time.ParseDuration(s)
+	d, err := parse.Duration(s)
 	if err != nil || d < 0 {
 		return time.Time{}, errors.New("bad since")
 	}
@@ -163,19 +178,4 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
-}
-
-// apiError writes an error in the OpenAI shape, as the gateway's own are.
-func apiError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	var e struct {
-		Type  string `json:"type"`
-		Error struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	e.Type, e.Error.Type, e.Error.Message = "error", "invalid_request_error", msg
-	json.NewEncoder(w).Encode(e)
 }

@@ -8,24 +8,25 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // benchmarkWrite measures one Write of a full batch, 256 records, as the
 // gateway makes them on its success path: UUIDv7 IDs in time order, no
 // headers, one attempt each.
 func benchmarkWrite(b *testing.B, s journal.Store) {
-	batch := make([]journal.Record, 256)
+	batch := make([]record.Request, 256)
 	start := time.Now()
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
 		for i := range batch {
 			at := start.Add(time.Duration(n) * 500 * time.Microsecond)
-			batch[i] = journal.Record{
+			batch[i] = record.Request{
 				ID: outlast.NewCallID(), Method: "POST", Path: "/v1/chat/completions",
 				Upstream: "openai", Model: "gpt-test", Start: at, End: at.Add(300 * time.Millisecond),
 				Status: 200, Committed: true, Bytes: 1200,
-				Attempts: []journal.Attempt{{
+				Attempts: []record.Attempt{{
 					N: 1, CallID: outlast.NewCallID(), Start: at, End: at.Add(300 * time.Millisecond),
 					Status: 200, Bytes: 1200,
 				}},

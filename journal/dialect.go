@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +36,9 @@ type dialect struct {
 	// readTx are the options of the transactions that read a record and
 	// its attempts, so that the two queries see one state.
 	readTx sql.TxOptions
+	// hasJournal is a query that says whether the database holds a
+	// journal: its version table.
+	hasJournal string
 	// timeArg is a time as the database takes it; nil for the zero time.
 	timeArg func(time.Time) any
 }
@@ -50,6 +55,7 @@ var sqliteDialect = &dialect{
 	rowsPerInsert: 128,
 	prepared:      true,
 	readTx:        sql.TxOptions{ReadOnly: true},
+	hasJournal:    `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'outlast_schema_version')`,
 	timeArg: func(t time.Time) any {
 		if t.IsZero() {
 			return nil
@@ -72,7 +78,8 @@ var postgresDialect = &dialect{
 	lock: "SELECT pg_advisory_xact_lock(1869968492, hashtext(current_schema()))",
 	// Read committed would let a Prune or a rewrite land between the
 	// request's query and its attempts'.
-	readTx: sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead},
+	readTx:     sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead},
+	hasJournal: `SELECT to_regclass('outlast_schema_version') IS NOT NULL`,
 	timeArg: func(t time.Time) any {
 		if t.IsZero() {
 			return nil
@@ -91,14 +98,28 @@ func (d *dialect) ph(n int) string {
 	return "$" + strconv.Itoa(n)
 }
 
-// openSQLite opens the SQLite database at path.
-func openSQLite(ctx context.Context, path string) (Store, error) {
+// checkSQLitePath reports whether path can name a SQLite journal.
+func checkSQLitePath(path string) error {
 	switch {
 	case path == "":
-		return nil, errors.New("journal: spec sqlite: needs a path, as in sqlite:outlast.db")
+		return errors.New("journal: spec sqlite: needs a path, as in sqlite:outlast.db")
 	case strings.ContainsAny(path, "?#"):
 		// The driver reads its settings from a query after the path.
-		return nil, fmt.Errorf("journal: sqlite path %q: ? and # are not allowed", path)
+		return fmt.Errorf("journal: sqlite path %q: ? and # are not allowed", path)
+	}
+	return nil
+}
+
+// openSQLite opens the SQLite database at path, creating and migrating it
+// when create is set, and otherwise only if it is a journal already.
+func openSQLite(ctx context.Context, path string, create bool) (Store, error) {
+	if !create {
+		if path == ":memory:" {
+			return nil, fmt.Errorf("%w: sqlite::memory: is a new database, and empty", ErrNoJournal)
+		}
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: sqlite:%s: the file does not exist", ErrNoJournal, path)
+		}
 	}
 	// busy_timeout: another process may hold the write lock for a batch.
 	// WAL: readers do not wait for the writer, nor the writer for them.
@@ -137,7 +158,7 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("journal: sqlite %q: %w", path, err)
 	}
-	if err := migrate(ctx, w, sqliteDialect); err != nil {
+	if err := s.prepareSchema(ctx, create); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("journal: sqlite %q: %w", path, err)
 	}
@@ -145,8 +166,9 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 }
 
 // openPostgres opens the PostgreSQL database at the connection string
-// spec, through a pgx pool.
-func openPostgres(ctx context.Context, spec string) (Store, error) {
+// spec, through a pgx pool, creating and migrating the journal's tables
+// when create is set, and otherwise only if they are there already.
+func openPostgres(ctx context.Context, spec string, create bool) (Store, error) {
 	cfg, err := pgxpool.ParseConfig(spec)
 	if err != nil {
 		// pgx's parse errors hide the password themselves.
@@ -163,7 +185,7 @@ func openPostgres(ctx context.Context, spec string) (Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("journal: postgres %s: %w", redactSpec(spec), err)
 	}
-	if err := migrate(ctx, db, postgresDialect); err != nil {
+	if err := s.prepareSchema(ctx, create); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("journal: postgres %s: %w", redactSpec(spec), err)
 	}

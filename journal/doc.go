@@ -1,6 +1,7 @@
-// Package journal is the gateway's durable record: one [Record] per request
-// and one [Attempt] per try at it, so that anyone reading a run later sees
-// each failure, the wait that followed and the next attempt.
+// Package journal is the gateway's durable record: one record.Request per
+// request, with one record.Attempt per try at it, so that anyone reading a
+// run later sees each failure, the wait that followed and the next
+// attempt.
 //
 // A [Store] keeps the records. [Open] makes one from a spec:
 //   - "sqlite:PATH", an embedded SQLite database (pure Go, no cgo), the
@@ -17,13 +18,14 @@
 //
 // # What is kept, and what never is
 //
-// No request or response body is kept. The request's headers are kept
-// through [Redact], which removes the credentials (Authorization, X-Api-Key,
-// Cookie, Proxy-Authorization and the like) and any header a deployment
-// names; every Store removes the credentials again on write, in case a
-// caller forgot. Error messages pass through [Sanitize], which cuts the
-// query and the user info from any URL in them, because transport errors
-// quote the URL they failed on and some APIs take keys in the query.
+// No request or response body is kept, and headers only when asked
+// ([ObserverConfig.Headers]). The records arrive already safe: the
+// gateway has removed the credentials (Authorization, X-Api-Key, Cookie,
+// Proxy-Authorization and the like) and any header a deployment names,
+// and cut the query and user info from every URL in an error message,
+// since transport errors quote the URL they failed on and some APIs take
+// keys in the query. Every Store does both again on write, with the same
+// list and the same sanitizer, in case a caller forgot.
 //
 // # Writes never slow a request
 //
@@ -33,6 +35,5 @@
 // crash loses what it held, which is at most [WriterConfig.Size] records
 // and at most [WriterConfig.FlushInterval] of them.
 //
-// A [Keeper] deletes old records on a schedule; [ParseKeep] reads its
-// setting, as in --journal-keep 7d.
+// A [Keeper] deletes old records on a schedule.
 package journal

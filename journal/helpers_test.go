@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/internal/recordtest"
+	"github.com/outlast-llm/outlast/record"
 )
 
 func TestMain(m *testing.M) {
@@ -212,18 +215,18 @@ func count(t *testing.T, b backend, spec, table string) int {
 // store must cut.
 var t0 = time.Date(2025, 3, 14, 15, 9, 26, 535897932, time.UTC)
 
-// record returns a request record started at start, ended a second later,
+// request returns a request record started at start, ended a second later,
 // with n attempts.
-func record(id, run string, start time.Time, status, n int) journal.Record {
-	r := journal.Record{
+func request(id, run string, start time.Time, status, n int) record.Request {
+	r := record.Request{
 		ID: id, Run: run, Method: "POST", Path: "/v1/chat/completions",
 		Upstream: "openai", Model: "gpt-test",
-		Header: map[string][]string{"Content-Type": {"application/json"}},
+		Header: http.Header{"Content-Type": {"application/json"}},
 		Start:  start, End: start.Add(time.Second),
 		Status: status, Committed: status == 200, Bytes: 42,
 	}
 	for i := 1; i <= n; i++ {
-		r.Attempts = append(r.Attempts, journal.Attempt{
+		r.Attempts = append(r.Attempts, record.Attempt{
 			CallID: fmt.Sprintf("%s-call-%d", id, i), N: i,
 			Start: start.Add(time.Duration(i) * 100 * time.Millisecond),
 			End:   start.Add(time.Duration(i)*100*time.Millisecond + 50*time.Millisecond),
@@ -235,31 +238,12 @@ func record(id, run string, start time.Time, status, n int) journal.Record {
 	return r
 }
 
-// stored returns r as a Store gives it back: times cut to the
-// millisecond, in UTC, durations to the millisecond, and no nil header.
-func stored(r journal.Record) journal.Record {
-	r.Start, r.End = msUTC(r.Start), msUTC(r.End)
-	if r.Header == nil {
-		r.Header = map[string][]string{}
-	}
-	as := make([]journal.Attempt, len(r.Attempts))
-	for i, a := range r.Attempts {
-		a.Start, a.End = msUTC(a.Start), msUTC(a.End)
-		a.GateWait = a.GateWait.Truncate(time.Millisecond)
-		a.RetryIn = a.RetryIn.Truncate(time.Millisecond)
-		a.RetryAfter = a.RetryAfter.Truncate(time.Millisecond)
-		as[i] = a
-	}
-	r.Attempts = as
-	if len(as) == 0 {
+// stored returns r as a Store gives it back: as kept, with no attempts
+// nil rather than empty.
+func stored(r record.Request) record.Request {
+	r = recordtest.Kept(r)
+	if len(r.Attempts) == 0 {
 		r.Attempts = nil
 	}
 	return r
-}
-
-func msUTC(t time.Time) time.Time {
-	if t.IsZero() {
-		return t
-	}
-	return t.UTC().Truncate(time.Millisecond)
 }

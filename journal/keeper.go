@@ -2,10 +2,7 @@ package journal
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"math"
-	"strconv"
 	"time"
 )
 
@@ -72,50 +69,4 @@ func (k *Keeper) prune(ctx context.Context) {
 	case n > 0:
 		logger.Info("journal: pruned", "before", before, "deleted", n)
 	}
-}
-
-// ParseKeep parses a retention such as "7d", "36h", "90m" or "1d12h": one
-// or more whole counts, each of days (24 h), hours or minutes. "0" means
-// keep forever, as a zero Keeper.Keep does.
-func ParseKeep(s string) (time.Duration, error) {
-	if s == "0" {
-		return 0, nil
-	}
-	bad := func(why string) (time.Duration, error) {
-		return 0, fmt.Errorf("journal: keep %q: %s", s, why)
-	}
-	if s == "" {
-		return bad("empty: want a count and a unit (d, h or m), as in 7d")
-	}
-	var total time.Duration
-	for rest := s; rest != ""; {
-		i := 0
-		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
-			i++
-		}
-		if i == 0 || i == len(rest) {
-			return bad("want a count and a unit (d, h or m), as in 7d")
-		}
-		n, err := strconv.ParseInt(rest[:i], 10, 64)
-		if err != nil {
-			return bad("too long")
-		}
-		var unit time.Duration
-		switch rest[i] {
-		case 'd':
-			unit = 24 * time.Hour
-		case 'h':
-			unit = time.Hour
-		case 'm':
-			unit = time.Minute
-		default:
-			return bad(fmt.Sprintf("unit %q: want d, h or m", rest[i:i+1]))
-		}
-		if n > int64((math.MaxInt64-total)/unit) {
-			return bad("too long")
-		}
-		total += time.Duration(n) * unit
-		rest = rest[i+1:]
-	}
-	return total, nil
 }

@@ -2,7 +2,6 @@ package journal_test
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -10,65 +9,6 @@ import (
 
 	"github.com/outlast-llm/outlast/journal"
 )
-
-func TestParseKeep(t *testing.T) {
-	t.Parallel()
-	const day = 24 * time.Hour
-	tests := []struct {
-		in      string
-		want    time.Duration
-		wantErr bool
-	}{
-		{"7d", 7 * day, false},         // the flag's example
-		{"36h", 36 * time.Hour, false}, // hours
-		{"90m", 90 * time.Minute, false},
-		{"1d12h30m", day + 12*time.Hour + 30*time.Minute, false}, // units combine
-		{"0", 0, false},                                          // keep forever
-		{"0d", 0, false},                                         // a zero count is zero too
-		{"007d", 7 * day, false},                                 // leading zeros are digits
-		{"106751d", 106751 * day, false},                         // the longest whole-day Duration
-		{"", 0, true},                                            // nothing
-		{"7", 0, true},                                           // no unit
-		{"d", 0, true},                                           // no count
-		{"7s", 0, true},                                          // seconds are not a retention
-		{"7ms", 0, true},                                         // nor milliseconds: "m" then a stray "s"
-		{"1.5d", 0, true},                                        // whole counts only
-		{"-1d", 0, true},                                         // no negative retention
-		{"7D", 0, true},                                          // units are lowercase, as Go's
-		{" 7d", 0, true},                                         // no spaces
-		{"106752d", 0, true},                                     // past the longest Duration
-		{"106751d24h", 0, true},                                  // past it by the sum
-		{"99999999999999999999d", 0, true},                       // past int64 in the count
-	}
-	for _, c := range tests {
-		got, err := journal.ParseKeep(c.in)
-		if (err != nil) != c.wantErr || got != c.want {
-			t.Errorf("ParseKeep(%q): got %v, %v; want %v, error %v", c.in, got, err, c.want, c.wantErr)
-		}
-	}
-}
-
-// FuzzParseKeep checks that ParseKeep never panics, never returns a
-// negative duration, and that what it accepts reads back the same in
-// minutes.
-func FuzzParseKeep(f *testing.F) {
-	for _, s := range []string{"7d", "1d2h3m", "0", "", "9223372036854775807m", "1m1m"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		d, err := journal.ParseKeep(s)
-		if err != nil {
-			return
-		}
-		if d < 0 || d%time.Minute != 0 {
-			t.Fatalf("ParseKeep(%q): got %v, want a whole number of minutes ≥ 0", s, d)
-		}
-		m := strconv.FormatInt(int64(d/time.Minute), 10) + "m"
-		if back, err := journal.ParseKeep(m); err != nil || back != d {
-			t.Errorf("ParseKeep(%q) = %v, and ParseKeep(%q): got %v, %v; want %v", s, d, m, back, err, d)
-		}
-	})
-}
 
 // pruneStore records the cut of each Prune.
 type pruneStore struct {

@@ -65,6 +65,23 @@ var migrations = []migration{
 			PRIMARY KEY (request_id, n)
 		)`,
 	}},
+	{2, "failed statuses split by class", []string{
+		// A failed status was the class "status"; it is now split by
+		// what it asks of the client, as outlast.StatusClass splits it.
+		`UPDATE outlast_attempts SET error_class = CASE
+			WHEN status = 429 THEN 'rate_limited'
+			WHEN status = 529 THEN 'overloaded'
+			WHEN status BETWEEN 400 AND 499 THEN 'status_4xx'
+			WHEN status BETWEEN 500 AND 599 THEN 'status_5xx'
+			ELSE 'other' END
+		WHERE error_class = 'status'`,
+	}},
+	{3, "requests by end", []string{
+		// Store.Ended, which outlast requests --follow reads, goes by
+		// end: a request that started before one already shown and ended
+		// after it must still be shown.
+		`CREATE INDEX outlast_requests_ended ON outlast_requests (ended_at, id)`,
+	}},
 }
 
 // migrate brings db's schema up to the last migration, in one
@@ -97,6 +114,22 @@ func migrate(ctx context.Context, db *sql.DB, d *dialect) error {
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("migrate: commit: %w", err)
+	}
+	return nil
+}
+
+// prepareSchema migrates s's database when create is set, and otherwise
+// checks that it holds a journal, without changing it.
+func (s *sqlStore) prepareSchema(ctx context.Context, create bool) error {
+	if create {
+		return migrate(ctx, s.w, s.d)
+	}
+	var ok bool
+	if err := s.r.QueryRowContext(ctx, s.d.hasJournal).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: the database has no journal's tables", ErrNoJournal)
 	}
 	return nil
 }

@@ -16,6 +16,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outlast-llm/outlast/internal/redact"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // sqlStore is the Store of both databases, through database/sql.
@@ -162,12 +165,12 @@ func (s *sqlStore) Close() error {
 }
 
 // Write stores recs in one transaction; see [Store.Write].
-func (s *sqlStore) Write(ctx context.Context, recs []Record) error {
+func (s *sqlStore) Write(ctx context.Context, recs []record.Request) error {
 	if len(recs) == 0 {
 		return nil
 	}
 	for i := range recs {
-		if err := recs[i].validate(); err != nil {
+		if err := validate(&recs[i]); err != nil {
 			return err
 		}
 	}
@@ -199,7 +202,7 @@ func (s *sqlStore) Write(ctx context.Context, recs []Record) error {
 
 // lastOfEach returns recs with only the last record of each ID, because a
 // statement may not insert and update one row twice.
-func lastOfEach(recs []Record) []Record {
+func lastOfEach(recs []record.Request) []record.Request {
 	last := make(map[string]int, len(recs))
 	for i := range recs {
 		last[recs[i].ID] = i
@@ -207,7 +210,7 @@ func lastOfEach(recs []Record) []Record {
 	if len(last) == len(recs) {
 		return recs
 	}
-	out := make([]Record, 0, len(last))
+	out := make([]record.Request, 0, len(last))
 	for i := range recs {
 		if last[recs[i].ID] == i {
 			out = append(out, recs[i])
@@ -220,7 +223,7 @@ func lastOfEach(recs []Record) []Record {
 // and otherwise garbage after every batch.
 var argsPool = sync.Pool{New: func() any { return new([]any) }}
 
-func (s *sqlStore) writeRequests(ctx context.Context, tx *sql.Tx, recs []Record, buf *[]any) error {
+func (s *sqlStore) writeRequests(ctx context.Context, tx *sql.Tx, recs []record.Request, buf *[]any) error {
 	args := (*buf)[:0]
 	for i := range recs {
 		args = s.requestArgs(args, &recs[i])
@@ -229,7 +232,7 @@ func (s *sqlStore) writeRequests(ctx context.Context, tx *sql.Tx, recs []Record,
 	return s.insertRows(ctx, tx, "outlast_requests", 16, args)
 }
 
-func (s *sqlStore) requestArgs(args []any, r *Record) []any {
+func (s *sqlStore) requestArgs(args []any, r *record.Request) []any {
 	headers := "{}" // most records keep no headers: see ObserverConfig
 	if h := cleanHeader(r.Header); len(h) > 0 {
 		b, _ := json.Marshal(h) // a map of strings always marshals
@@ -239,12 +242,12 @@ func (s *sqlStore) requestArgs(args []any, r *Record) []any {
 		clean(r.ID), clean(r.Run), clean(r.Method), clean(r.Path), clean(r.Upstream),
 		clean(r.Slot), clean(r.Model), headers,
 		s.d.timeArg(r.Start), s.d.timeArg(r.End),
-		r.Status, Sanitize(clean(r.Error)), len(r.Attempts), r.Stream, r.Committed, r.Bytes)
+		r.Status, redact.Text(clean(r.Error)), len(r.Attempts), r.Stream, r.Committed, r.Bytes)
 }
 
 // writeAttempts replaces the attempts of recs: those of a record written
 // before go, whatever their numbers.
-func (s *sqlStore) writeAttempts(ctx context.Context, tx *sql.Tx, recs []Record, buf *[]any) error {
+func (s *sqlStore) writeAttempts(ctx context.Context, tx *sql.Tx, recs []record.Request, buf *[]any) error {
 	ids := make([]string, len(recs))
 	for i := range recs {
 		ids[i] = clean(recs[i].ID)
@@ -284,11 +287,11 @@ func (s *sqlStore) insertRows(ctx context.Context, tx *sql.Tx, table string, nco
 	return nil
 }
 
-func (s *sqlStore) attemptArgs(args []any, id string, a *Attempt) []any {
+func (s *sqlStore) attemptArgs(args []any, id string, a *record.Attempt) []any {
 	return append(args,
 		id, a.N, clean(a.CallID), s.d.timeArg(a.Start), s.d.timeArg(a.End),
 		a.QueuedAhead, a.GateWait.Milliseconds(), a.Status,
-		clean(a.ErrorClass), Sanitize(clean(a.Error)),
+		a.Class.String(), redact.Text(clean(a.Error)),
 		a.RetryIn.Milliseconds(), a.RetryAfter.Milliseconds(), a.Bytes)
 }
 
@@ -376,10 +379,10 @@ func clean(s string) string {
 // cleanHeader returns h without credentials, whatever the caller did, and
 // with its strings cleaned. JSON would write a NUL as \u0000, which
 // PostgreSQL's jsonb refuses.
-func cleanHeader(h map[string][]string) map[string][]string {
-	out := Redact(http.Header(h), nil)
+func cleanHeader(h http.Header) http.Header {
+	out := redact.Header(h, nil)
 	if out == nil {
-		return map[string][]string{}
+		return http.Header{}
 	}
 	for k, vs := range out {
 		for i, v := range vs {
@@ -394,8 +397,8 @@ func cleanHeader(h map[string][]string) map[string][]string {
 }
 
 // Get returns one request; see [Store.Get].
-func (s *sqlStore) Get(ctx context.Context, id string) (Record, error) {
-	var recs []Record
+func (s *sqlStore) Get(ctx context.Context, id string) (record.Request, error) {
+	var recs []record.Request
 	err := s.read(ctx, func(tx *sql.Tx) (err error) {
 		recs, err = s.requests(ctx, tx, "WHERE id = "+s.d.ph(1), id)
 		if err != nil || len(recs) == 0 {
@@ -405,19 +408,19 @@ func (s *sqlStore) Get(ctx context.Context, id string) (Record, error) {
 	})
 	switch {
 	case err != nil:
-		return Record{}, fmt.Errorf("journal: get %q: %w", id, err)
+		return record.Request{}, fmt.Errorf("journal: get %q: %w", id, err)
 	case len(recs) == 0:
-		return Record{}, fmt.Errorf("%w: request %q", ErrNotFound, id)
+		return record.Request{}, fmt.Errorf("%w: request %q", ErrNotFound, id)
 	}
 	return recs[0], nil
 }
 
 // Run returns a run's requests; see [Store.Run].
-func (s *sqlStore) Run(ctx context.Context, run string) ([]Record, error) {
+func (s *sqlStore) Run(ctx context.Context, run string) ([]record.Request, error) {
 	if run == "" {
 		return nil, errors.New("journal: run: the run's name is empty")
 	}
-	var recs []Record
+	var recs []record.Request
 	err := s.read(ctx, func(tx *sql.Tx) (err error) {
 		recs, err = s.requests(ctx, tx, "WHERE run = "+s.d.ph(1)+" ORDER BY started_at, id", run)
 		if err != nil {
@@ -448,24 +451,52 @@ func (s *sqlStore) List(ctx context.Context, q Query) (Page, error) {
 	tail := where + " ORDER BY started_at DESC, id DESC LIMIT " + s.d.ph(len(args))
 	var page Page
 	err = s.read(ctx, func(tx *sql.Tx) (err error) {
-		page.Records, err = s.requests(ctx, tx, tail, args...)
+		page.Requests, err = s.requests(ctx, tx, tail, args...)
 		if err != nil {
 			return err
 		}
-		if len(page.Records) > limit {
-			page.Records = page.Records[:limit]
-			last := page.Records[limit-1]
+		if len(page.Requests) > limit {
+			page.Requests = page.Requests[:limit]
+			last := page.Requests[limit-1]
 			page.Next = encodeCursor(last.Start, last.ID)
 		}
-		return s.attach(ctx, tx, page.Records)
+		return s.attach(ctx, tx, page.Requests)
 	})
 	if err != nil {
 		return Page{}, fmt.Errorf("journal: list: %w", err)
 	}
-	if page.Records == nil {
-		page.Records = []Record{}
+	if page.Requests == nil {
+		page.Requests = []record.Request{}
 	}
 	return page, nil
+}
+
+// Ended returns the requests that ended after (end, id); see [Store.Ended].
+func (s *sqlStore) Ended(ctx context.Context, end time.Time, id string, limit int) ([]record.Request, error) {
+	n, err := pageLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	where, args := "WHERE ended_at IS NOT NULL", []any{}
+	if !end.IsZero() {
+		// Row values compare as the ORDER BY sorts, so requests that
+		// ended in the same millisecond are neither skipped nor repeated.
+		where = "WHERE (ended_at, id) > (" + s.d.ph(1) + ", " + s.d.ph(2) + ")"
+		args = append(args, s.d.timeArg(end), id)
+	}
+	args = append(args, n)
+	var recs []record.Request
+	err = s.read(ctx, func(tx *sql.Tx) (err error) {
+		recs, err = s.requests(ctx, tx, where+" ORDER BY ended_at, id LIMIT "+s.d.ph(len(args)), args...)
+		if err != nil {
+			return err
+		}
+		return s.attach(ctx, tx, recs)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: ended: %w", err)
+	}
+	return recs, nil
 }
 
 func pageLimit(n int) (int, error) {
@@ -547,15 +578,15 @@ func (s *sqlStore) read(ctx context.Context, f func(*sql.Tx) error) error {
 
 // requests returns the requests that tail (a WHERE, ORDER BY and LIMIT)
 // selects, without their attempts.
-func (s *sqlStore) requests(ctx context.Context, tx *sql.Tx, tail string, args ...any) ([]Record, error) {
+func (s *sqlStore) requests(ctx context.Context, tx *sql.Tx, tail string, args ...any) ([]record.Request, error) {
 	rows, err := tx.QueryContext(ctx, "SELECT "+requestCols+" FROM outlast_requests "+tail, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var recs []Record
+	var recs []record.Request
 	for rows.Next() {
-		var r Record
+		var r record.Request
 		var headers []byte
 		var count int
 		err := rows.Scan(&r.ID, &r.Run, &r.Method, &r.Path, &r.Upstream, &r.Slot, &r.Model, &headers,
@@ -572,8 +603,8 @@ func (s *sqlStore) requests(ctx context.Context, tx *sql.Tx, tail string, args .
 }
 
 // attach reads the attempts of recs into them.
-func (s *sqlStore) attach(ctx context.Context, tx *sql.Tx, recs []Record) error {
-	at := make(map[string]*Record, len(recs))
+func (s *sqlStore) attach(ctx context.Context, tx *sql.Tx, recs []record.Request) error {
+	at := make(map[string]*record.Request, len(recs))
 	ids := make([]string, len(recs))
 	for i := range recs {
 		at[recs[i].ID] = &recs[i]
@@ -590,7 +621,7 @@ func (s *sqlStore) attach(ctx context.Context, tx *sql.Tx, recs []Record) error 
 	return nil
 }
 
-func (s *sqlStore) attempts(ctx context.Context, tx *sql.Tx, at map[string]*Record, q string, args []any) error {
+func (s *sqlStore) attempts(ctx context.Context, tx *sql.Tx, at map[string]*record.Request, q string, args []any) error {
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
@@ -598,20 +629,25 @@ func (s *sqlStore) attempts(ctx context.Context, tx *sql.Tx, at map[string]*Reco
 	defer rows.Close()
 	for rows.Next() {
 		var id string
-		var a Attempt
+		var a record.Attempt
 		var gateWait, retryIn, retryAfter int64
+		var class string
 		err := rows.Scan(&id, &a.N, &a.CallID, timeScan{&a.Start}, timeScan{&a.End}, &a.QueuedAhead, &gateWait,
-			&a.Status, &a.ErrorClass, &a.Error, &retryIn, &retryAfter, &a.Bytes)
+			&a.Status, &class, &a.Error, &retryIn, &retryAfter, &a.Bytes)
 		if err != nil {
 			return err
 		}
-		a.GateWait, a.RetryIn, a.RetryAfter = ms(gateWait), ms(retryIn), ms(retryAfter)
+		a.Class = record.ParseClass(class, a.Status)
+		a.GateWait, a.RetryIn, a.RetryAfter = millis(gateWait), millis(retryIn), millis(retryAfter)
 		if r := at[id]; r != nil {
 			r.Attempts = append(r.Attempts, a)
 		}
 	}
 	return rows.Err()
 }
+
+// millis is n milliseconds.
+func millis(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
 // timeScan scans a time column of either dialect: timestamptz comes as a
 // time.Time, SQLite's text as a string, NULL as the zero time.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/outlast-llm/outlast/record"
 )
 
 // TestWritesArePrepared checks that every statement a write or a prune
@@ -16,11 +18,11 @@ func TestWritesArePrepared(t *testing.T) {
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	id := 0
 	for size := 1; size <= 70; size++ {
-		batch := make([]Record, size)
+		batch := make([]record.Request, size)
 		for i := range batch {
-			batch[i] = Record{ID: fmt.Sprintf("r%05d", id), Start: start, End: start.Add(time.Second)}
+			batch[i] = record.Request{ID: fmt.Sprintf("r%05d", id), Start: start, End: start.Add(time.Second)}
 			for n := range id % 4 {
-				batch[i].Attempts = append(batch[i].Attempts, Attempt{N: n + 1, Start: start})
+				batch[i].Attempts = append(batch[i].Attempts, record.Attempt{N: n + 1, Start: start})
 			}
 			id++
 		}

@@ -7,6 +7,10 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outlast-llm/outlast/record"
 )
 
 // DefaultSpec is the store [Open] opens for an empty spec: a SQLite
@@ -27,6 +31,11 @@ var (
 
 	// ErrBadCursor is returned by List for a cursor it did not make.
 	ErrBadCursor = errors.New("journal: bad cursor")
+
+	// ErrNoJournal is wrapped by OpenExisting's error when its spec names
+	// no journal: a SQLite file that does not exist, or a database
+	// without the journal's tables.
+	ErrNoJournal = errors.New("journal: no journal there")
 )
 
 // A Store keeps records. Its methods are safe for concurrent use, and
@@ -37,18 +46,27 @@ type Store interface {
 	// it, attempts and all, so writing a batch again is harmless. A record
 	// that cannot be stored (see [ErrInvalid]) fails the batch before
 	// anything is written. Write must not keep recs after it returns.
-	Write(ctx context.Context, recs []Record) error
+	Write(ctx context.Context, recs []record.Request) error
 
 	// Get returns the request with the given ID, or an error wrapping
 	// ErrNotFound.
-	Get(ctx context.Context, id string) (Record, error)
+	Get(ctx context.Context, id string) (record.Request, error)
 
 	// List returns a page of the requests that q selects, newest first.
 	List(ctx context.Context, q Query) (Page, error)
 
 	// Run returns the requests of a run, oldest first, or an error
 	// wrapping ErrNotFound if it has none.
-	Run(ctx context.Context, run string) ([]Record, error)
+	Run(ctx context.Context, run string) ([]record.Request, error)
+
+	// Ended returns up to limit requests (as Query.Limit bounds it) that
+	// ended after the request that ended at end with the given ID, in the
+	// order they ended: by end, then by ID. A zero end starts at the
+	// first request to end. Requests with no end are never returned. A
+	// reader that follows the journal asks again from the last request it
+	// got, and so never skips a request that started before one it has
+	// already seen.
+	Ended(ctx context.Context, end time.Time, id string, limit int) ([]record.Request, error)
 
 	// Prune deletes the requests that ended before the given time, with
 	// their attempts, and returns how many requests it deleted. A request
@@ -81,8 +99,8 @@ type Query struct {
 
 // A Page is one page of [Store.List].
 type Page struct {
-	// Records are the page's requests, newest first.
-	Records []Record `json:"records"`
+	// Requests are the page's requests, newest first.
+	Requests []record.Request `json:"requests"`
 	// Next is the cursor for the next page, or empty after the last one.
 	Next string `json:"next,omitempty"`
 }
@@ -99,18 +117,52 @@ type Page struct {
 //
 // Open checks ctx while it connects and migrates.
 func Open(ctx context.Context, spec string) (Store, error) {
+	return open(ctx, spec, true)
+}
+
+// OpenExisting opens the store that spec names, as Open does, but never
+// creates one and never changes its schema: a spec that names no journal
+// gets an error wrapping ErrNoJournal. It is for readers, which must not
+// leave an empty journal behind where they looked for one. "off" is an
+// error too: there is nothing to read.
+func OpenExisting(ctx context.Context, spec string) (Store, error) {
+	if spec == "off" {
+		return nil, fmt.Errorf("%w: the journal is off", ErrNoJournal)
+	}
+	return open(ctx, spec, false)
+}
+
+// CheckSpec reports whether spec is one Open takes, without opening it:
+// its errors name what is wrong, for a program to refuse at start.
+func CheckSpec(spec string) error {
+	switch {
+	case spec == "", spec == "off":
+		return nil
+	case strings.HasPrefix(spec, "sqlite:"):
+		return checkSQLitePath(strings.TrimPrefix(spec, "sqlite:"))
+	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
+		if _, err := pgxpool.ParseConfig(spec); err != nil {
+			return fmt.Errorf("journal: %w", err) // pgx's parse errors hide the password
+		}
+		return nil
+	}
+	return fmt.Errorf("journal: spec %q: want off, sqlite:PATH or postgres://…", redactSpec(spec))
+}
+
+func open(ctx context.Context, spec string, create bool) (Store, error) {
 	if spec == "" {
 		spec = DefaultSpec
+	}
+	if err := CheckSpec(spec); err != nil {
+		return nil, err
 	}
 	switch {
 	case spec == "off":
 		return nil, nil
 	case strings.HasPrefix(spec, "sqlite:"):
-		return openSQLite(ctx, strings.TrimPrefix(spec, "sqlite:"))
-	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		return openPostgres(ctx, spec)
+		return openSQLite(ctx, strings.TrimPrefix(spec, "sqlite:"), create)
 	}
-	return nil, fmt.Errorf("journal: spec %q: want off, sqlite:PATH or postgres://…", redactSpec(spec))
+	return openPostgres(ctx, spec, create)
 }
 
 // redactSpec hides a password in spec, for error messages.

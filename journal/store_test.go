@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // TestStore is the suite every Store passes: the same cases, run against
@@ -61,20 +64,25 @@ var storeCases = []struct {
 	{"prune", testPrune},
 	// Batches written at once from several goroutines all land.
 	{"concurrent writes", testConcurrentWrites},
+	// Every class is stored as its name and read back as itself.
+	{"every class", testClasses},
+	// A class this version does not know, as a newer replica may write,
+	// reads as other rather than failing the read.
+	{"unknown class", testUnknownClass},
 	// Opening an up-to-date database again changes nothing.
 	{"migrate again", testMigrateAgain},
 	// Replicas opening a new database at once migrate it once.
 	{"concurrent open", testConcurrentOpen},
 }
 
-func write(t *testing.T, s journal.Store, recs ...journal.Record) {
+func write(t *testing.T, s journal.Store, recs ...record.Request) {
 	t.Helper()
 	if err := s.Write(context.Background(), recs); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
 }
 
-func get(t *testing.T, s journal.Store, id string) journal.Record {
+func get(t *testing.T, s journal.Store, id string) record.Request {
 	t.Helper()
 	r, err := s.Get(context.Background(), id)
 	if err != nil {
@@ -85,26 +93,27 @@ func get(t *testing.T, s journal.Store, id string) journal.Record {
 
 func testRoundTrip(t *testing.T, b backend) {
 	s := open(t, b.fresh(t))
-	r := journal.Record{
+	r := record.Request{
 		ID: "0195f0e2-0000-7000-8000-000000000001", Run: "run-1", Method: "POST",
 		Path: "/v1/messages", Upstream: "anthropic", Slot: "slot-2", Model: "claude-test",
-		Header: map[string][]string{"Content-Type": {"application/json"}, "X-Trace": {"a", "b"}, "Accept": {"text/event-stream"}},
+		Header: http.Header{"Content-Type": {"application/json"}, "X-Trace": {"a", "b"}, "Accept": {"text/event-stream"}},
 		Start:  t0.In(time.FixedZone("east", 5*3600)), End: t0.Add(93*time.Second + 123456),
 		Status: 529, Error: "upstream-exhausted", Stream: true, Committed: false, Bytes: 1 << 40,
 	}
 	for i := 1; i <= 12; i++ {
 		start := t0.Add(time.Duration(i) * 7777777 * time.Microsecond)
-		r.Attempts = append(r.Attempts, journal.Attempt{
+		r.Attempts = append(r.Attempts, record.Attempt{
 			CallID: fmt.Sprintf("call-%02d", i), N: i,
 			Start: start, End: start.Add(1234567 * time.Microsecond),
-			QueuedAhead: i % 3, GateWait: time.Duration(i) * 1500 * time.Microsecond,
-			Status: 529, ErrorClass: journal.ClassStatus, Error: "outlast: status 529",
+			// The gate key is not kept: stored drops it.
+			Key: "slot 2", QueuedAhead: i % 3, GateWait: time.Duration(i) * 1500 * time.Microsecond,
+			Status: 529, Class: outlast.ClassOverloaded, Error: "outlast: status 529",
 			RetryIn: time.Duration(i) * time.Second, RetryAfter: 2500 * time.Microsecond,
 			Bytes: int64(i),
 		})
 	}
 	last := &r.Attempts[11]
-	last.ErrorClass, last.Error, last.RetryIn, last.Status = "", "", 0, 200
+	last.Class, last.Error, last.RetryIn, last.Status = outlast.ClassNone, "", 0, 200
 	last.End = time.Time{} // an attempt may lack an end
 	write(t, s, r)
 	got := get(t, s, r.ID)
@@ -115,25 +124,69 @@ func testRoundTrip(t *testing.T, b backend) {
 
 func testRewrite(t *testing.T, b backend) {
 	s := open(t, b.fresh(t))
-	first := record("r1", "run", t0, 503, 3)
+	first := request("r1", "run", t0, 503, 3)
 	write(t, s, first)
-	second := record("r1", "run", t0, 200, 1)
+	second := request("r1", "run", t0, 200, 1)
 	second.Bytes = 7
 	write(t, s, second)
 	if got, want := get(t, s, "r1"), stored(second); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 	// Twice in one batch: the last wins.
-	third := record("r1", "run", t0, 201, 2)
+	third := request("r1", "run", t0, 201, 2)
 	write(t, s, first, third)
 	if got, want := get(t, s, "r1"), stored(third); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 }
 
+func testClasses(t *testing.T, b backend) {
+	spec := b.fresh(t)
+	s := open(t, spec)
+	classes := outlast.Classes()
+	r := request("classes", "", t0, 502, len(classes))
+	for i, c := range classes {
+		r.Attempts[i].Class = c
+	}
+	write(t, s, r)
+	if got, want := get(t, s, r.ID), stored(r); !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+	// The column holds the names, which survive a reordering of the
+	// constants, and which the migrations and other readers rely on.
+	texts, err := queryStrings(context.Background(), b.raw(t, spec), `SELECT error_class FROM outlast_attempts ORDER BY n`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, c := range classes {
+		want = append(want, c.String())
+	}
+	if !reflect.DeepEqual(texts, want) {
+		t.Errorf("error_class: got %q, want %q", texts, want)
+	}
+}
+
+func testUnknownClass(t *testing.T, b backend) {
+	spec := b.fresh(t)
+	s := open(t, spec)
+	r := request("newer", "", t0, 502, 2)
+	r.Attempts[0].Class, r.Attempts[1].Class = outlast.ClassRefused, outlast.ClassRefused
+	write(t, s, r)
+	if _, err := b.raw(t, spec).ExecContext(context.Background(),
+		`UPDATE outlast_attempts SET error_class = 'teapot' WHERE n = 1`); err != nil {
+		t.Fatal(err)
+	}
+	want := stored(r)
+	want.Attempts[0].Class = outlast.ClassOther
+	if got := get(t, s, r.ID); !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
 func testNotFound(t *testing.T, b backend) {
 	s := open(t, b.fresh(t))
-	write(t, s, record("r1", "", t0, 200, 1))
+	write(t, s, request("r1", "", t0, 200, 1))
 	_, err := s.Get(context.Background(), "r2")
 	if !errors.Is(err, journal.ErrNotFound) {
 		t.Errorf("got %v, want ErrNotFound", err)
@@ -145,26 +198,26 @@ func testNotFound(t *testing.T, b backend) {
 }
 
 func testInvalid(t *testing.T, b backend) {
-	dup := record("r3", "", t0, 200, 2)
+	dup := request("r3", "", t0, 200, 2)
 	dup.Attempts[1].N = 1
-	noStart := record("r4", "", time.Time{}, 200, 0)
+	noStart := request("r4", "", time.Time{}, 200, 0)
 	tests := []struct {
 		name string
-		bad  journal.Record
+		bad  record.Request
 	}{
 		// The ID is the key.
-		{"no id", record("", "", t0, 200, 1)},
+		{"no id", request("", "", t0, 200, 1)},
 		// The start orders every list.
 		{"no start", noStart},
 		// N is the attempt's key within its request.
 		{"duplicate n", dup},
 		// Fixed-width text times sort only within four-digit years.
-		{"year 10000", record("r5", "", time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), 200, 0)},
+		{"year 10000", request("r5", "", time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), 200, 0)},
 	}
 	s := open(t, b.fresh(t))
 	for _, c := range tests {
-		good := record("good-"+c.name, "", t0, 200, 1)
-		err := s.Write(context.Background(), []journal.Record{good, c.bad})
+		good := request("good-"+c.name, "", t0, 200, 1)
+		err := s.Write(context.Background(), []record.Request{good, c.bad})
 		if !errors.Is(err, journal.ErrInvalid) {
 			t.Errorf("%s: got %v, want ErrInvalid", c.name, err)
 		}
@@ -176,15 +229,15 @@ func testInvalid(t *testing.T, b backend) {
 
 func testDirtyText(t *testing.T, b backend) {
 	s := open(t, b.fresh(t))
-	r := record("dirty", "", t0, 400, 1)
+	r := request("dirty", "", t0, 400, 1)
 	r.Path = "/v1/\x00chat\xff"
-	r.Header = map[string][]string{"X-Odd": {"a\x00b", "\xfe"}}
+	r.Header = http.Header{"X-Odd": {"a\x00b", "\xfe"}}
 	r.Attempts[0].Error = "bad \x00 byte \xc3"
 	write(t, s, r)
 	got := get(t, s, "dirty")
 	want := stored(r)
 	want.Path = "/v1/chat\uFFFD"
-	want.Header = map[string][]string{"X-Odd": {"ab", "\uFFFD"}}
+	want.Header = http.Header{"X-Odd": {"ab", "\uFFFD"}}
 	want.Attempts[0].Error = "bad  byte \uFFFD"
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
@@ -203,7 +256,7 @@ func pageAll(t *testing.T, s journal.Store, q journal.Query) []string {
 		if err != nil {
 			t.Fatalf("List(%+v): %v", q, err)
 		}
-		for _, r := range p.Records {
+		for _, r := range p.Requests {
 			ids = append(ids, r.ID)
 			if len(r.Attempts) == 0 {
 				t.Errorf("List: %s has no attempts", r.ID)
@@ -220,11 +273,11 @@ func testPaging(t *testing.T, b backend) {
 	s := open(t, b.fresh(t))
 	// 23 requests, three to a millisecond, so that pages break inside a
 	// millisecond and the ID must order them.
-	var recs []journal.Record
+	var recs []record.Request
 	var want []string
 	for i := range 23 {
 		id := fmt.Sprintf("r%02d", i)
-		recs = append(recs, record(id, "", t0.Add(time.Duration(i/3)*time.Millisecond), 200, 1))
+		recs = append(recs, request(id, "", t0.Add(time.Duration(i/3)*time.Millisecond), 200, 1))
 		want = append([]string{id}, want...) // newest first
 	}
 	write(t, s, recs...)
@@ -239,12 +292,12 @@ func testPaging(t *testing.T, b backend) {
 func testFilters(t *testing.T, b backend) {
 	s := open(t, b.fresh(t))
 	write(t, s,
-		record("a1", "a", t0, 200, 1),
-		record("a2", "a", t0.Add(time.Minute), 503, 2),
-		record("a3", "a", t0.Add(2*time.Minute), 200, 1),
-		record("b1", "b", t0.Add(30*time.Second), 503, 3),
-		record("b2", "b", t0.Add(90*time.Second), 429, 2),
-		record("n1", "", t0.Add(3*time.Minute), 200, 1),
+		request("a1", "a", t0, 200, 1),
+		request("a2", "a", t0.Add(time.Minute), 503, 2),
+		request("a3", "a", t0.Add(2*time.Minute), 200, 1),
+		request("b1", "b", t0.Add(30*time.Second), 503, 3),
+		request("b2", "b", t0.Add(90*time.Second), 429, 2),
+		request("n1", "", t0.Add(3*time.Minute), 200, 1),
 	)
 	tests := []struct {
 		name string
@@ -274,9 +327,9 @@ func testFilters(t *testing.T, b backend) {
 
 func testLimitBounds(t *testing.T, b backend) {
 	s := open(t, b.fresh(t))
-	recs := make([]journal.Record, journal.MaxLimit+1)
+	recs := make([]record.Request, journal.MaxLimit+1)
 	for i := range recs {
-		recs[i] = record(fmt.Sprintf("r%04d", i), "", t0.Add(time.Duration(i)*time.Millisecond), 200, 0)
+		recs[i] = request(fmt.Sprintf("r%04d", i), "", t0.Add(time.Duration(i)*time.Millisecond), 200, 0)
 	}
 	write(t, s, recs...)
 	tests := []struct {
@@ -295,15 +348,15 @@ func testLimitBounds(t *testing.T, b backend) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if len(p.Records) != c.wantLen || (p.Next != "") != c.wantNext {
-			t.Errorf("%s: got %d records, next %q; want %d, next %v", c.name, len(p.Records), p.Next, c.wantLen, c.wantNext)
+		if len(p.Requests) != c.wantLen || (p.Next != "") != c.wantNext {
+			t.Errorf("%s: got %d records, next %q; want %d, next %v", c.name, len(p.Requests), p.Next, c.wantLen, c.wantNext)
 		}
 	}
 	// The last page of 1001 at the max has one record and no next.
 	p, _ := s.List(context.Background(), journal.Query{Limit: journal.MaxLimit})
 	p, err := s.List(context.Background(), journal.Query{Limit: journal.MaxLimit, Cursor: p.Next})
-	if err != nil || len(p.Records) != 1 || p.Next != "" || p.Records[0].ID != "r0000" {
-		t.Errorf("last page: got %d records, next %q, err %v; want r0000 alone", len(p.Records), p.Next, err)
+	if err != nil || len(p.Requests) != 1 || p.Next != "" || p.Requests[0].ID != "r0000" {
+		t.Errorf("last page: got %d records, next %q, err %v; want r0000 alone", len(p.Requests), p.Next, err)
 	}
 	if _, err := s.List(context.Background(), journal.Query{Limit: -1}); err == nil {
 		t.Errorf("limit -1: got no error, want one")
@@ -312,7 +365,7 @@ func testLimitBounds(t *testing.T, b backend) {
 
 func testBadCursor(t *testing.T, b backend) {
 	s := open(t, b.fresh(t))
-	write(t, s, record("r1", "", t0, 200, 1))
+	write(t, s, request("r1", "", t0, 200, 1))
 	tests := []struct {
 		name, cursor string
 	}{
@@ -336,16 +389,16 @@ func testBadCursor(t *testing.T, b backend) {
 func testRun(t *testing.T, b backend) {
 	s := open(t, b.fresh(t))
 	// Written out of order, and across batches.
-	write(t, s, record("x3", "x", t0.Add(3*time.Second), 200, 1), record("y1", "y", t0, 200, 1))
-	write(t, s, record("x1", "x", t0.Add(time.Second), 503, 3), record("x2", "x", t0.Add(2*time.Second), 429, 2))
+	write(t, s, request("x3", "x", t0.Add(3*time.Second), 200, 1), request("y1", "y", t0, 200, 1))
+	write(t, s, request("x1", "x", t0.Add(time.Second), 503, 3), request("x2", "x", t0.Add(2*time.Second), 429, 2))
 	recs, err := s.Run(context.Background(), "x")
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	want := []journal.Record{
-		stored(record("x1", "x", t0.Add(time.Second), 503, 3)),
-		stored(record("x2", "x", t0.Add(2*time.Second), 429, 2)),
-		stored(record("x3", "x", t0.Add(3*time.Second), 200, 1)),
+	want := []record.Request{
+		stored(request("x1", "x", t0.Add(time.Second), 503, 3)),
+		stored(request("x2", "x", t0.Add(2*time.Second), 429, 2)),
+		stored(request("x3", "x", t0.Add(3*time.Second), 200, 1)),
 	}
 	if !reflect.DeepEqual(recs, want) {
 		t.Errorf("got %+v, want %+v", recs, want)
@@ -358,19 +411,19 @@ func testRun(t *testing.T, b backend) {
 func testPrune(t *testing.T, b backend) {
 	spec := b.fresh(t)
 	s := open(t, spec)
-	unended := record("unended", "", t0, 0, 1)
+	unended := request("unended", "", t0, 0, 1)
 	unended.End = time.Time{}
-	var recs []journal.Record
+	var recs []record.Request
 	for i := range 2500 { // more than one prune chunk
-		recs = append(recs, record(fmt.Sprintf("old%04d", i), "", t0.Add(-time.Hour), 200, 2))
+		recs = append(recs, request(fmt.Sprintf("old%04d", i), "", t0.Add(-time.Hour), 200, 2))
 	}
 	write(t, s, recs...)
 	// old* ended at t0-59m, edge at t0+1s, new at t0+1h+1s.
 	// stepped ended before the cut by its clock, which stepped back, but
 	// started after it.
-	stepped := record("stepped", "", t0.Add(2*time.Second), 200, 1)
+	stepped := request("stepped", "", t0.Add(2*time.Second), 200, 1)
 	stepped.End = t0.Add(-time.Hour)
-	write(t, s, unended, stepped, record("edge", "", t0, 200, 1), record("new", "", t0.Add(time.Hour), 200, 1))
+	write(t, s, unended, stepped, request("edge", "", t0, 200, 1), request("new", "", t0.Add(time.Hour), 200, 1))
 	n, err := s.Prune(context.Background(), t0.Add(time.Second))
 	if err != nil {
 		t.Fatalf("Prune: %v", err)
@@ -399,10 +452,10 @@ func testConcurrentWrites(t *testing.T, b backend) {
 	for w := range writers {
 		wg.Go(func() {
 			for bt := range batches {
-				var recs []journal.Record
+				var recs []record.Request
 				for i := range per {
 					id := fmt.Sprintf("w%d-b%d-%d", w, bt, i)
-					recs = append(recs, record(id, "c", t0.Add(time.Duration(w*1000+bt*10+i)*time.Millisecond), 200, 2))
+					recs = append(recs, request(id, "c", t0.Add(time.Duration(w*1000+bt*10+i)*time.Millisecond), 200, 2))
 				}
 				if err := s.Write(context.Background(), recs); err != nil {
 					errs <- err
@@ -432,18 +485,16 @@ func testConcurrentWrites(t *testing.T, b backend) {
 func testMigrateAgain(t *testing.T, b backend) {
 	spec := b.fresh(t)
 	s := open(t, spec)
-	write(t, s, record("r1", "", t0, 200, 2))
+	write(t, s, request("r1", "", t0, 200, 2))
 	before := dump(t, b, spec)
 	again := open(t, spec)
 	if got := dump(t, b, spec); got != before {
 		t.Errorf("the second Open changed the database:\ngot  %s\nwant %s", got, before)
 	}
-	if got, want := get(t, again, "r1"), stored(record("r1", "", t0, 200, 2)); !reflect.DeepEqual(got, want) {
+	if got, want := get(t, again, "r1"), stored(request("r1", "", t0, 200, 2)); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
-	if got := count(t, b, spec, "outlast_schema_version"); got != 1 {
-		t.Errorf("schema versions: got %d rows, want 1", got)
-	}
+	checkVersions(t, b, spec)
 }
 
 func testConcurrentOpen(t *testing.T, b backend) {
@@ -463,9 +514,7 @@ func testConcurrentOpen(t *testing.T, b backend) {
 		}
 		stores[i].Close()
 	}
-	if got := count(t, b, spec, "outlast_schema_version"); got != 1 {
-		t.Errorf("schema versions: got %d rows, want 1", got)
-	}
+	checkVersions(t, b, spec)
 }
 
 func TestOpen(t *testing.T) {
@@ -498,7 +547,7 @@ func TestOpen(t *testing.T) {
 			t.Errorf("%s: the error shows the password: %v", c.name, err)
 		}
 		if s != nil {
-			write(t, s, record("m1", "", t0, 200, 1))
+			write(t, s, request("m1", "", t0, 200, 1))
 			get(t, s, "m1")
 			s.Close()
 		}

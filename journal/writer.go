@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/outlast-llm/outlast/record"
 )
 
 // Defaults for the zero values of WriterConfig.
@@ -79,8 +81,8 @@ type Writer struct {
 	// the goroutine to swap pending for an empty slice: Adds never wait
 	// for a write.
 	mu       sync.Mutex
-	pending  []Record // added, not yet taken by the goroutine
-	inflight int      // taken by the goroutine, not yet written or given up
+	pending  []record.Request // added, not yet taken by the goroutine
+	inflight int              // taken by the goroutine, not yet written or given up
 	closed   bool
 
 	// kick wakes the goroutine when pending gets its first record, to
@@ -138,8 +140,8 @@ func NewWriter(s Store, cfg WriterConfig) *Writer {
 //
 // The Writer keeps rec's Header and Attempts as they are: the caller must
 // not change them after Add.
-func (w *Writer) Add(rec Record) bool {
-	if rec.validate() != nil {
+func (w *Writer) Add(rec record.Request) bool {
+	if validate(&rec) != nil {
 		w.dropped.Add(1)
 		return false
 	}
@@ -221,7 +223,7 @@ type batcher struct {
 	w *Writer
 	// buf holds the records taken from pending; buf[off:] are not yet
 	// written, and the first max of them are the batch being tried.
-	buf   []Record
+	buf   []record.Request
 	off   int
 	tries int         // failed writes of the batch so far
 	timer *time.Timer // runs while records wait for the flush interval

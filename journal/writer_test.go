@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // fakeStore is a Store that keeps written batches in memory. Its Write can
@@ -31,7 +32,7 @@ type fakeStore struct {
 
 var errFake = errors.New("fake: the database is down")
 
-func (f *fakeStore) Write(ctx context.Context, recs []journal.Record) error {
+func (f *fakeStore) Write(ctx context.Context, recs []record.Request) error {
 	if f.block != nil {
 		select {
 		case <-f.block:
@@ -76,14 +77,17 @@ func (f *fakeStore) written() []string {
 	return ids
 }
 
-func (f *fakeStore) Get(context.Context, string) (journal.Record, error) {
-	return journal.Record{}, journal.ErrNotFound
+func (f *fakeStore) Get(context.Context, string) (record.Request, error) {
+	return record.Request{}, journal.ErrNotFound
 }
 func (f *fakeStore) List(context.Context, journal.Query) (journal.Page, error) {
 	return journal.Page{}, nil
 }
-func (f *fakeStore) Run(context.Context, string) ([]journal.Record, error) {
+func (f *fakeStore) Run(context.Context, string) ([]record.Request, error) {
 	return nil, journal.ErrNotFound
+}
+func (f *fakeStore) Ended(context.Context, time.Time, string, int) ([]record.Request, error) {
+	return nil, nil
 }
 func (f *fakeStore) Prune(context.Context, time.Time) (int64, error) { return 0, nil }
 func (f *fakeStore) Close() error                                    { return nil }
@@ -101,7 +105,7 @@ func ids(prefix string, n int) []string {
 func addAll(t *testing.T, w *journal.Writer, ids []string) {
 	t.Helper()
 	for _, id := range ids {
-		if !w.Add(record(id, "", t0, 200, 1)) {
+		if !w.Add(request(id, "", t0, 200, 1)) {
 			t.Fatalf("Add(%s): got false, want true", id)
 		}
 	}
@@ -170,7 +174,7 @@ func TestWriterDrops(t *testing.T) {
 		synctest.Wait() // the first batch is in the stuck Write
 		start := time.Now()
 		for i := range 3 {
-			if w.Add(record(fmt.Sprintf("x%d", i), "", t0, 200, 1)) {
+			if w.Add(request(fmt.Sprintf("x%d", i), "", t0, 200, 1)) {
 				t.Errorf("Add to a full writer: got true, want false")
 			}
 		}
@@ -204,7 +208,7 @@ func TestWriterClose(t *testing.T) {
 		if time.Since(start) != 0 {
 			t.Errorf("Close waited %v, want no wait", time.Since(start))
 		}
-		if w.Add(record("late", "", t0, 200, 1)) {
+		if w.Add(request("late", "", t0, 200, 1)) {
 			t.Errorf("Add after Close: got true, want false")
 		}
 		if got := w.Dropped(); got != 1 {
@@ -277,7 +281,7 @@ func TestWriterInvalid(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeStore{}
 		w := journal.NewWriter(f, journal.WriterConfig{Logger: quiet})
-		if w.Add(record("", "", t0, 200, 1)) {
+		if w.Add(request("", "", t0, 200, 1)) {
 			t.Errorf("Add without an ID: got true, want false")
 		}
 		if got := w.Dropped(); got != 1 {
@@ -301,7 +305,7 @@ func TestWriterConcurrentAdd(t *testing.T) {
 		wg.Go(func() {
 			n := 0
 			for i := range per {
-				if w.Add(record(fmt.Sprintf("a%d-%d", a, i), "", t0, 200, 1)) {
+				if w.Add(request(fmt.Sprintf("a%d-%d", a, i), "", t0, 200, 1)) {
 					n++
 				}
 			}
@@ -327,7 +331,7 @@ func TestWriterSQLite(t *testing.T) {
 	s := open(t, sqliteBackend.fresh(t))
 	w := journal.NewWriter(s, journal.WriterConfig{Logger: quiet})
 	for _, id := range ids("r", 300) {
-		w.Add(record(id, "w", t0, 200, 2))
+		w.Add(request(id, "w", t0, 200, 2))
 	}
 	closeWriter(t, w)
 	recs, err := s.Run(context.Background(), "w")
@@ -339,7 +343,7 @@ func TestWriterSQLite(t *testing.T) {
 func BenchmarkWriterAdd(b *testing.B) {
 	f := &fakeStore{discard: true}
 	w := journal.NewWriter(f, journal.WriterConfig{Size: 1 << 16, Logger: quiet})
-	rec := record("r", "", t0, 200, 2)
+	rec := request("r", "", t0, 200, 2)
 	b.ReportAllocs()
 	for b.Loop() {
 		w.Add(rec)
@@ -431,7 +435,7 @@ type callStore struct {
 	during func()
 }
 
-func (c *callStore) Write(ctx context.Context, recs []journal.Record) error {
+func (c *callStore) Write(ctx context.Context, recs []record.Request) error {
 	if f := c.during; f != nil {
 		c.during = nil
 		f()

@@ -1,10 +1,10 @@
 // Package metrics exports what the gateway does as Prometheus metrics, for
 // /outlast/metrics.
 //
-// A [Metrics] is a gateway.Observer and an http.Handler over a registry of
+// A [Metrics] is a record.Observer and an http.Handler over a registry of
 // its own, so that the host's other metrics, and its Go runtime's, never
 // mix with outlast's. Wire it in before the gateway, whose Config takes
-// the Observer, and give it the gateway's Health after:
+// the Observer, and give it the gateway's Loads after:
 //
 //	m := metrics.New([]string{"openai", "llama"})
 //	g, err := gateway.New(gateway.Config{
@@ -13,7 +13,7 @@
 //		Endpoints: map[string]http.Handler{"metrics": m.Handler()},
 //	})
 //	…
-//	m.SetHealth(g.Health)
+//	m.SetLoads(g.Loads)
 //
 // # Metrics
 //
@@ -27,11 +27,12 @@
 //	outlast_gate_queue_depth{upstream,slot}         gauge: requests waiting now, at the upstream's bound (slot="") or a named slot
 //	outlast_journal_dropped_total                   records the journal dropped because its queue was full
 //
-// An outcome, and a retry's reason, is one of ok, rate_limited (429),
-// overloaded (529), status_4xx, status_5xx, error_event, stalled,
-// closed_early, refused, reset, timeout, canceled and other; a reason is
-// never ok. The names are those of the journal's error classes, with the
-// status classes split.
+// An outcome, and a retry's reason, is the attempt's outlast.Class, as the
+// record carries it: rate_limited (429), overloaded (529), status_4xx,
+// status_5xx, error_event, busy, stalled, closed_early, refused, reset,
+// timeout, canceled or other, or ok for an attempt that did not fail; a
+// reason is never ok. They are the journal's error_class values, so a
+// dashboard and the record name a failure alike.
 //
 // # Cardinality
 //

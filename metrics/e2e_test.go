@@ -15,6 +15,7 @@ import (
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
 	"github.com/outlast-llm/outlast/metrics"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // stack is a gateway with metrics in front of one upstream, named "llm",
@@ -25,7 +26,7 @@ type stack struct {
 	done chan struct{} // a value per request, after the metrics counted it
 }
 
-func newStack(t *testing.T, upstream http.Handler, extra gateway.Observer) *stack {
+func newStack(t *testing.T, upstream http.Handler, extra record.Observer) *stack {
 	t.Helper()
 	up := httptest.NewServer(upstream)
 	t.Cleanup(up.Close)
@@ -44,13 +45,13 @@ func newStack(t *testing.T, upstream http.Handler, extra gateway.Observer) *stac
 		Logger: slog.New(slog.DiscardHandler),
 		// The metrics' Done runs first, so a value on done means the
 		// request is counted.
-		Observer:  gateway.Observers(s.m.Observer(), extra, gateway.Observer{Done: func(*gateway.Request) { s.done <- struct{}{} }}),
+		Observer:  record.Observers(s.m.Observer(), extra, record.Observer{Done: func(*record.Request) { s.done <- struct{}{} }}),
 		Endpoints: map[string]http.Handler{"metrics": s.m.Handler()},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.m.SetHealth(g.Health)
+	s.m.SetLoads(g.Loads)
 	s.srv = httptest.NewServer(g)
 	t.Cleanup(s.srv.Close)
 	return s
@@ -107,7 +108,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 			return
 		}
 		io.WriteString(w, `{"choices":[]}`)
-	}), gateway.Observer{})
+	}), record.Observer{})
 	if got := s.post(t); got != http.StatusOK {
 		t.Fatalf("POST through the gateway: got %d, want 200", got)
 	}
@@ -138,7 +139,7 @@ func TestGatewayQueueDepth(t *testing.T) {
 	s := newStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-release
 		io.WriteString(w, `{}`)
-	}), gateway.Observer{Queued: func(*gateway.Request, string, int) {
+	}), record.Observer{Queued: func(*record.Request, string, int) {
 		select {
 		case queued <- struct{}{}:
 		default:

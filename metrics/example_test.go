@@ -14,7 +14,7 @@ import (
 )
 
 // The metrics come first, since the gateway's Config takes their
-// Observer; the gateway's Health comes after.
+// Observer; the gateway's Loads come after.
 func Example() {
 	m := metrics.New([]string{"llama"})
 	g, err := gateway.New(gateway.Config{
@@ -25,7 +25,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	m.SetHealth(g.Health)
+	m.SetLoads(g.Loads)
 
 	rec := httptest.NewRecorder()
 	g.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/outlast/metrics", nil))

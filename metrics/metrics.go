@@ -11,17 +11,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/outlast-llm/outlast"
-	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/internal/apierr"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // otherLabel stands for every label value outside a label's bounded set:
 // an upstream New was not told of, a status outside 100–599, a named slot
 // past maxSlotLabel.
 const otherLabel = "other"
-
-// busyKind is the gateway's Outlast-Error kind for a request refused
-// because the gate's queue was full.
-const busyKind = "busy"
 
 // Histogram buckets, in seconds. An LLM API's first byte comes in tens of
 // milliseconds for a cached stream and in minutes for a long completion
@@ -60,7 +57,7 @@ type Metrics struct {
 	otherOnce sync.Once // makes other on the first unknown upstream
 	other     *series
 
-	health  atomic.Pointer[func() gateway.Health]
+	loads   atomic.Pointer[func() []record.Load]
 	dropped atomic.Pointer[func() uint64]
 }
 
@@ -68,8 +65,8 @@ type Metrics struct {
 // observing costs no label hashing and no allocation.
 type series struct {
 	label     string
-	attempts  [numOutcomes]prometheus.Counter
-	retries   [numOutcomes]prometheus.Counter // nil at outcomeOK: a success is never a reason
+	attempts  []prometheus.Counter // by outlast.Class
+	retries   []prometheus.Counter // by outlast.Class; nil at ClassNone: a success is never a reason
 	retryWait prometheus.Counter
 	busy      prometheus.Counter
 	latency   prometheus.Observer
@@ -129,10 +126,13 @@ func (m *Metrics) newSeries(label string) *series {
 		gateWait:  m.gateWait.WithLabelValues(label),
 		codes:     codes{vec: m.requests, label: label},
 	}
-	for o := range numOutcomes {
-		s.attempts[o] = m.attempts.WithLabelValues(label, o.String())
-		if o != outcomeOK {
-			s.retries[o] = m.retries.WithLabelValues(label, o.String())
+	classes := outlast.Classes()
+	s.attempts = make([]prometheus.Counter, len(classes))
+	s.retries = make([]prometheus.Counter, len(classes))
+	for _, c := range classes {
+		s.attempts[c] = m.attempts.WithLabelValues(label, outcome(c))
+		if c != outlast.ClassNone {
+			s.retries[c] = m.retries.WithLabelValues(label, outcome(c))
 		}
 	}
 	for _, c := range precreatedCodes {
@@ -166,17 +166,28 @@ func labelValue(name string) string {
 	return strings.ToValidUTF8(name, "\uFFFD")
 }
 
-// Observer returns the gateway.Observer that feeds m. Its funcs may be
-// called concurrently.
-func (m *Metrics) Observer() gateway.Observer {
-	return gateway.Observer{AttemptEnd: m.attemptEnd, Done: m.done}
+// outcome is the outcome label of an attempt of class c, and the reason
+// label of the retry after it: the class's name, or "ok" for none.
+func outcome(c outlast.Class) string {
+	if c == outlast.ClassNone {
+		return "ok"
+	}
+	return c.String()
 }
 
-// attemptEnd counts an attempt by its outcome, and its retry if one
-// follows.
-func (m *Metrics) attemptEnd(r *gateway.Request, a outlast.Attempt) {
+// Observer returns the record.Observer that feeds m. Its funcs may be
+// called concurrently.
+func (m *Metrics) Observer() record.Observer {
+	return record.Observer{AttemptEnd: m.attemptEnd, Done: m.done}
+}
+
+// attemptEnd counts an attempt by its class, and its retry if one follows.
+func (m *Metrics) attemptEnd(r *record.Request, a record.Attempt) {
 	s := m.seriesOf(r.Upstream)
-	o := outcomeOf(a.Err)
+	o := a.Class
+	if int(o) >= len(s.attempts) {
+		o = outlast.ClassOther // not one of the constants: a hand-made record
+	}
 	s.attempts[o].Inc()
 	if !a.Start.IsZero() && !a.End.Before(a.Start) {
 		s.latency.Observe(a.End.Sub(a.Start).Seconds())
@@ -188,8 +199,8 @@ func (m *Metrics) attemptEnd(r *gateway.Request, a outlast.Attempt) {
 		s.gateWait.Observe(a.GateWait.Seconds())
 	}
 	if a.RetryIn > 0 {
-		if o == outcomeOK {
-			o = outcomeOther // unreachable today: a success ends the request
+		if o == outlast.ClassNone {
+			o = outlast.ClassOther // unreachable today: a success ends the request
 		}
 		s.retries[o].Inc()
 		s.retryWait.Add(a.RetryIn.Seconds())
@@ -197,10 +208,10 @@ func (m *Metrics) attemptEnd(r *gateway.Request, a outlast.Attempt) {
 }
 
 // done counts a request by the status sent to its caller.
-func (m *Metrics) done(r *gateway.Request) {
+func (m *Metrics) done(r *record.Request) {
 	s := m.seriesOf(r.Upstream)
 	s.codes.get(r.Status).Inc()
-	if r.Error == busyKind {
+	if r.Error == apierr.Busy {
 		s.busy.Inc()
 	}
 }
@@ -209,16 +220,16 @@ func (m *Metrics) done(r *gateway.Request) {
 // exposition formats, for Config.Endpoints["metrics"].
 func (m *Metrics) Handler() http.Handler { return m.handler }
 
-// SetHealth sets the func that each scrape reads the gate queue depths
-// from: the gateway's Health method. It exists apart from New because the
+// SetLoads sets the func that each scrape reads the gate queue depths
+// from: the gateway's Loads method. It exists apart from New because the
 // gateway is made after its Observer. Until it is set, or if f is nil,
 // each configured upstream's depth is 0.
-func (m *Metrics) SetHealth(f func() gateway.Health) {
+func (m *Metrics) SetLoads(f func() []record.Load) {
 	if f == nil {
-		m.health.Store(nil)
+		m.loads.Store(nil)
 		return
 	}
-	m.health.Store(&f)
+	m.loads.Store(&f)
 }
 
 // SetJournalDropped sets the func that each scrape reads

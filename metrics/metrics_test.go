@@ -2,10 +2,8 @@ package metrics_test
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,16 +17,17 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast"
-	"github.com/outlast-llm/outlast/gateway"
 	"github.com/outlast-llm/outlast/metrics"
+	"github.com/outlast-llm/outlast/record"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
-// The fixed label sets, as the package documents them.
+// The fixed label sets, as the package documents them: an outcome is an
+// outlast.Class's name, or ok for none.
 var (
 	outcomes = []string{"ok", "rate_limited", "overloaded", "status_4xx", "status_5xx", "error_event",
-		"stalled", "closed_early", "refused", "reset", "timeout", "canceled", "other"}
+		"busy", "stalled", "closed_early", "refused", "reset", "timeout", "canceled", "other"}
 	reasons = outcomes[1:] // every outcome but ok
 	codes   = []string{"200", "499", "502", "503", "504"}
 )
@@ -98,16 +97,23 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 // at returns t0 plus ms milliseconds.
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
+// attempt returns the record of a as the gateway makes it: classified by
+// outlast.Classify, as the Transport classifies an attempt at its end.
+func attempt(a outlast.Attempt) record.Attempt {
+	a.Class = outlast.Classify(a.Err)
+	return record.NewAttempt(a)
+}
+
 // drive tells o of each request as the gateway would: each attempt's start
 // and end, then the request's end.
-func drive(o gateway.Observer, reqs ...gateway.Request) {
+func drive(o record.Observer, reqs ...record.Request) {
 	for _, req := range reqs {
 		r := req
 		r.Attempts = nil
 		for _, a := range req.Attempts {
 			if o.AttemptStart != nil {
 				start := a
-				start.End, start.Status, start.Err, start.RetryIn = time.Time{}, 0, nil, 0
+				start.End, start.Status, start.Class, start.Error, start.RetryIn = time.Time{}, 0, outlast.ClassNone, "", 0
 				o.AttemptStart(&r, start)
 			}
 			r.Attempts = append(r.Attempts, a)
@@ -130,14 +136,14 @@ func TestObserver(t *testing.T) {
 	errorEvent := &outlast.StatusError{StatusCode: 529, Err: fmt.Errorf("%w: overloaded_error", outlast.ErrErrorEvent)}
 	cases := []struct {
 		name string
-		reqs []gateway.Request
+		reqs []record.Request
 		want map[string]float64 // every series that must not be zero
 	}{{
 		// The issue's own example: a 503 retried after 1.5 s, then a 200.
 		name: "503 then 200",
-		reqs: []gateway.Request{{Upstream: "api", Status: 200, Attempts: []outlast.Attempt{
-			{N: 1, Start: at(0), End: at(250), Status: 503, Err: status(503), RetryIn: 1500 * time.Millisecond},
-			{N: 2, Start: at(1750), End: at(2000), Status: 200},
+		reqs: []record.Request{{Upstream: "api", Status: 200, Attempts: []record.Attempt{
+			attempt(outlast.Attempt{N: 1, Start: at(0), End: at(250), Status: 503, Err: status(503), RetryIn: 1500 * time.Millisecond}),
+			attempt(outlast.Attempt{N: 2, Start: at(1750), End: at(2000), Status: 200}),
 		}}},
 		want: map[string]float64{
 			`outlast_requests_total{code="200",upstream="api"}`:           1,
@@ -152,8 +158,8 @@ func TestObserver(t *testing.T) {
 		// A refused dial is an attempt with no status; the gateway answers
 		// 502 itself.
 		name: "refused dial",
-		reqs: []gateway.Request{{Upstream: "api", Status: 502, Error: "unreachable", Attempts: []outlast.Attempt{
-			{N: 1, Start: at(0), End: at(1), Err: refused},
+		reqs: []record.Request{{Upstream: "api", Status: 502, Error: "unreachable", Attempts: []record.Attempt{
+			attempt(outlast.Attempt{N: 1, Start: at(0), End: at(1), Err: refused}),
 		}}},
 		want: map[string]float64{
 			`outlast_requests_total{code="502",upstream="api"}`:        1,
@@ -165,7 +171,7 @@ func TestObserver(t *testing.T) {
 		// A busy refusal never reaches an attempt: it counts as busy and
 		// as a 503, and nothing else.
 		name: "busy",
-		reqs: []gateway.Request{{Upstream: "api", Status: 503, Error: "busy"}},
+		reqs: []record.Request{{Upstream: "api", Status: 503, Error: "busy"}},
 		want: map[string]float64{
 			`outlast_requests_total{code="503",upstream="api"}`: 1,
 			`outlast_busy_total{upstream="api"}`:                1,
@@ -174,9 +180,9 @@ func TestObserver(t *testing.T) {
 		// A stalled attempt in a named slot: the gate wait is observed
 		// because the attempt held a key; the last attempt has no retry.
 		name: "stalled in a named slot",
-		reqs: []gateway.Request{{Upstream: "api", Status: 504, Error: "timeout", Attempts: []outlast.Attempt{
-			{N: 1, Key: "slot 0", GateWait: 2 * time.Second, Start: at(2000), End: at(32000),
-				Err: fmt.Errorf("outlast: attempt 1: %w", outlast.ErrStalled)},
+		reqs: []record.Request{{Upstream: "api", Status: 504, Error: "timeout", Attempts: []record.Attempt{
+			attempt(outlast.Attempt{N: 1, Key: "slot 0", GateWait: 2 * time.Second, Start: at(2000), End: at(32000),
+				Err: fmt.Errorf("outlast: attempt 1: %w", outlast.ErrStalled)}),
 		}}},
 		want: map[string]float64{
 			`outlast_requests_total{code="504",upstream="api"}`:        1,
@@ -190,9 +196,9 @@ func TestObserver(t *testing.T) {
 		// An upstream's bound has the key "": a wait at it is still a gate
 		// wait. A zero wait with no key is no gate, and is not observed.
 		name: "gate wait at the bound",
-		reqs: []gateway.Request{
-			{Upstream: "api", Status: 200, Attempts: []outlast.Attempt{{N: 1, GateWait: 500 * time.Millisecond, Start: at(500), End: at(750), Status: 200}}},
-			{Upstream: "api", Status: 200, Attempts: []outlast.Attempt{{N: 1, Start: at(0), End: at(250), Status: 200}}},
+		reqs: []record.Request{
+			{Upstream: "api", Status: 200, Attempts: []record.Attempt{attempt(outlast.Attempt{N: 1, GateWait: 500 * time.Millisecond, Start: at(500), End: at(750), Status: 200})}},
+			{Upstream: "api", Status: 200, Attempts: []record.Attempt{attempt(outlast.Attempt{N: 1, Start: at(0), End: at(250), Status: 200})}},
 		},
 		want: map[string]float64{
 			`outlast_requests_total{code="200",upstream="api"}`:      2,
@@ -206,10 +212,10 @@ func TestObserver(t *testing.T) {
 		// Each retry's reason is the failure before it: 429 and an error
 		// event; the last failure, a 529, is not retried.
 		name: "rate limited, error event, overloaded",
-		reqs: []gateway.Request{{Upstream: "api", Status: 529, Attempts: []outlast.Attempt{
-			{N: 1, Start: at(0), End: at(250), Status: 429, Err: status(429), RetryIn: 500 * time.Millisecond},
-			{N: 2, Start: at(750), End: at(1000), Status: 529, Err: errorEvent, RetryIn: 250 * time.Millisecond},
-			{N: 3, Start: at(1250), End: at(1500), Status: 529, Err: status(529)},
+		reqs: []record.Request{{Upstream: "api", Status: 529, Attempts: []record.Attempt{
+			attempt(outlast.Attempt{N: 1, Start: at(0), End: at(250), Status: 429, Err: status(429), RetryIn: 500 * time.Millisecond}),
+			attempt(outlast.Attempt{N: 2, Start: at(750), End: at(1000), Status: 529, Err: errorEvent, RetryIn: 250 * time.Millisecond}),
+			attempt(outlast.Attempt{N: 3, Start: at(1250), End: at(1500), Status: 529, Err: status(529)}),
 		}}},
 		want: map[string]float64{
 			`outlast_requests_total{code="529",upstream="api"}`:             1,
@@ -226,8 +232,8 @@ func TestObserver(t *testing.T) {
 		// The caller left mid-attempt: the attempt is canceled and the
 		// request is a 499.
 		name: "caller left",
-		reqs: []gateway.Request{{Upstream: "api", Status: 499, Error: "client-closed", Attempts: []outlast.Attempt{
-			{N: 1, Start: at(0), End: at(250), Err: fmt.Errorf("outlast: attempt 1: %w", context.Canceled)},
+		reqs: []record.Request{{Upstream: "api", Status: 499, Error: "client-closed", Attempts: []record.Attempt{
+			attempt(outlast.Attempt{N: 1, Start: at(0), End: at(250), Err: fmt.Errorf("outlast: attempt 1: %w", context.Canceled)}),
 		}}},
 		want: map[string]float64{
 			`outlast_requests_total{code="499",upstream="api"}`:         1,
@@ -239,7 +245,7 @@ func TestObserver(t *testing.T) {
 		// A name New was not given must not make a series of its own, and
 		// a status no server sends must not make a code.
 		name: "unknown upstream and status",
-		reqs: []gateway.Request{
+		reqs: []record.Request{
 			{Upstream: "mystery", Status: 200},
 			{Upstream: "api", Status: 1000},
 		},
@@ -250,7 +256,7 @@ func TestObserver(t *testing.T) {
 	}, {
 		// Two configured upstreams keep their counts apart.
 		name: "two upstreams",
-		reqs: []gateway.Request{
+		reqs: []record.Request{
 			{Upstream: "api", Status: 200},
 			{Upstream: "llama", Status: 404},
 			{Upstream: "llama", Status: 404},
@@ -279,65 +285,48 @@ func TestObserver(t *testing.T) {
 	}
 }
 
-// timeoutError is a net.Error that timed out, as a dial or read deadline
-// gives.
-type timeoutError struct{}
-
-func (timeoutError) Error() string   { return "i/o timeout" }
-func (timeoutError) Timeout() bool   { return true }
-func (timeoutError) Temporary() bool { return true }
-
-// headerTimeout mimics net/http's response header timeout, which claims to
-// be context.DeadlineExceeded through Is although it is the server's.
-type headerTimeout struct{ timeoutError }
-
-func (headerTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
-
+// TestOutcomes checks that an attempt counts under its class's name, as
+// the record carries it: the metrics never judge the error, or the status,
+// again. Which error is which class is outlast.Classify's to say.
 func TestOutcomes(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name string
-		err  error
+		a    record.Attempt
 		want string
 	}{
 		// A result that was returned.
-		{"success", nil, "ok"},
+		{"success", record.Attempt{N: 1, Status: 200}, "ok"},
 		// 429 and 529 get their own outcome: they ask the client to slow
 		// down, unlike other failures.
-		{"429", status(429), "rate_limited"},
-		{"529", status(529), "overloaded"},
-		{"other 4xx", status(404), "status_4xx"},
-		{"other 5xx", status(500), "status_5xx"},
-		// A StatusError from a custom attempt may name any code.
-		{"status outside 4xx and 5xx", status(302), "other"},
-		// An error event is carried by a StatusError; it wins over its
-		// status.
-		{"error event", &outlast.StatusError{StatusCode: 529, Err: fmt.Errorf("%w: overloaded_error", outlast.ErrErrorEvent)}, "error_event"},
-		// A stall is also a timeout; the stall wins.
-		{"stalled", fmt.Errorf("%w: %w", outlast.ErrStalled, timeoutError{}), "stalled"},
-		{"closed early", fmt.Errorf("read: %w", outlast.ErrClosedEarly), "closed_early"},
-		{"refused", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, "refused"},
-		// A dial that failed for another reason (a name that did not
-		// resolve) is still no connection.
-		{"dial failed", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "x.invalid"}}, "refused"},
-		{"reset", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, "reset"},
-		// net/http's word for a connection closed before the response.
-		{"EOF", &url.Error{Op: "Post", URL: "http://x", Err: io.EOF}, "reset"},
-		{"timeout", &net.OpError{Op: "read", Net: "tcp", Err: timeoutError{}}, "timeout"},
-		// The server's header timeout is not the caller's deadline.
-		{"header timeout", headerTimeout{}, "timeout"},
-		{"caller canceled", fmt.Errorf("outlast: %w", context.Canceled), "canceled"},
-		// The caller's deadline wraps the very sentinel, through both
-		// Unwrap forms.
-		{"caller deadline", &url.Error{Op: "Post", URL: "http://x", Err: context.DeadlineExceeded}, "canceled"},
-		{"caller deadline, joined", errors.Join(errors.New("send"), context.DeadlineExceeded), "canceled"},
-		{"unknown", errors.New("something else"), "other"},
+		{"429", record.Attempt{N: 1, Status: 429, Class: outlast.ClassRateLimited}, "rate_limited"},
+		{"529", record.Attempt{N: 1, Status: 529, Class: outlast.ClassOverloaded}, "overloaded"},
+		{"other 4xx", record.Attempt{N: 1, Status: 404, Class: outlast.ClassStatus4xx}, "status_4xx"},
+		{"other 5xx", record.Attempt{N: 1, Status: 500, Class: outlast.ClassStatus5xx}, "status_5xx"},
+		// An error event comes with a status; the class wins over it.
+		{"error event", record.Attempt{N: 1, Status: 529, Class: outlast.ClassErrorEvent}, "error_event"},
+		// A busy gate is a class of its own now, not other.
+		{"busy", record.Attempt{N: 1, Class: outlast.ClassBusy}, "busy"},
+		{"stalled", record.Attempt{N: 1, Class: outlast.ClassStalled}, "stalled"},
+		{"closed early", record.Attempt{N: 1, Class: outlast.ClassClosedEarly}, "closed_early"},
+		{"refused", record.Attempt{N: 1, Class: outlast.ClassRefused}, "refused"},
+		{"reset", record.Attempt{N: 1, Class: outlast.ClassReset}, "reset"},
+		{"timeout", record.Attempt{N: 1, Class: outlast.ClassTimeout}, "timeout"},
+		{"caller canceled", record.Attempt{N: 1, Class: outlast.ClassCanceled}, "canceled"},
+		// A status outside 4xx and 5xx, from a custom attempt, is other.
+		{"other", record.Attempt{N: 1, Status: 302, Class: outlast.ClassOther}, "other"},
+		// The class, not the status or the message: a 503 the record
+		// calls rate limited counts as rate limited.
+		{"class over status", record.Attempt{N: 1, Status: 503, Class: outlast.ClassRateLimited, Error: "outlast: status 503"}, "rate_limited"},
+		// A class that is none of the constants, from a record made by
+		// hand, counts as other rather than panicking.
+		{"unknown class", record.Attempt{N: 1, Class: outlast.Class(200)}, "other"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			m := metrics.New([]string{"api"})
-			drive(m.Observer(), gateway.Request{Upstream: "api", Status: 502, Attempts: []outlast.Attempt{{N: 1, Err: c.err}}})
+			drive(m.Observer(), record.Request{Upstream: "api", Status: 502, Attempts: []record.Attempt{c.a}})
 			got := scrape(t, m.Handler())
 			for _, o := range outcomes {
 				k := fmt.Sprintf(`outlast_attempts_total{outcome=%q,upstream="api"}`, o)
@@ -353,22 +342,40 @@ func TestOutcomes(t *testing.T) {
 	}
 }
 
+// TestOutcomesAreClasses checks that the documented outcomes are the
+// classes' names, in the classes' order, ok for none: a class added to the
+// root must be added to the documented set too.
+func TestOutcomesAreClasses(t *testing.T) {
+	t.Parallel()
+	var names []string
+	for _, c := range outlast.Classes() {
+		if c == outlast.ClassNone {
+			names = append(names, "ok")
+			continue
+		}
+		names = append(names, c.String())
+	}
+	if fmt.Sprint(names) != fmt.Sprint(outcomes) {
+		t.Errorf("got classes %v, want the documented outcomes %v", names, outcomes)
+	}
+}
+
 func TestQueueDepth(t *testing.T) {
 	t.Parallel()
-	health := gateway.Health{Upstreams: []gateway.UpstreamHealth{
-		{Name: "api", Slots: 4, Queued: 7, Named: map[string]int{"slot 0": 2, "slot 63": 1, "slot 64": 1, "slot 01": 1}},
-		{Name: "llama", Slots: 0, Queued: 0},
-		{Name: "stranger", Slots: 1, Queued: 3},
-		{Name: "unknown", Slots: 1, Queued: 1, Named: map[string]int{"slot 1": 4}},
-	}}
+	loads := []record.Load{
+		{Upstream: "api", Slots: 4, Queued: 7, Named: map[string]int{"slot 0": 2, "slot 63": 1, "slot 64": 1, "slot 01": 1}},
+		{Upstream: "llama", Slots: 0, Queued: 0},
+		{Upstream: "stranger", Slots: 1, Queued: 3},
+		{Upstream: "unknown", Slots: 1, Queued: 1, Named: map[string]int{"slot 1": 4}},
+	}
 	cases := []struct {
-		name   string
-		health func() gateway.Health
-		want   map[string]float64 // the whole gauge
+		name  string
+		loads func() []record.Load
+		want  map[string]float64 // the whole gauge
 	}{{
-		// Before SetHealth, each configured upstream's bound is at zero,
+		// Before SetLoads, each configured upstream's bound is at zero,
 		// so the series exist from the start.
-		name: "no health",
+		name: "no loads",
 		want: map[string]float64{
 			`outlast_gate_queue_depth{slot="",upstream="api"}`:   0,
 			`outlast_gate_queue_depth{slot="",upstream="llama"}`: 0,
@@ -377,8 +384,8 @@ func TestQueueDepth(t *testing.T) {
 		// The bound's depth is Queued less the named slots' waiters. Slot
 		// numbers past 63, or written oddly, share "other"; so do unknown
 		// upstreams, whose depths add up.
-		name:   "health",
-		health: func() gateway.Health { return health },
+		name:  "loads",
+		loads: func() []record.Load { return loads },
 		want: map[string]float64{
 			`outlast_gate_queue_depth{slot="",upstream="api"}`:         2,
 			`outlast_gate_queue_depth{slot="slot 0",upstream="api"}`:   2,
@@ -389,9 +396,9 @@ func TestQueueDepth(t *testing.T) {
 			`outlast_gate_queue_depth{slot="slot 1",upstream="other"}`: 4,
 		},
 	}, {
-		// A configured upstream missing from Health still has its series.
-		name:   "upstream missing from health",
-		health: func() gateway.Health { return gateway.Health{} },
+		// A configured upstream missing from the loads still has its series.
+		name:  "upstream missing from the loads",
+		loads: func() []record.Load { return nil },
 		want: map[string]float64{
 			`outlast_gate_queue_depth{slot="",upstream="api"}`:   0,
 			`outlast_gate_queue_depth{slot="",upstream="llama"}`: 0,
@@ -401,7 +408,7 @@ func TestQueueDepth(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			m := metrics.New([]string{"api", "llama"})
-			m.SetHealth(c.health)
+			m.SetLoads(c.loads)
 			got := scrape(t, m.Handler())
 			checkSeries(t, got, c.want)
 			for k, v := range got {
@@ -413,16 +420,16 @@ func TestQueueDepth(t *testing.T) {
 	}
 }
 
-func TestSetHealthNil(t *testing.T) {
+func TestSetLoadsNil(t *testing.T) {
 	t.Parallel()
 	m := metrics.New([]string{"api"})
-	m.SetHealth(func() gateway.Health {
-		return gateway.Health{Upstreams: []gateway.UpstreamHealth{{Name: "api", Slots: 1, Queued: 5}}}
+	m.SetLoads(func() []record.Load {
+		return []record.Load{{Upstream: "api", Slots: 1, Queued: 5}}
 	})
-	m.SetHealth(nil) // back to no health: the depth is zero, not stale
+	m.SetLoads(nil) // back to no loads: the depth is zero, not stale
 	k := `outlast_gate_queue_depth{slot="",upstream="api"}`
 	if got := scrape(t, m.Handler())[k]; got != 0 {
-		t.Errorf("%s after SetHealth(nil): got %v, want 0", k, got)
+		t.Errorf("%s after SetLoads(nil): got %v, want 0", k, got)
 	}
 }
 
@@ -446,7 +453,7 @@ func TestJournalDropped(t *testing.T) {
 }
 
 // TestConcurrent observes from many goroutines while others scrape and
-// set the health; under -race it finds unguarded state, and the totals
+// set the loads; under -race it finds unguarded state, and the totals
 // find lost counts.
 func TestConcurrent(t *testing.T) {
 	t.Parallel()
@@ -459,9 +466,9 @@ func TestConcurrent(t *testing.T) {
 		upstream := []string{"api", "llama", fmt.Sprintf("stranger-%d", w)}[w%3]
 		wg.Go(func() {
 			for i := range perWorker {
-				drive(o, gateway.Request{Upstream: upstream, Status: 200 + i%3, Attempts: []outlast.Attempt{
-					{N: 1, Start: at(0), End: at(250), Status: 503, Err: status(503), RetryIn: time.Second},
-					{N: 2, Key: "slot 0", GateWait: time.Millisecond, Start: at(1250), End: at(1500), Status: 200},
+				drive(o, record.Request{Upstream: upstream, Status: 200 + i%3, Attempts: []record.Attempt{
+					attempt(outlast.Attempt{N: 1, Start: at(0), End: at(250), Status: 503, Err: status(503), RetryIn: time.Second}),
+					attempt(outlast.Attempt{N: 2, Key: "slot 0", GateWait: time.Millisecond, Start: at(1250), End: at(1500), Status: 200}),
 				}})
 			}
 		})
@@ -469,7 +476,7 @@ func TestConcurrent(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for range 20 {
-				m.SetHealth(func() gateway.Health { return gateway.Health{} })
+				m.SetLoads(func() []record.Load { return nil })
 				// Not scrape: t.Fatal belongs to the test's goroutine.
 				rec := httptest.NewRecorder()
 				m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))

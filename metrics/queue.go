@@ -17,7 +17,7 @@ var queueDepthDesc = prometheus.NewDesc("outlast_gate_queue_depth",
 	[]string{"upstream", "slot"}, nil)
 
 // queueDepth is the collector of outlast_gate_queue_depth. It reads the
-// gateway's Health at each scrape rather than tracking Queued calls, as
+// gateway's Loads at each scrape rather than tracking Queued calls, as
 // a gauge kept by the observer would drift if a waiter's end went unseen.
 type queueDepth struct{ m *Metrics }
 
@@ -25,16 +25,16 @@ type queueDepth struct{ m *Metrics }
 func (q queueDepth) Describe(ch chan<- *prometheus.Desc) { ch <- queueDepthDesc }
 
 // Collect sends the depths of every configured upstream's bound, at zero
-// until SetHealth is called, and of every named slot in use.
+// until SetLoads is called, and of every named slot in use.
 func (q queueDepth) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ upstream, slot string }
 	depth := map[key]float64{}
 	for _, l := range q.m.labels {
 		depth[key{l, ""}] = 0
 	}
-	if f := q.m.health.Load(); f != nil {
-		for _, u := range (*f)().Upstreams {
-			up := q.m.upstreamLabel(u.Name)
+	if f := q.m.loads.Load(); f != nil {
+		for _, u := range (*f)() {
+			up := q.m.upstreamLabel(u.Upstream)
 			named := 0
 			for k, n := range u.Named {
 				// Unknown upstreams and slots past the bound share a
@@ -51,7 +51,7 @@ func (q queueDepth) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// slotLabel returns the label of a named slot's key in Health: the key
+// slotLabel returns the label of a named slot's key in a record.Load: the key
 // itself ("slot 3") for a small slot number, else "other".
 func slotLabel(k string) string {
 	n, ok := strings.CutPrefix(k, "slot ")

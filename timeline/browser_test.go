@@ -25,6 +25,7 @@ import (
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
 	"github.com/outlast-llm/outlast/mockllm"
+	"github.com/outlast-llm/outlast/record"
 	"github.com/outlast-llm/outlast/timeline"
 )
 
@@ -298,7 +299,7 @@ func outageGateway(t *testing.T, feed *timeline.Feed, upstream string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	feed.SetHealth(g.Health)
+	feed.SetLoads(g.Loads)
 	srv := httptest.NewServer(g)
 	t.Cleanup(srv.Close)
 	t.Cleanup(feed.Close) // before srv.Close, which waits for the event stream
@@ -413,19 +414,20 @@ func fill(f *timeline.Feed, n, runs int) (inFlight int) {
 	obs := f.Observer()
 	base := time.Now().Add(-time.Duration(n) * 100 * time.Millisecond)
 	for i := range n {
-		r := &gateway.Request{
+		r := &record.Request{
 			ID: fmt.Sprintf("req-%04d", i), Run: fmt.Sprintf("run-%02d", i%runs),
 			Method: "POST", Path: "/v1/chat/completions", Upstream: "mock", Model: "gpt-test",
 			Start: base.Add(time.Duration(i) * 100 * time.Millisecond),
 		}
 		at, gate := r.Start, time.Duration(0)
 		try := func(status int, err error, took, retryAfter, wait time.Duration) {
-			a := outlast.Attempt{CallID: r.ID, N: len(r.Attempts) + 1, Start: at, GateWait: gate, Ahead: 2, Status: status, Err: err}
+			a := outlast.Attempt{CallID: r.ID, N: len(r.Attempts) + 1, Start: at, GateWait: gate, Ahead: 2}
 			gate = 0
-			obs.AttemptStart(r, a)
-			a.End, a.RetryAfter, a.RetryIn = at.Add(took), retryAfter, wait
-			r.Attempts = append(r.Attempts, a)
-			obs.AttemptEnd(r, a)
+			obs.AttemptStart(r, record.NewAttempt(a))
+			a.End, a.Status, a.Err, a.Class, a.RetryAfter, a.RetryIn = at.Add(took), status, err, outlast.Classify(err), retryAfter, wait
+			end := record.NewAttempt(a)
+			r.Attempts = append(r.Attempts, end)
+			obs.AttemptEnd(r, end)
 			at = a.End.Add(wait)
 		}
 		refused := &url.Error{Op: "Post", URL: "http://mock", Err: &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
@@ -459,7 +461,7 @@ func fill(f *timeline.Feed, n, runs int) (inFlight int) {
 			r.Status, r.Error = 503, "busy"
 		}
 		if i%50 == 49 {
-			obs.AttemptStart(r, outlast.Attempt{CallID: r.ID, N: len(r.Attempts) + 1, Start: at})
+			obs.AttemptStart(r, record.Attempt{CallID: r.ID, N: len(r.Attempts) + 1, Start: at})
 			inFlight++
 			continue
 		}

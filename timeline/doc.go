@@ -15,7 +15,7 @@
 //		Endpoints: feed.Endpoints(),
 //	})
 //	if err != nil { … }
-//	feed.SetHealth(g.Health)
+//	feed.SetLoads(g.Loads)
 //
 // The page's HTML, CSS and JavaScript are embedded in the binary; there
 // is no build step and nothing is loaded from elsewhere.

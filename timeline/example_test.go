@@ -13,11 +13,12 @@ import (
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
 	"github.com/outlast-llm/outlast/mockllm"
+	"github.com/outlast-llm/outlast/record"
 	"github.com/outlast-llm/outlast/timeline"
 )
 
 // The feed is made first, for the gateway's Observer and Endpoints, and
-// given the gateway's Health once there is a gateway.
+// given the gateway's Loads once there is a gateway.
 func Example() {
 	mock := mockllm.NewServer("502,ok")
 	defer mock.Close()
@@ -34,8 +35,8 @@ func Example() {
 			Policy: &outlast.Policy{Waits: []time.Duration{10 * time.Millisecond}},
 		}},
 		Logger: slog.New(slog.DiscardHandler),
-		Observer: gateway.Observers(feed.Observer(), gateway.Observer{
-			Done: func(*gateway.Request) { answered <- struct{}{} },
+		Observer: record.Observers(feed.Observer(), record.Observer{
+			Done: func(*record.Request) { answered <- struct{}{} },
 		}),
 		Endpoints: feed.Endpoints(), // GET /outlast/ is the page
 	})
@@ -43,7 +44,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	feed.SetHealth(g.Health)
+	feed.SetLoads(g.Loads)
 	srv := httptest.NewServer(g)
 	defer srv.Close()
 	defer feed.Close() // ends the pages' event streams, so that Close need not wait

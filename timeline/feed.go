@@ -8,8 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outlast-llm/outlast"
-	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // DefaultKeep is how many requests a Feed keeps when New is given 0.
@@ -28,8 +27,8 @@ const (
 // streams. The zero Feed is not usable: make one with New. It is safe
 // for concurrent use.
 type Feed struct {
-	keep   int
-	health atomic.Pointer[func() gateway.Health]
+	keep  int
+	loads atomic.Pointer[func() []record.Load]
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed by Close, to end the event streams
@@ -70,23 +69,23 @@ func New(keep int) *Feed {
 	}
 }
 
-// SetHealth gives the feed the gateway's Health, for the slots panel's
+// SetLoads gives the feed the gateway's Loads, for the slots panel's
 // counts; it is separate from New because the gateway is made after the
 // feed, with its Observer. Without it (or with nil) the panel counts what
 // the feed has seen itself.
-func (f *Feed) SetHealth(health func() gateway.Health) {
-	if health == nil {
-		f.health.Store(nil)
+func (f *Feed) SetLoads(loads func() []record.Load) {
+	if loads == nil {
+		f.loads.Store(nil)
 		return
 	}
-	f.health.Store(&health)
+	f.loads.Store(&loads)
 }
 
-// Observer returns the gateway Observer that feeds f. Its calls never
+// Observer returns the record.Observer that feeds f. Its calls never
 // block: a client that reads its events too slowly misses them, and is
 // sent a fresh snapshot when it catches up.
-func (f *Feed) Observer() gateway.Observer {
-	return gateway.Observer{
+func (f *Feed) Observer() record.Observer {
+	return record.Observer{
 		Queued:       f.queued,
 		AttemptStart: f.attemptStart,
 		AttemptEnd:   f.attemptEnd,
@@ -133,7 +132,7 @@ func (f *Feed) snapshotLocked() Snapshot {
 	return s
 }
 
-func (f *Feed) queued(r *gateway.Request, key string, ahead int) {
+func (f *Feed) queued(r *record.Request, key string, ahead int) {
 	now, ended := time.Now(), attemptsOf(r)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -146,7 +145,7 @@ func (f *Feed) queued(r *gateway.Request, key string, ahead int) {
 	f.update(eventQueued, e, r, ended)
 }
 
-func (f *Feed) attemptStart(r *gateway.Request, a outlast.Attempt) {
+func (f *Feed) attemptStart(r *record.Request, a record.Attempt) {
 	ended, cur := attemptsOf(r), attemptOf(a)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -156,7 +155,7 @@ func (f *Feed) attemptStart(r *gateway.Request, a outlast.Attempt) {
 	f.update(eventAttemptStart, e, r, ended)
 }
 
-func (f *Feed) attemptEnd(r *gateway.Request, _ outlast.Attempt) {
+func (f *Feed) attemptEnd(r *record.Request, _ record.Attempt) {
 	// The gateway has added a to r.Attempts already.
 	ended := attemptsOf(r)
 	f.mu.Lock()
@@ -166,7 +165,7 @@ func (f *Feed) attemptEnd(r *gateway.Request, _ outlast.Attempt) {
 	f.update(eventAttemptEnd, e, r, ended)
 }
 
-func (f *Feed) done(r *gateway.Request) {
+func (f *Feed) done(r *record.Request) {
 	ended := attemptsOf(r)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -176,7 +175,7 @@ func (f *Feed) done(r *gateway.Request) {
 	f.update(eventDone, e, r, ended)
 }
 
-func attemptsOf(r *gateway.Request) []Attempt {
+func attemptsOf(r *record.Request) []Attempt {
 	v := make([]Attempt, len(r.Attempts), len(r.Attempts)+1)
 	for i, a := range r.Attempts {
 		v[i] = attemptOf(a)
@@ -187,7 +186,7 @@ func attemptsOf(r *gateway.Request) []Attempt {
 // entry returns r's entry, adding one, and dropping the oldest past keep,
 // if there is none. A request dropped while still in progress comes back
 // as the newest at its next change.
-func (f *Feed) entry(r *gateway.Request) *entry {
+func (f *Feed) entry(r *record.Request) *entry {
 	if e := f.byID[r.ID]; e != nil {
 		return e
 	}
@@ -222,7 +221,7 @@ func (f *Feed) dequeue(upstream string, e *entry) {
 
 // update remakes e's view from r and tells the clients. The view is made
 // anew, never changed in place, since snapshots and events share it.
-func (f *Feed) update(name string, e *entry, r *gateway.Request, ended []Attempt) {
+func (f *Feed) update(name string, e *entry, r *record.Request, ended []Attempt) {
 	v := Request{
 		ID:       r.ID,
 		Run:      r.Run,
@@ -257,20 +256,20 @@ func (f *Feed) update(name string, e *entry, r *gateway.Request, ended []Attempt
 }
 
 // upstreams returns the state of the slots: the counts from the
-// gateway's Health if the feed has it, else from what the feed has seen,
+// gateway's Loads if the feed has them, else from what the feed has seen,
 // and the queues from what the feed has seen.
 func (f *Feed) upstreams() []Upstream {
-	var health *gateway.Health
-	if fn := f.health.Load(); fn != nil {
-		h := (*fn)() // outside mu: it takes the gates' locks
-		health = &h
+	var loads []record.Load
+	fn := f.loads.Load()
+	if fn != nil {
+		loads = (*fn)() // outside mu: it takes the gates' locks
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var ups []Upstream
-	if health != nil {
-		for _, u := range health.Upstreams {
-			ups = append(ups, Upstream{Name: u.Name, Slots: u.Slots, InFlight: u.InFlight, Queued: u.Queued})
+	if fn != nil {
+		for _, u := range loads {
+			ups = append(ups, Upstream{Name: u.Upstream, Slots: u.Slots, InFlight: u.InFlight, Queued: u.Queued})
 		}
 	} else {
 		ups = f.seenUpstreams()

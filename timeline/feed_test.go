@@ -1,6 +1,7 @@
 package timeline_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -9,7 +10,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast"
-	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 	"github.com/outlast-llm/outlast/timeline"
 )
 
@@ -47,7 +48,7 @@ func TestFeedAttemptOutcomes(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	cases := []struct {
 		name         string
-		a            outlast.Attempt
+		a            record.Attempt
 		outcome      string
 		class        string
 		retryAfter   float64
@@ -56,20 +57,37 @@ func TestFeedAttemptOutcomes(t *testing.T) {
 	}{
 		// A success is green.
 		{name: "ok", a: attempt(1, 0, time.Second, 200, nil), outcome: timeline.OutcomeOK},
-		// A 5xx is red, and its class is a status.
-		{name: "502", a: attempt(1, 0, time.Second, 502, &outlast.StatusError{StatusCode: 502}), outcome: timeline.Outcome5xx, class: "status"},
+		// A 5xx is red, and its class is the status's.
+		{name: "502", a: attempt(1, 0, time.Second, 502, &outlast.StatusError{StatusCode: 502}), outcome: timeline.Outcome5xx, class: "status_5xx"},
+		// Anthropic's overload is a 5xx too.
+		{name: "529", a: attempt(1, 0, time.Second, 529, &outlast.StatusError{StatusCode: 529}), outcome: timeline.Outcome5xx, class: "overloaded"},
 		// A rate limit is a 4xx, and keeps the server's delay for the marker.
-		{name: "429", a: func() outlast.Attempt {
+		{name: "429", a: func() record.Attempt {
 			a := attempt(1, 0, time.Second, 429, &outlast.StatusError{StatusCode: 429, RetryAfter: time.Second})
 			a.RetryAfter, a.RetryIn = time.Second, 1500*time.Millisecond
 			return a
-		}(), outcome: timeline.Outcome4xx, class: "status", retryAfter: 1000, retryInMs: 1500},
+		}(), outcome: timeline.Outcome4xx, class: "rate_limited", retryAfter: 1000, retryInMs: 1500},
+		// Any other 4xx.
+		{name: "404", a: attempt(1, 0, time.Second, 404, &outlast.StatusError{StatusCode: 404}), outcome: timeline.Outcome4xx, class: "status_4xx"},
 		// An overloaded stream opens 200 with an error event: red, not green.
 		{name: "error event", a: attempt(1, 0, time.Second, 200, &outlast.StatusError{StatusCode: 200, Err: fmt.Errorf("%w: overloaded_error", outlast.ErrErrorEvent)}), outcome: timeline.Outcome5xx, class: "error_event"},
 		// No response at all is purple, named by its class, not its text.
 		{name: "refused", a: attempt(1, 0, time.Second, 0, refused), outcome: timeline.OutcomeNetwork, class: "refused"},
-		// A stall is a network outcome too.
+		// A stall is a network outcome too, and so is the caller's leaving.
 		{name: "stalled", a: attempt(1, 0, time.Second, 0, outlast.ErrStalled), outcome: timeline.OutcomeNetwork, class: "stalled"},
+		{name: "canceled", a: attempt(1, 0, time.Second, 0, context.Canceled), outcome: timeline.OutcomeNetwork, class: "canceled"},
+		// A full gate is grey, as the gateway's own busy answer is.
+		{name: "busy", a: attempt(1, 0, time.Second, 0, outlast.ErrBusy), outcome: timeline.OutcomeBusy, class: "busy"},
+		// A status outside 4xx and 5xx, from a custom attempt, is no
+		// response the page can colour by its code.
+		{name: "302", a: attempt(1, 0, time.Second, 302, &outlast.StatusError{StatusCode: 302}), outcome: timeline.OutcomeNetwork, class: "other"},
+		// The colour is the class's, not the status line's: a class set
+		// by the Transport wins over a status that says otherwise.
+		{name: "class over status", a: func() record.Attempt {
+			a := attempt(1, 0, time.Second, 200, nil)
+			a.Class = outlast.ClassOverloaded
+			return a
+		}(), outcome: timeline.Outcome5xx, class: "overloaded"},
 		// An attempt not over yet is in flight.
 		{name: "in flight", a: attempt(1, 0, 0, 0, nil), outcome: timeline.OutcomeInFlight, stillSending: true},
 	}
@@ -144,7 +162,7 @@ func TestFeedQueuePositions(t *testing.T) {
 	t.Parallel()
 	f := timeline.New(0)
 	obs := f.Observer()
-	rs := []*gateway.Request{request("a", "run-a"), request("b", "run-b"), request("c", "run-c"), request("d", "run-d")}
+	rs := []*record.Request{request("a", "run-a"), request("b", "run-b"), request("c", "run-c"), request("d", "run-d")}
 	for i, r := range rs[:3] {
 		obs.Queued(r, "", i+1)
 	}
@@ -175,14 +193,14 @@ func TestFeedQueuePositions(t *testing.T) {
 		t.Errorf("c: got state %q ahead %d queued at %v, want queued, 3 ahead, a time", s.State, s.Ahead, s.QueuedAt)
 	}
 
-	// With the gateway's Health, the counts are the gate's own.
-	f.SetHealth(func() gateway.Health {
-		return gateway.Health{Upstreams: []gateway.UpstreamHealth{{Name: "mock", Slots: 1, InFlight: 1, Queued: 7}}}
+	// With the gateway's Loads, the counts are the gate's own.
+	f.SetLoads(func() []record.Load {
+		return []record.Load{{Upstream: "mock", Slots: 1, InFlight: 1, Queued: 7}}
 	})
 	if got, want := positions(), "queued=7: c#1 d#1"; got != want {
-		t.Errorf("with health: got %q, want %q", got, want)
+		t.Errorf("with loads: got %q, want %q", got, want)
 	}
 	if up := f.Snapshot().Upstreams[0]; up.Slots != 1 || up.InFlight != 1 {
-		t.Errorf("with health: got slots %d in flight %d, want 1 1", up.Slots, up.InFlight)
+		t.Errorf("with loads: got slots %d in flight %d, want 1 1", up.Slots, up.InFlight)
 	}
 }

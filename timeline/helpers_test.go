@@ -16,6 +16,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 	"github.com/outlast-llm/outlast/timeline"
 )
 
@@ -28,18 +29,21 @@ var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 // request makes a gateway record, as the gateway would hand it to an
 // Observer.
-func request(id, run string) *gateway.Request {
-	return &gateway.Request{ID: id, Run: run, Method: "POST", Path: "/v1/chat/completions", Upstream: "mock", Model: "m", Start: t0}
+func request(id, run string) *record.Request {
+	return &record.Request{ID: id, Run: run, Method: "POST", Path: "/v1/chat/completions", Upstream: "mock", Model: "m", Start: t0}
 }
 
 // attempt makes attempt n of a request, started at t0+start and over
-// after took, or in flight if took is 0.
-func attempt(n int, start, took time.Duration, status int, err error) outlast.Attempt {
+// after took, or in flight if took is 0, as the gateway records it: its
+// class is outlast.Classify's, as the Transport sets it at the attempt's
+// end.
+func attempt(n int, start, took time.Duration, status int, err error) record.Attempt {
 	a := outlast.Attempt{CallID: "call", N: n, Start: t0.Add(start), Status: status, Err: err}
 	if took > 0 {
 		a.End = a.Start.Add(took)
+		a.Class = outlast.Classify(err)
 	}
-	return a
+	return record.NewAttempt(a)
 }
 
 // serve starts an httptest server for the feed's endpoints behind a
@@ -63,15 +67,15 @@ func serve(t *testing.T, feed *timeline.Feed, up string) (string, <-chan struct{
 		}},
 		Transport: tr,
 		Logger:    slog.New(slog.DiscardHandler),
-		Observer: gateway.Observers(feed.Observer(), gateway.Observer{
-			Done: func(*gateway.Request) { done <- struct{}{} },
+		Observer: record.Observers(feed.Observer(), record.Observer{
+			Done: func(*record.Request) { done <- struct{}{} },
 		}),
 		Endpoints: feed.Endpoints(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	feed.SetHealth(g.Health)
+	feed.SetLoads(g.Loads)
 	srv := httptest.NewServer(g)
 	t.Cleanup(srv.Close)
 	t.Cleanup(feed.Close) // before srv.Close: it ends the event streams

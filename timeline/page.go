@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"path"
 
-	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast"
 )
 
 //go:embed static
@@ -66,7 +66,7 @@ func (f *Feed) servePage(w http.ResponseWriter, r *http.Request) {
 		Script:  "timeline/timeline.js?v=" + assets["timeline.js"],
 		Style:   "timeline/timeline.css?v=" + assets["timeline.css"],
 		Keep:    f.keep,
-		Version: gateway.Version,
+		Version: outlast.Version,
 	})
 	if err != nil {
 		http.Error(w, "outlast: the timeline page: "+err.Error(), http.StatusInternalServerError)

@@ -14,7 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 	"github.com/outlast-llm/outlast/timeline"
 )
 
@@ -85,10 +85,10 @@ func TestEventsSendUpstreamsOnChange(t *testing.T) {
 	f := timeline.New(0)
 	var mu sync.Mutex
 	queued := 0
-	f.SetHealth(func() gateway.Health {
+	f.SetLoads(func() []record.Load {
 		mu.Lock()
 		defer mu.Unlock()
-		return gateway.Health{Upstreams: []gateway.UpstreamHealth{{Name: "mock", Slots: 1, Queued: queued}}}
+		return []record.Load{{Upstream: "mock", Slots: 1, Queued: queued}}
 	})
 	s := stream(t, events(t, f))
 	if ev := s.nextNamed(t); ev.name != "snapshot" {

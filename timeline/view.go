@@ -1,15 +1,11 @@
 package timeline
 
 import (
-	"context"
-	"errors"
-	"io"
-	"net"
-	"syscall"
 	"time"
 
 	"github.com/outlast-llm/outlast"
-	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/internal/apierr"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // The outcomes of attempts and requests, which the page colours.
@@ -74,7 +70,7 @@ type Attempt struct {
 	End        float64 `json:"end,omitempty"`         // since the Unix epoch; zero while in flight
 	Status     int     `json:"status,omitempty"`      // the response's status, if there was one
 	Outcome    string  `json:"outcome"`               // one of the Outcome constants
-	Error      string  `json:"error,omitempty"`       // the failure's class, as "status" or "refused"
+	Error      string  `json:"error,omitempty"`       // the failure's class (outlast.Class), as "rate_limited" or "refused"
 	RetryAfter float64 `json:"retry_after,omitempty"` // the delay the server asked for
 	RetryIn    float64 `json:"retry_in,omitempty"`    // the wait before the next attempt
 }
@@ -110,52 +106,52 @@ func millis(t time.Time) float64 {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 // attemptOf is the page's view of a.
-func attemptOf(a outlast.Attempt) Attempt {
-	v := Attempt{
+func attemptOf(a record.Attempt) Attempt {
+	return Attempt{
 		N:          a.N,
 		Key:        a.Key,
-		Ahead:      a.Ahead,
+		Ahead:      a.QueuedAhead,
 		GateWait:   ms(a.GateWait),
 		Start:      millis(a.Start),
 		End:        millis(a.End),
 		Status:     a.Status,
-		Error:      classOf(a.Err),
+		Outcome:    attemptOutcome(a),
+		Error:      a.Class.String(),
 		RetryAfter: ms(a.RetryAfter),
 		RetryIn:    ms(a.RetryIn),
 	}
-	v.Outcome = attemptOutcome(a, v.Error)
-	return v
 }
 
-func attemptOutcome(a outlast.Attempt, class string) string {
+// attemptOutcome is the colour of an attempt, from its class.
+func attemptOutcome(a record.Attempt) string {
 	switch {
 	case a.End.IsZero():
 		return OutcomeInFlight
-	case class == classBusy:
+	}
+	switch a.Class {
+	case outlast.ClassNone:
+		return OutcomeOK
+	case outlast.ClassBusy:
 		return OutcomeBusy
-	case class == classErrorEvent:
+	case outlast.ClassRateLimited, outlast.ClassStatus4xx:
+		return Outcome4xx
+	case outlast.ClassOverloaded, outlast.ClassStatus5xx, outlast.ClassErrorEvent:
 		// An event stream that opened with an error is an overload in
 		// all but its status line (Anthropic's overloaded_error).
 		return Outcome5xx
-	case a.Status >= 500:
-		return Outcome5xx
-	case a.Status >= 400:
-		return Outcome4xx
-	case a.Err != nil:
-		return OutcomeNetwork
 	}
-	return OutcomeOK
+	return OutcomeNetwork
 }
 
 // requestOutcome is the outcome of the response sent for r, which is over
 // when done.
-func requestOutcome(r *gateway.Request, done bool) string {
+func requestOutcome(r *record.Request, done bool) string {
 	switch {
 	case !done:
 		return OutcomeInFlight
-	case r.Error == "busy":
+	case r.Error == apierr.Busy:
 		return OutcomeBusy
-	case r.Error == "unreachable", r.Error == "timeout", r.Error == "deadline", r.Status == 499:
+	case r.Error == apierr.Unreachable, r.Error == apierr.Timeout, r.Error == apierr.Deadline, r.Status == 499:
 		return OutcomeNetwork
 	case r.Status >= 500:
 		return Outcome5xx
@@ -163,50 +159,4 @@ func requestOutcome(r *gateway.Request, done bool) string {
 		return Outcome4xx
 	}
 	return OutcomeOK
-}
-
-// The classes of an attempt's failure.
-const (
-	classStatus      = "status"       // a failed status
-	classErrorEvent  = "error_event"  // a 200 event stream that opened with an error
-	classBusy        = "busy"         // the gate's queue was full
-	classStalled     = "stalled"      // no first byte in time
-	classClosedEarly = "closed_early" // the body ended before its first byte
-	classCanceled    = "canceled"     // the caller's context ended
-	classRefused     = "refused"      // no connection
-	classReset       = "reset"        // the connection broke before the response
-	classTimeout     = "timeout"      // some other timeout
-	classOther       = "other"
-)
-
-// classOf names the class of an attempt's failure, or "" for none. The
-// order matters where classes nest: an error event is carried by a
-// *outlast.StatusError, and a stall is also a timeout.
-func classOf(err error) string {
-	var se *outlast.StatusError
-	var ne net.Error
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, outlast.ErrErrorEvent):
-		return classErrorEvent
-	case errors.As(err, &se):
-		return classStatus
-	case errors.Is(err, outlast.ErrBusy):
-		return classBusy
-	case errors.Is(err, outlast.ErrStalled):
-		return classStalled
-	case errors.Is(err, outlast.ErrClosedEarly):
-		return classClosedEarly
-	case errors.Is(err, context.Canceled):
-		return classCanceled
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return classRefused
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return classReset
-	case errors.As(err, &ne) && ne.Timeout():
-		return classTimeout
-	}
-	return classOther
 }

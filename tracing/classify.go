@@ -1,34 +1,23 @@
 package tracing
 
 import (
-	"errors"
 	"strconv"
 
 	"github.com/outlast-llm/outlast"
 )
 
-// errorType is the error.type of an attempt that ended with err and
-// status, or "" for a success. The classes are the journal's
-// (journal.ClassOf), rebuilt here so that tracing does not pull in the
-// journal's SQL drivers, except that a failed status is named by its code,
-// as OpenTelemetry's HTTP conventions ask.
-//
-// The order matters where classes nest: an error event is carried by a
-// *outlast.StatusError, and a stall is also a timeout.
-func errorType(err error, status int) string {
-	if err == nil {
-		if status >= 400 {
-			return strconv.Itoa(status)
-		}
+// errorType is the error.type of an attempt of class c that got status, or
+// "" for a success. It is the record's class, except that a failed status
+// is named by its code, as OpenTelemetry's HTTP conventions ask; the
+// class itself is in outlast.attempt.class.
+func errorType(c outlast.Class, status int) string {
+	switch {
+	case c == outlast.ClassNone && status < 400:
 		return ""
-	}
-	switch class := outlast.Classify(err); class {
-	case outlast.ClassStatus:
-		se, _ := errors.AsType[*outlast.StatusError](err)
-		return strconv.Itoa(se.StatusCode)
-	case outlast.ClassOther:
+	case c == outlast.ClassNone, c.IsStatus():
+		return strconv.Itoa(status)
+	case c == outlast.ClassOther:
 		return "_OTHER" // OpenTelemetry's name for an error it has no class for
-	default:
-		return class
 	}
+	return c.String()
 }

@@ -14,7 +14,7 @@
 //	defer tr.Shutdown(context.WithoutCancel(ctx))
 //	g, err := gateway.New(gateway.Config{
 //		Upstreams: ups,
-//		Observer:  gateway.Observers(m.Observer(), tr.Observer()),
+//		Observer:  record.Observers(m.Observer(), tr.Observer()),
 //	})
 //
 // A host with a TracerProvider of its own passes it to [New] instead.
@@ -35,7 +35,7 @@
 //	    outlast.attempt.n, outlast.retry_in_ms, outlast.retry_after_ms
 //	outlast.attempt   (client)  Attempt.Start to Attempt.End, one per attempt
 //	  http.request.method, outlast.attempt.n, outlast.call_id,
-//	  http.response.status_code, error.type, outlast.gate.key,
+//	  http.response.status_code, outlast.attempt.class, error.type, outlast.gate.key,
 //	  outlast.gate.ahead, outlast.gate.wait_ms
 //	  event exception, for a failure: exception.type, exception.message
 //
@@ -46,15 +46,17 @@
 // or more, or a response the gateway made itself (outlast.error names its
 // kind: busy, deadline, unreachable, client-closed, …); its error.type is
 // that kind, else the status code. An attempt span's status is Error when
-// the attempt failed. Its error.type is the status code for a failed
-// status, as OpenTelemetry's HTTP conventions ask, and otherwise one of
-// error_event, busy, stalled, closed_early, canceled, refused, reset,
-// timeout, or _OTHER: the journal's error classes.
+// the attempt failed. Its outlast.attempt.class is the attempt's
+// outlast.Class, as the record carries it and the journal and metrics show
+// it; its error.type is the same but for a failed status, which is named
+// by its code, as OpenTelemetry's HTTP conventions ask, and for the class
+// other, which is _OTHER.
 //
 // # Secrets
 //
 // No header value, body or credential becomes an attribute. Error
-// messages lose every query (from '?' to the end of the word) and every
-// URL's user info before they are recorded, since transport errors quote
-// the URL they failed on and some APIs take a key in the query.
+// messages are the record's, which the gateway has already cleaned: every
+// query (from '?' to the end of the word) and every URL's user info is
+// cut, since transport errors quote the URL they failed on and some APIs
+// take a key in the query.
 package tracing

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // flaky is an upstream that answers its first request with a 503 and
@@ -58,7 +59,7 @@ func TestGateway(t *testing.T) {
 			g, err := gateway.New(gateway.Config{
 				Upstreams: []gateway.Upstream{{Name: "llm", URL: u, Policy: &outlast.Policy{Waits: []time.Duration{5 * time.Millisecond}}}},
 				Logger:    slog.New(slog.DiscardHandler),
-				Observer:  gateway.Observers(tr.Observer(), gateway.Observer{Done: func(*gateway.Request) { done <- struct{}{} }}),
+				Observer:  record.Observers(tr.Observer(), record.Observer{Done: func(*record.Request) { done <- struct{}{} }}),
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 	"github.com/outlast-llm/outlast/tracing"
 )
 
@@ -49,11 +50,11 @@ func ExampleNew() {
 
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	ms := func(n int) time.Time { return start.Add(time.Duration(n) * time.Millisecond) }
-	tr.Observer().Done(&gateway.Request{
+	tr.Observer().Done(&record.Request{
 		Method: "POST", Path: "/v1/chat/completions", Upstream: "llm",
 		Start: ms(0), End: ms(1200), Status: 200,
-		Attempts: []outlast.Attempt{
-			{N: 1, Start: ms(1), End: ms(100), Status: 429, Err: &outlast.StatusError{StatusCode: 429}, RetryIn: time.Second},
+		Attempts: []record.Attempt{
+			{N: 1, Start: ms(1), End: ms(100), Status: 429, Class: outlast.ClassRateLimited, Error: "outlast: status 429 Too Many Requests", RetryIn: time.Second},
 			{N: 2, Start: ms(1100), End: ms(1190), Status: 200},
 		},
 	})

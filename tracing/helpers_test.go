@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/record"
 	"github.com/outlast-llm/outlast/tracing"
 )
 
@@ -30,6 +32,14 @@ func newRecorded(t *testing.T) (*tracing.Tracer, *tracetest.SpanRecorder) {
 var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+// attempt returns the record of a as the gateway makes it: classified by
+// outlast.Classify, as the Transport classifies an attempt at its end,
+// and its message sanitized by record.NewAttempt.
+func attempt(a outlast.Attempt) record.Attempt {
+	a.Class = outlast.Classify(a.Err)
+	return record.NewAttempt(a)
+}
 
 // attrs maps a span's or event's attributes to their plain Go values:
 // int64, float64, bool or string.

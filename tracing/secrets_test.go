@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/outlast-llm/outlast"
-	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 )
 
 func TestNoSecrets(t *testing.T) {
@@ -19,7 +19,7 @@ func TestNoSecrets(t *testing.T) {
 	tests := []struct {
 		name string
 		err  error
-		want string // what the recorded message must still say
+		want string // what the recorded message must still say: redact.Text's
 	}{
 		// net/http's own form: the URL quoted, the key in its query.
 		{"quoted query", &url.Error{Op: "Post", URL: "https://api.example.com/v1/models/m:generate?key=secret&alt=sse", Err: syscall.ECONNREFUSED},
@@ -44,14 +44,16 @@ func TestNoSecrets(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			tr, sr := newRecorded(t)
-			tr.Observer().Done(&gateway.Request{
+			// The gateway's way: the attempt's record is made by
+			// record.NewAttempt, whose sanitizer is the one a span shows.
+			tr.Observer().Done(&record.Request{
 				Method: "POST", Path: "/v1/chat", Start: at(0), End: at(10), Status: 502, Error: "unreachable",
 				// Headers are never read but for traceparent, whatever
 				// the gateway left in them.
 				Header: http.Header{"X-Note": {"secret"}, "Authorization": {"Bearer secret"}},
-				Attempts: []outlast.Attempt{{
+				Attempts: []record.Attempt{attempt(outlast.Attempt{
 					N: 1, Start: at(1), End: at(9), Err: tt.err, RetryIn: 1,
-				}},
+				})},
 			})
 			spans := sr.Ended()
 			if len(spans) != 2 {

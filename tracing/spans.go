@@ -1,7 +1,6 @@
 package tracing
 
 import (
-	"fmt"
 	"strconv"
 	"time"
 
@@ -10,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outlast-llm/outlast"
-	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // The attributes' names follow OpenTelemetry's semantic conventions
@@ -31,6 +30,7 @@ const (
 	keyStream       = attribute.Key("outlast.stream")
 	keyCommitted    = attribute.Key("outlast.committed")
 	keyAttemptN     = attribute.Key("outlast.attempt.n")
+	keyClass        = attribute.Key("outlast.attempt.class")
 	keyCallID       = attribute.Key("outlast.call_id")
 	keyGateKey      = attribute.Key("outlast.gate.key")
 	keyGateAhead    = attribute.Key("outlast.gate.ahead")
@@ -41,7 +41,7 @@ const (
 
 // requestAttrs are the request span's attributes. Every value is the
 // record's own; the headers are never read here.
-func requestAttrs(r *gateway.Request) []attribute.KeyValue {
+func requestAttrs(r *record.Request) []attribute.KeyValue {
 	kv := make([]attribute.KeyValue, 0, 16)
 	kv = appendString(kv, keyMethod, r.Method)
 	kv = appendString(kv, keyPath, r.Path)
@@ -66,7 +66,7 @@ func requestAttrs(r *gateway.Request) []attribute.KeyValue {
 // it, or the caller got a server error. A 4xx the upstream sent is the
 // caller's mistake, not the server span's failure (OpenTelemetry's HTTP
 // span status rules).
-func setRequestStatus(span trace.Span, r *gateway.Request) {
+func setRequestStatus(span trace.Span, r *record.Request) {
 	switch {
 	case r.Error != "":
 		span.SetAttributes(keyErrorType.String(r.Error))
@@ -78,7 +78,7 @@ func setRequestStatus(span trace.Span, r *gateway.Request) {
 }
 
 // attemptAttrs are an attempt span's attributes.
-func attemptAttrs(r *gateway.Request, a *outlast.Attempt) []attribute.KeyValue {
+func attemptAttrs(r *record.Request, a *record.Attempt) []attribute.KeyValue {
 	kv := make([]attribute.KeyValue, 0, 8)
 	kv = appendString(kv, keyMethod, r.Method)
 	kv = append(kv, keyAttemptN.Int(a.N))
@@ -86,32 +86,29 @@ func attemptAttrs(r *gateway.Request, a *outlast.Attempt) []attribute.KeyValue {
 	if a.Status != 0 {
 		kv = append(kv, keyStatus.Int(a.Status))
 	}
-	kv = appendString(kv, keyErrorType, errorType(a.Err, a.Status))
+	kv = appendString(kv, keyClass, a.Class.String())
+	kv = appendString(kv, keyErrorType, errorType(a.Class, a.Status))
 	kv = appendString(kv, keyGateKey, a.Key)
 	return append(kv,
-		keyGateAhead.Int(a.Ahead),
+		keyGateAhead.Int(a.QueuedAhead),
 		keyGateWaitMS.Float64(ms(a.GateWait)),
 	)
 }
 
-// setAttemptStatus marks a failed attempt and records its error, cleaned
-// of queries and user info, as an exception event at its end. The error
-// is recorded by hand, not with span.RecordError, which would copy the
-// raw message.
-func setAttemptStatus(span trace.Span, a *outlast.Attempt, end time.Time) {
+// setAttemptStatus marks a failed attempt and records its error, as the
+// record has it (cleaned of queries and user info), as an exception event
+// at its end, with the attempt's class as its type.
+func setAttemptStatus(span trace.Span, a *record.Attempt, end time.Time) {
 	switch {
-	case a.Err != nil:
-		msg := sanitize(a.Err.Error())
+	case a.Class != outlast.ClassNone:
 		span.AddEvent("exception",
 			trace.WithTimestamp(end),
 			trace.WithAttributes(
-				// The Go type names the kind of failure, never its
-				// content.
-				attribute.String("exception.type", fmt.Sprintf("%T", a.Err)),
-				attribute.String("exception.message", msg),
+				attribute.String("exception.type", a.Class.String()),
+				attribute.String("exception.message", a.Error),
 			),
 		)
-		span.SetStatus(codes.Error, msg)
+		span.SetStatus(codes.Error, a.Error)
 	case a.Status >= 400:
 		// A client span fails on any 4xx or 5xx (OpenTelemetry's HTTP span
 		// status rules), even one the policy returned without an error.

@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outlast-llm/outlast"
-	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // DefaultServiceName is the service.name of the traces FromEnv sets up
@@ -43,7 +43,7 @@ func New(tp trace.TracerProvider) *Tracer {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	return &Tracer{tracer: tp.Tracer(scope, trace.WithInstrumentationVersion(gateway.Version))}
+	return &Tracer{tracer: tp.Tracer(scope, trace.WithInstrumentationVersion(outlast.Version))}
 }
 
 // FromEnv returns a Tracer that exports OTLP over HTTP as the standard
@@ -122,13 +122,13 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// Observer returns the gateway.Observer that makes each request's spans
+// Observer returns the record.Observer that makes each request's spans
 // when it is done. A nil Tracer's Observer is the zero Observer.
-func (t *Tracer) Observer() gateway.Observer {
+func (t *Tracer) Observer() record.Observer {
 	if t == nil {
-		return gateway.Observer{}
+		return record.Observer{}
 	}
-	return gateway.Observer{Done: t.done}
+	return record.Observer{Done: t.done}
 }
 
 // traceContext reads only the W3C traceparent and tracestate headers
@@ -136,7 +136,7 @@ func (t *Tracer) Observer() gateway.Observer {
 var traceContext = propagation.TraceContext{}
 
 // done records r as a request span and its attempts as child spans.
-func (t *Tracer) done(r *gateway.Request) {
+func (t *Tracer) done(r *record.Request) {
 	ctx := context.Background()
 	if r.Header != nil {
 		ctx = traceContext.Extract(ctx, propagation.HeaderCarrier(r.Header))
@@ -158,7 +158,7 @@ func (t *Tracer) done(r *gateway.Request) {
 
 // attempt records a as a child of ctx's span, and its wait, if a retry
 // followed, as an event on parent.
-func (t *Tracer) attempt(ctx context.Context, parent trace.Span, r *gateway.Request, a *outlast.Attempt) {
+func (t *Tracer) attempt(ctx context.Context, parent trace.Span, r *record.Request, a *record.Attempt) {
 	end := a.End
 	if end.IsZero() {
 		// The record's attempts are reported at their end, so this is a

@@ -1,15 +1,8 @@
 package tracing_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outlast-llm/outlast"
-	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 	"github.com/outlast-llm/outlast/tracing"
 )
 
@@ -42,20 +35,20 @@ type wantEvent struct {
 
 // retried is a streaming request whose first attempt got a 503 and waited
 // 1.5 s, and whose second got a 200.
-func retried() gateway.Request {
-	return gateway.Request{
+func retried() record.Request {
+	return record.Request{
 		ID: "req-1", Run: "run-1", Method: "POST", Path: "/v1/chat/completions",
 		Upstream: "llm", Slot: "slot 0", Model: "m-1",
 		Start: at(0), End: at(2000), Status: 200,
 		Stream: true, Committed: true, Bytes: 42,
-		Attempts: []outlast.Attempt{
-			{
+		Attempts: []record.Attempt{
+			attempt(outlast.Attempt{
 				CallID: "call-1", N: 1, Key: "slot 0", Ahead: 2, GateWait: 5 * time.Millisecond,
 				Start: at(10), End: at(250), Status: 503,
 				Err:        &outlast.StatusError{StatusCode: 503, RetryAfter: time.Second},
 				RetryAfter: time.Second, RetryIn: 1500 * time.Millisecond,
-			},
-			{CallID: "call-2", N: 2, Key: "slot 0", Start: at(1750), End: at(1900), Status: 200},
+			}),
+			attempt(outlast.Attempt{CallID: "call-2", N: 2, Key: "slot 0", Start: at(1750), End: at(1900), Status: 200}),
 		},
 	}
 }
@@ -64,7 +57,7 @@ func TestSpans(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		req  gateway.Request
+		req  record.Request
 		want map[string]wantSpan
 	}{
 		// The case: one request span, a child per attempt, each at
@@ -90,11 +83,12 @@ func TestSpans(t *testing.T) {
 				start: at(10), end: at(250), status: codes.Error,
 				attrs: map[string]any{
 					"http.request.method": "POST", "outlast.attempt.n": int64(1), "outlast.call_id": "call-1",
-					"http.response.status_code": int64(503), "error.type": "503",
+					"http.response.status_code": int64(503),
+					"outlast.attempt.class":     "status_5xx", "error.type": "503",
 					"outlast.gate.key": "slot 0", "outlast.gate.ahead": int64(2), "outlast.gate.wait_ms": 5.0,
 				},
 				events: []wantEvent{{"exception", at(250), map[string]any{
-					"exception.type":    "*outlast.StatusError",
+					"exception.type":    "status_5xx",
 					"exception.message": "outlast: status 503 Service Unavailable (retry after 1s)",
 				}}},
 			},
@@ -110,7 +104,7 @@ func TestSpans(t *testing.T) {
 		}},
 		// A gate that refused the request: no attempt was sent, so there is
 		// no child, and the gateway's own 503 marks the span failed.
-		{"busy", gateway.Request{
+		{"busy", record.Request{
 			ID: "req-2", Method: "POST", Path: "/v1/completions", Upstream: "llama",
 			Start: at(0), End: at(1), Status: 503, Error: "busy",
 		}, map[string]wantSpan{
@@ -128,10 +122,10 @@ func TestSpans(t *testing.T) {
 		}},
 		// An upstream 500 passed through after the retries ran out: the
 		// gateway made no response, but the caller got a server error.
-		{"upstream 500 returned", gateway.Request{
+		{"upstream 500 returned", record.Request{
 			ID: "req-3", Method: "GET", Path: "/v1/models", Upstream: "llm",
 			Start: at(0), End: at(30), Status: 500,
-			Attempts: []outlast.Attempt{{N: 1, Start: at(1), End: at(29), Status: 500, Err: &outlast.StatusError{StatusCode: 500}}},
+			Attempts: []record.Attempt{attempt(outlast.Attempt{N: 1, Start: at(1), End: at(29), Status: 500, Err: &outlast.StatusError{StatusCode: 500}})},
 		}, map[string]wantSpan{
 			"request": {
 				name: "outlast.request", kind: trace.SpanKindServer,
@@ -149,21 +143,22 @@ func TestSpans(t *testing.T) {
 				start: at(1), end: at(29), status: codes.Error,
 				attrs: map[string]any{
 					"http.request.method": "GET", "outlast.attempt.n": int64(1),
-					"http.response.status_code": int64(500), "error.type": "500",
+					"http.response.status_code": int64(500),
+					"outlast.attempt.class":     "status_5xx", "error.type": "500",
 					"outlast.gate.ahead": int64(0), "outlast.gate.wait_ms": 0.0,
 				},
 				events: []wantEvent{{"exception", at(29), map[string]any{
-					"exception.type":    "*outlast.StatusError",
+					"exception.type":    "status_5xx",
 					"exception.message": "outlast: status 500 Internal Server Error",
 				}}},
 			},
 		}},
 		// A 404 is the caller's mistake: its attempt failed, as a client
 		// span's 4xx does, but the server span did not.
-		{"upstream 404", gateway.Request{
+		{"upstream 404", record.Request{
 			ID: "req-4", Method: "GET", Path: "/v1/nope", Upstream: "llm",
 			Start: at(0), End: at(3), Status: 404,
-			Attempts: []outlast.Attempt{{N: 1, Start: at(1), End: at(2), Status: 404}},
+			Attempts: []record.Attempt{attempt(outlast.Attempt{N: 1, Start: at(1), End: at(2), Status: 404})},
 		}, map[string]wantSpan{
 			"request": {
 				name: "outlast.request", kind: trace.SpanKindServer,
@@ -246,70 +241,78 @@ func checkParent(t *testing.T, l string, s sdktrace.ReadOnlySpan, got map[string
 	}
 }
 
-// timeoutError is a net.Error that timed out, as a dial or a TLS
-// handshake's does.
-type timeoutError struct{}
-
-func (timeoutError) Error() string   { return "i/o timeout" }
-func (timeoutError) Timeout() bool   { return true }
-func (timeoutError) Temporary() bool { return true }
-
+// TestErrorType checks an attempt span's class and error.type: both are
+// the record's class, which the tracer never judges again, except that
+// error.type names a failed status by its code, as OpenTelemetry's HTTP
+// conventions ask, and other by OpenTelemetry's fallback. Which error is
+// which class is outlast.Classify's to say.
 func TestErrorType(t *testing.T) {
 	t.Parallel()
-	post := func(err error) error { return &url.Error{Op: "Post", URL: "http://llm/v1/chat", Err: err} }
 	tests := []struct {
-		name   string
-		err    error
-		status int
-		want   string // "" for no error.type at all
+		name      string
+		class     outlast.Class
+		status    int
+		want      string // "" for no error.type at all
+		wantClass string // "" for no outlast.attempt.class at all
 	}{
-		// A success has no error.type.
-		{"ok", nil, 200, ""},
+		// A success has no error.type and no class.
+		{"ok", outlast.ClassNone, 200, "", ""},
 		// A failed status the policy returned unjudged is named by its
 		// code, as OpenTelemetry's HTTP conventions ask.
-		{"status without error", nil, 404, "404"},
-		// A failed status is named by its code, not by the error's text.
-		{"rate limited", &outlast.StatusError{StatusCode: 429}, 429, "429"},
-		// An error event rides a *StatusError of 200; it must not read as
-		// a status.
-		{"error event", &outlast.StatusError{StatusCode: 200, Err: fmt.Errorf("%w: overloaded_error", outlast.ErrErrorEvent)}, 200, "error_event"},
-		// A gate's refusal, wrapped as the transport wraps it.
-		{"busy", fmt.Errorf("outlast: gate %q: %w", "k", outlast.ErrBusy), 0, "busy"},
-		// A stall is also a timeout; the stall is the finer class.
-		{"stalled", fmt.Errorf("attempt 1: %w", outlast.ErrStalled), 0, "stalled"},
-		{"closed early", outlast.ErrClosedEarly, 0, "closed_early"},
-		// The caller's own context, even wrapped by net/http.
-		{"canceled", post(context.Canceled), 0, "canceled"},
-		{"deadline", post(context.DeadlineExceeded), 0, "canceled"},
-		// No listener: the errno, through the OpError and url.Error.
-		{"refused", post(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), 0, "refused"},
-		// A name that did not resolve never made a connection either.
-		{"dial failed", post(&net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "llm"}}), 0, "refused"},
-		{"reset", post(&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}), 0, "reset"},
-		// net/http's word for a server that closed before answering.
-		{"eof", post(io.EOF), 0, "reset"},
-		{"timeout", post(timeoutError{}), 0, "timeout"},
+		{"status without error", outlast.ClassNone, 404, "404", ""},
+		// The four status classes are named by their codes.
+		{"rate limited", outlast.ClassRateLimited, 429, "429", "rate_limited"},
+		{"overloaded", outlast.ClassOverloaded, 529, "529", "overloaded"},
+		{"status 4xx", outlast.ClassStatus4xx, 404, "404", "status_4xx"},
+		{"status 5xx", outlast.ClassStatus5xx, 503, "503", "status_5xx"},
+		// An error event comes with a status; it must not read as one.
+		{"error event", outlast.ClassErrorEvent, 200, "error_event", "error_event"},
+		{"error event on a 529", outlast.ClassErrorEvent, 529, "error_event", "error_event"},
+		// Every other class is named by itself.
+		{"busy", outlast.ClassBusy, 0, "busy", "busy"},
+		{"stalled", outlast.ClassStalled, 0, "stalled", "stalled"},
+		{"closed early", outlast.ClassClosedEarly, 0, "closed_early", "closed_early"},
+		{"canceled", outlast.ClassCanceled, 0, "canceled", "canceled"},
+		{"refused", outlast.ClassRefused, 0, "refused", "refused"},
+		{"reset", outlast.ClassReset, 0, "reset", "reset"},
+		{"timeout", outlast.ClassTimeout, 0, "timeout", "timeout"},
 		// Anything else takes OpenTelemetry's fallback value.
-		{"other", errors.New("boom"), 0, "_OTHER"},
+		{"other", outlast.ClassOther, 0, "_OTHER", "other"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			tr, sr := newRecorded(t)
-			tr.Observer().Done(&gateway.Request{
+			tr.Observer().Done(&record.Request{
 				Method: "POST", Start: at(0), End: at(10), Status: 502,
-				Attempts: []outlast.Attempt{{N: 1, Start: at(1), End: at(9), Status: tt.status, Err: tt.err}},
+				Attempts: []record.Attempt{{N: 1, Start: at(1), End: at(9), Status: tt.status, Class: tt.class, Error: "boom"}},
 			})
 			a, ok := byLabel(t, sr.Ended())["attempt 1"]
 			if !ok {
 				t.Fatal("got no attempt span, want one")
 			}
-			got, has := attrs(a.Attributes())["error.type"]
+			for _, c := range []struct{ key, want string }{{"error.type", tt.want}, {"outlast.attempt.class", tt.wantClass}} {
+				got, has := attrs(a.Attributes())[c.key]
+				switch {
+				case c.want == "" && has:
+					t.Errorf("got %s %q, want none", c.key, got)
+				case c.want != "" && got != c.want:
+					t.Errorf("got %s %v, want %q", c.key, got, c.want)
+				}
+			}
+			// A failure's exception is typed by its class and carries the
+			// record's message as it is.
+			var exc map[string]any
+			for _, e := range a.Events() {
+				if e.Name == "exception" {
+					exc = attrs(e.Attributes)
+				}
+			}
 			switch {
-			case tt.want == "" && has:
-				t.Errorf("got error.type %q, want none", got)
-			case tt.want != "" && got != tt.want:
-				t.Errorf("got error.type %v, want %q", got, tt.want)
+			case tt.class == outlast.ClassNone && exc != nil:
+				t.Errorf("got exception %v, want none", exc)
+			case tt.class != outlast.ClassNone && (exc["exception.type"] != tt.class.String() || exc["exception.message"] != "boom"):
+				t.Errorf("got exception %v, want type %q and message boom", exc, tt.class)
 			}
 		})
 	}

@@ -24,10 +24,10 @@ import (
 	"errors"
 
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
-	"github.com/outlast-llm/outlast/internal/journalproc"
+	"github.com/outlast-llm/outlast/server"
 )
 
 func main() {
-	journalproc.RunIfChild()
+	server.RunJournalWriter()
 	cmdline.Main("load", run, func(err error) bool { return errors.As(err, new(usageError)) })
 }

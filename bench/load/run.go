@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 	"io"
 	"runtime"
 	"time"
+
+	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 )
 
 // run is the program: it parses args, runs the phases and prints the

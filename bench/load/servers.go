@@ -22,8 +22,8 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
-	"github.com/outlast-llm/outlast/internal/journalproc"
-	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/record"
+	"github.com/outlast-llm/outlast/server"
 )
 
 const chatPath = "/v1/chat/completions"
@@ -197,46 +197,43 @@ func (b *bufferPool) Put(buf []byte) {
 // upstream nothing fails, so only its fixed costs show.
 var waits = []time.Duration{15 * time.Second, 45 * time.Second, 120 * time.Second, 240 * time.Second}
 
-// newGateway returns the gateway as a user would run it: the retry policy
-// the docs suggest, long first-byte and idle timeouts, a logger that
-// drops its lines, and an observer, as the record would be.
-func newGateway(up *url.URL, slots, idle int, obs gateway.Observer) (http.Handler, error) {
-	return gateway.New(gateway.Config{
-		Upstreams: []gateway.Upstream{{
-			URL:              up,
-			Policy:           &outlast.Policy{Waits: waits},
-			Slots:            slots,
-			FirstByteTimeout: 5 * time.Minute,
-			IdleTimeout:      2 * time.Minute,
-		}},
-		Transport: upstreamTransport(idle),
-		Logger:    slog.New(slog.DiscardHandler),
-		Observer:  obs,
+// newGateway returns the gateway as outlast serve assembles it
+// (server.New), with the retry policy the docs suggest, long first-byte
+// and idle timeouts, its metrics and page, a logger that drops its lines,
+// and the journal that spec names ("off" for none), written as
+// journalWriter says.
+func newGateway(up *url.URL, slots, idle int, spec, journalWriter string, obs record.Observer) (*server.Server, error) {
+	return server.New(context.Background(), server.Config{
+		Gateway: gateway.Config{
+			Upstreams: []gateway.Upstream{{
+				URL:              up,
+				Policy:           &outlast.Policy{Waits: waits},
+				Slots:            slots,
+				FirstByteTimeout: 5 * time.Minute,
+				IdleTimeout:      2 * time.Minute,
+			}},
+			Transport: upstreamTransport(idle),
+			Logger:    slog.New(slog.DiscardHandler),
+		},
+		Journal:       spec,
+		JournalWriter: journalWriter,
+		Observer:      obs,
 	})
 }
 
-// nopObserver has every hook, doing nothing: the gateway makes the calls a
-// record would get, and nothing more is measured.
-var nopObserver = gateway.Observer{
-	Queued:       func(*gateway.Request, string, int) {},
-	AttemptStart: func(*gateway.Request, outlast.Attempt) {},
-	AttemptEnd:   func(*gateway.Request, outlast.Attempt) {},
-	Done:         func(*gateway.Request) {},
-}
-
-// server is one handler on its own loopback listener and http.Server.
-type server struct {
+// loopback is one handler on its own loopback listener and http.Server.
+type loopback struct {
 	srv  *http.Server
 	url  *url.URL
 	errc chan error
 }
 
-func serve(h http.Handler) (*server, error) {
+func serveLoopback(h http.Handler) (*loopback, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listening on loopback: %w", err)
 	}
-	s := &server{
+	s := &loopback{
 		srv: &http.Server{
 			Handler:           h,
 			ReadHeaderTimeout: 30 * time.Second,
@@ -251,7 +248,7 @@ func serve(h http.Handler) (*server, error) {
 
 // close stops the server at once: every request has ended by the time the
 // benchmark closes its servers.
-func (s *server) close() error {
+func (s *loopback) close() error {
 	s.srv.Close()
 	if err := <-s.errc; !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -262,7 +259,7 @@ func (s *server) close() error {
 // stack is the upstream and the servers in front of it, each a target.
 type stack struct {
 	upstream *upstream
-	servers  []*server
+	servers  []*loopback
 	targets  []*target
 	cleanup  []func() // run by close, after the servers
 }
@@ -290,11 +287,12 @@ func newStack(c config) (_ *stack, err error) {
 		gws = append(gws, variant{"gateway+gate", c.GateSlots})
 	}
 	for _, gw := range gws {
-		h, err := newGateway(up.url, gw.slots, c.UpIdle, nopObserver)
+		g, err := newGateway(up.url, gw.slots, c.UpIdle, "off", "", record.Observer{})
 		if err != nil {
 			return nil, err
 		}
-		if _, err := s.add(gw.name, h, c); err != nil {
+		s.cleanup = append(s.cleanup, func() { g.Close(context.Background()) })
+		if _, err := s.add(gw.name, g, c); err != nil {
 			return nil, err
 		}
 	}
@@ -314,36 +312,31 @@ func (s *stack) addJournal(up *url.URL, c config) error {
 	if err != nil {
 		return err
 	}
-	store, err := journal.Open(context.Background(), "sqlite:"+filepath.Join(dir, "journal.db"))
-	if err != nil {
-		os.RemoveAll(dir)
-		return err
-	}
-	var st journal.Store = store
+	s.cleanup = append(s.cleanup, func() { os.RemoveAll(dir) })
+	writer := server.WriterInline
 	if c.JournalProc {
-		ps, err := journalproc.Start(context.Background(), "sqlite:"+filepath.Join(dir, "journal.db"), store)
-		if err != nil {
-			store.Close()
-			os.RemoveAll(dir)
-			return err
-		}
-		st = ps
+		writer = server.WriterProcess
 	}
-	w := journal.NewWriter(st, journal.WriterConfig{Logger: slog.New(slog.DiscardHandler)})
-	s.cleanup = append(s.cleanup, func() {
-		w.Close(context.Background())
-		st.Close()
-		os.RemoveAll(dir)
-	})
 	// The gateway adds a request's record after writing its response, so
-	// the client may be done before the record is added: count them.
+	// the client may be done before the record is added: the drain waits
+	// for each one begun to be recorded.
 	var recorded atomic.Int64
-	counter := gateway.Observer{Done: func(*gateway.Request) { recorded.Add(1) }}
-	h, err := newGateway(up, c.Slots, c.UpIdle, gateway.Observers(nopObserver, journal.Observer(w, journal.ObserverConfig{}), counter))
+	wake := make(chan struct{}, 1)
+	counter := record.Observer{Done: func(*record.Request) {
+		recorded.Add(1)
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}}
+	g, err := newGateway(up, c.Slots, c.UpIdle, "sqlite:"+filepath.Join(dir, "journal.db"), writer, counter)
 	if err != nil {
 		return err
 	}
-	if _, err := s.add("gateway+journal", h, c); err != nil {
+	// Cleanups run in order: the gateway's journal closes before its
+	// folder goes.
+	s.cleanup = append([]func(){func() { g.Close(context.Background()) }}, s.cleanup...)
+	if _, err := s.add("gateway+journal", g, c); err != nil {
 		return err
 	}
 	// The writes a round's requests leave behind are that round's cost:
@@ -351,16 +344,22 @@ func (s *stack) addJournal(up *url.URL, c config) error {
 	// write them.
 	t := s.targets[len(s.targets)-1]
 	t.drain = func(ctx context.Context) error {
-		for wait := time.Now().Add(time.Second); recorded.Load() < t.sent.Load() && time.Now().Before(wait); {
-			time.Sleep(100 * time.Microsecond)
+		timeout := time.NewTimer(time.Second)
+		defer timeout.Stop()
+		for recorded.Load() < t.sent.Load() {
+			select {
+			case <-wake:
+			case <-timeout.C:
+				return g.Writer.Flush(ctx)
+			}
 		}
-		return w.Flush(ctx)
+		return g.Writer.Flush(ctx)
 	}
 	return nil
 }
 
-func (s *stack) add(name string, h http.Handler, c config) (*server, error) {
-	srv, err := serve(h)
+func (s *stack) add(name string, h http.Handler, c config) (*loopback, error) {
+	srv, err := serveLoopback(h)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

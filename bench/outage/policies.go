@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gate"
 )

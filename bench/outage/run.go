@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 	"io"
 	"os"
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 )
 
 // run is the program: it parses args, runs every policy under every seed

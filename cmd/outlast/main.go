@@ -1,6 +1,7 @@
-// Command outlast runs the outlast tools: the demo now, and the gateway,
-// the mock server and the journal reader as they land. Run "outlast help"
-// for the list.
+// Command outlast runs the outlast tools: the gateway (serve), the
+// fault-injecting mock provider (mock), the journal's reader (requests)
+// and a demo of an outage outlasted (demo). Run "outlast help" for the
+// list.
 package main
 
 import (
@@ -12,11 +13,11 @@ import (
 	"syscall"
 
 	"github.com/outlast-llm/outlast/internal/cli"
-	"github.com/outlast-llm/outlast/internal/journalproc"
+	"github.com/outlast-llm/outlast/server"
 )
 
 func main() {
-	journalproc.RunIfChild()
+	server.RunJournalWriter()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -14,13 +14,13 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
-	"github.com/outlast-llm/outlast/timeline"
+	"github.com/outlast-llm/outlast/server"
 )
 
 const exampleConfig = "testdata/outlast.example.yaml"
 
 // loadServe parses args as serve does, failing the test on an error.
-func loadServe(t *testing.T, args ...string) *serveConfig {
+func loadServe(t *testing.T, args ...string) server.Config {
 	t.Helper()
 	cfg, done, err := serveConfigFrom(args, io.Discard)
 	if err != nil || done {
@@ -76,9 +76,9 @@ func TestServeConfigExample(t *testing.T) {
 			Waits:   []time.Duration{2 * time.Second, 5 * time.Second, 10 * time.Second},
 			Reserve: 10 * time.Second,
 		},
-		Slots: 2, Queue: 8, FirstByteTimeout: 10 * time.Minute, IdleTimeout: defaultIdleTimeout,
+		Slots: 2, Queue: 8, FirstByteTimeout: 10 * time.Minute, IdleTimeout: 2 * time.Minute,
 	}}
-	got := cfg.gateway.Upstreams
+	got := cfg.Gateway.Upstreams
 	if len(got) != len(want) {
 		t.Fatalf("got %d upstreams, want %d", len(got), len(want))
 	}
@@ -87,12 +87,56 @@ func TestServeConfigExample(t *testing.T) {
 			t.Errorf("upstreams[%d]:\ngot  %s\nwant %s", i, upstreamString(got[i]), upstreamString(want[i]))
 		}
 	}
-	if cfg.listen != "127.0.0.1:8700" || cfg.gateway.MaxBody != 32<<20 || cfg.grace != 30*time.Second {
-		t.Errorf("got listen %q, max body %d, grace %v; want 127.0.0.1:8700, %d, 30s", cfg.listen, cfg.gateway.MaxBody, cfg.grace, 32<<20)
+	if cfg.Listen != "127.0.0.1:8700" || cfg.Gateway.MaxBody != 32<<20 || cfg.Grace != 30*time.Second {
+		t.Errorf("got listen %q, max body %d, grace %v; want 127.0.0.1:8700, %d, 30s", cfg.Listen, cfg.Gateway.MaxBody, cfg.Grace, 32<<20)
 	}
 	// The example must also make a gateway: prefixes and names are its to check.
-	if _, err := newGateway(cfg, &record{feed: timeline.New(0)}, io.Discard); err != nil {
+	if _, err := gateway.New(cfg.Gateway); err != nil {
 		t.Errorf("got %v, want the example to make a gateway", err)
+	}
+}
+
+// Every setting is declared once, in the table: each has a flag, a key of
+// the config file and a help line, and a value given by flag or by file
+// reaches the same place, a place its default does not already hold.
+func TestSettingsTable(t *testing.T) {
+	t.Parallel()
+	const up = "http://127.0.0.1:8080"
+	def := loadServe(t, "--upstream", up)
+	flags, keys := map[string]bool{}, map[string]bool{}
+	for _, s := range settings {
+		switch {
+		case s.flag == "" || s.key == "" || s.help == "":
+			t.Errorf("got flag %q, key %q, help %q; want all three", s.flag, s.key, s.help)
+		case flags[s.flag] || keys[s.key]:
+			t.Errorf("flag %q or key %q is used twice", s.flag, s.key)
+		case s.example == "" || s.example == s.def:
+			t.Errorf("%s: example %q: want a value other than the default %q", s.flag, s.example, s.def)
+		}
+		flags[s.flag], keys[s.key] = true, true
+		t.Run(s.flag, func(t *testing.T) {
+			t.Parallel()
+			flag := []string{"--" + s.flag + "=" + s.example}
+			entry := fmt.Sprintf("upstreams:\n  - url: %s\n    %s: %q\n", up, s.key, s.example)
+			var byFlag, byFile server.Config
+			switch {
+			case s.key == "url":
+				byFlag = loadServe(t, flag...)
+				byFile = loadServe(t, "--config", writeConfig(t, fmt.Sprintf("upstreams:\n  - url: %q\n", s.example)))
+			case s.scope == global:
+				byFlag = loadServe(t, append([]string{"--upstream", up}, flag...)...)
+				byFile = loadServe(t, "--config", writeConfig(t, fmt.Sprintf("%s: %q\n", s.key, s.example)), "--upstream", up)
+			default:
+				byFlag = loadServe(t, append([]string{"--upstream", up}, flag...)...)
+				byFile = loadServe(t, "--config", writeConfig(t, entry))
+			}
+			if !reflect.DeepEqual(byFlag, byFile) {
+				t.Errorf("by flag and by file, the configs differ:\nflag %+v\nfile %+v", byFlag, byFile)
+			}
+			if reflect.DeepEqual(byFlag, def) {
+				t.Errorf("--%s=%s: got the default config; want the value to reach it", s.flag, s.example)
+			}
+		})
 	}
 }
 
@@ -101,29 +145,29 @@ func TestServeConfigFlags(t *testing.T) {
 	tests := []struct {
 		name  string
 		args  []string
-		check func(c *serveConfig) (got, want string)
+		check func(c server.Config) (got, want string)
 	}{{
 		// A flag on the command line overrides every upstream's key,
 		// including llama's slots: 2.
 		name: "slots overrides every upstream",
 		args: []string{"--config", exampleConfig, "--slots", "3"},
-		check: func(c *serveConfig) (string, string) {
-			return line(c.gateway.Upstreams[0].Slots, c.gateway.Upstreams[1].Slots), "3 3"
+		check: func(c server.Config) (string, string) {
+			return line(c.Gateway.Upstreams[0].Slots, c.Gateway.Upstreams[1].Slots), "3 3"
 		},
 	}, {
 		// The flags that were not given leave the file's keys alone.
 		name: "unset flags keep the file",
 		args: []string{"--config", exampleConfig, "--idle-timeout", "1m"},
-		check: func(c *serveConfig) (string, string) {
-			u := c.gateway.Upstreams[1]
+		check: func(c server.Config) (string, string) {
+			u := c.Gateway.Upstreams[1]
 			return line(u.Slots, u.Queue, u.Policy.Waits, u.IdleTimeout), "2 8 [2s 5s 10s] 1m0s"
 		},
 	}, {
 		// --waits replaces both lists, and --max-attempts sets both caps.
 		name: "policy flags override",
 		args: []string{"--config", exampleConfig, "--waits", "1s,2s", "--max-attempts", "3"},
-		check: func(c *serveConfig) (string, string) {
-			a, b := c.gateway.Upstreams[0].Policy, c.gateway.Upstreams[1].Policy
+		check: func(c server.Config) (string, string) {
+			a, b := c.Gateway.Upstreams[0].Policy, c.Gateway.Upstreams[1].Policy
 			return line(a.Waits, a.MaxAttempts, b.Waits, b.MaxAttempts), "[1s 2s] 3 [1s 2s] 3"
 		},
 	}, {
@@ -131,8 +175,8 @@ func TestServeConfigFlags(t *testing.T) {
 		// has its own copy.
 		name: "policies are not shared",
 		args: []string{"--config", exampleConfig, "--reserve", "5s"},
-		check: func(c *serveConfig) (string, string) {
-			a, b := c.gateway.Upstreams[0].Policy, c.gateway.Upstreams[1].Policy
+		check: func(c server.Config) (string, string) {
+			a, b := c.Gateway.Upstreams[0].Policy, c.Gateway.Upstreams[1].Policy
 			return line(a != b, a.Reserve, b.Reserve), "true 5s 5s"
 		},
 	}, {
@@ -140,26 +184,43 @@ func TestServeConfigFlags(t *testing.T) {
 		// mean their defaults, so serve passes -1.
 		name: "zero queue and reserve mean none",
 		args: []string{"--upstream", "http://example.com", "--queue", "0", "--reserve", "0"},
-		check: func(c *serveConfig) (string, string) {
-			u := c.gateway.Upstreams[0]
+		check: func(c server.Config) (string, string) {
+			u := c.Gateway.Upstreams[0]
 			return line(u.Queue, u.Policy.Reserve), "-1 -1ns"
+		},
+	}, {
+		// One duration syntax: a bare number is seconds, wherever a
+		// duration goes, and days are whole.
+		name: "durations as seconds and days",
+		args: []string{"--upstream", "http://example.com", "--reserve", "10", "--grace", "10", "--waits", "5,1.5", "--journal-keep", "1d12h"},
+		check: func(c server.Config) (string, string) {
+			u := c.Gateway.Upstreams[0]
+			return line(u.Policy.Reserve, c.Grace, u.Policy.Waits, c.JournalKeep), "10s 10s [5s 1.5s] 36h0m0s"
 		},
 	}, {
 		// The top-level flags override the file's listen, max_body and grace.
 		name: "listen, max-body and grace override",
 		args: []string{"--config", exampleConfig, "--listen", ":9000", "--max-body", "10", "--grace", "1s"},
-		check: func(c *serveConfig) (string, string) {
-			return line(c.listen, c.gateway.MaxBody, c.grace), ":9000 10 1s"
+		check: func(c server.Config) (string, string) {
+			return line(c.Listen, c.Gateway.MaxBody, c.Grace), ":9000 10 1s"
 		},
 	}, {
 		// --upstream alone proxies every path with the defaults, and names
 		// the upstream for its host.
 		name: "upstream alone",
 		args: []string{"--upstream", "https://user:secret@api.example.com/v1"},
-		check: func(c *serveConfig) (string, string) {
-			u := c.gateway.Upstreams[0]
-			return line(len(c.gateway.Upstreams), u.Name, u.Prefix, u.URL.Path, u.Queue, u.Policy.Waits, u.Policy.Reserve, c.listen),
-				"1 api.example.com / /v1 16 [15s 45s 2m0s 4m0s] 1m0s 127.0.0.1:8700"
+		check: func(c server.Config) (string, string) {
+			u := c.Gateway.Upstreams[0]
+			return line(len(c.Gateway.Upstreams), u.Name, u.Prefix, u.URL.Path, u.Queue, u.Policy.Waits, u.Policy.Reserve, c.Listen, c.JournalKeep),
+				"1 api.example.com / /v1 16 [15s 45s 2m0s 4m0s] 1m0s 127.0.0.1:8700 168h0m0s"
+		},
+	}, {
+		// --name and --prefix go with --upstream.
+		name: "upstream with name and prefix",
+		args: []string{"--upstream", "http://127.0.0.1:8080", "--name", "llama", "--prefix", "/llama"},
+		check: func(c server.Config) (string, string) {
+			u := c.Gateway.Upstreams[0]
+			return line(u.Name, u.Prefix), "llama /llama"
 		},
 	}}
 	for _, tt := range tests {
@@ -178,7 +239,7 @@ func TestServeConfigFileWithoutUpstreams(t *testing.T) {
 	t.Parallel()
 	path := writeConfig(t, "listen: 127.0.0.1:9100\ngrace: 5s\n")
 	c := loadServe(t, "--config", path, "--upstream", "http://127.0.0.1:8080")
-	if got := line(c.listen, c.grace, len(c.gateway.Upstreams)); got != "127.0.0.1:9100 5s 1" {
+	if got := line(c.Listen, c.Grace, len(c.Gateway.Upstreams)); got != "127.0.0.1:9100 5s 1" {
 		t.Errorf("got %s, want 127.0.0.1:9100 5s 1", got)
 	}
 }
@@ -192,10 +253,10 @@ func TestServeConfigErrors(t *testing.T) {
 		args []string
 		want string
 	}{{
-		// The issue's example: the bad part of --waits is named.
+		// The bad part of --waits is named.
 		name: "bad waits flag",
 		args: []string{"--upstream", "http://x", "--waits", "15s,x"},
-		want: `serve: --waits "15s,x": "x" is not a duration such as 15s or 2m`,
+		want: `serve: --waits "15s,x": "x" is not a duration such as 15s, 2m, 7d or 90 (seconds)`,
 	}, {
 		// An empty list would fail at the first retry; refuse it at start.
 		name: "empty waits flag",
@@ -204,29 +265,48 @@ func TestServeConfigErrors(t *testing.T) {
 	}, {
 		name: "negative slots flag",
 		args: []string{"--upstream", "http://x", "--slots", "-1"},
-		want: "serve: --slots -1 is negative",
+		want: `serve: --slots "-1": is negative: want 0 or more`,
 	}, {
 		// The gateway would pass it, and refuse every body.
 		name: "zero max-body flag",
 		args: []string{"--upstream", "http://x", "--max-body", "0"},
-		want: "serve: --max-body 0: want 1 byte or more",
+		want: `serve: --max-body "0": want a whole number of bytes, 1 or more`,
 	}, {
 		name: "upstream flag not http",
 		args: []string{"--upstream", "ftp://x"},
-		want: `serve: --upstream: "ftp://x" is not an absolute http(s) URL`,
+		want: `serve: --upstream "ftp://x": not an absolute http(s) URL: want one such as https://api.openai.com`,
 	}, {
-		// A host without a scheme parses as a path.
-		name: "upstream flag relative",
+		// A host without a scheme parses as a path, and host:port as a
+		// scheme: say what to type.
+		name: "upstream flag without scheme",
 		args: []string{"--upstream", "api.openai.com"},
-		want: `"api.openai.com" is not an absolute http(s) URL`,
+		want: `not an absolute http(s) URL: type http://api.openai.com (or https://)`,
+	}, {
+		name: "upstream flag host and port",
+		args: []string{"--upstream", "127.0.0.1:8701"},
+		want: `serve: --upstream "127.0.0.1:8701": not an absolute http(s) URL: type http://127.0.0.1:8701 (or https://)`,
 	}, {
 		// The password never reaches the terminal.
 		name: "upstream flag redacted",
 		args: []string{"--upstream", "ftp://me:secret@x"},
-		want: `"ftp://me:xxxxx@x" is not`,
+		want: `serve: --upstream "ftp://x": not`,
+	}, {
+		// A port alone is not an address: say what to type.
+		name: "listen port only",
+		args: []string{"--upstream", "http://x", "--listen", "8799"},
+		want: `serve: --listen "8799": want host:port: type 127.0.0.1:8799, or :8799 for other hosts too`,
+	}, {
+		// A journal serve cannot open is a usage error, refused at start.
+		name: "journal spec",
+		args: []string{"--upstream", "http://x", "--journal", "mysql://x"},
+		want: `serve: --journal "mysql://x": spec "mysql://x": want off, sqlite:PATH or postgres://…`,
+	}, {
+		name: "journal writer",
+		args: []string{"--upstream", "http://x", "--journal-writer", "thread"},
+		want: `serve: --journal-writer "thread": want process or inline`,
 	}, {
 		name: "no upstream",
-		want: "serve: give --upstream URL or a --config file with upstreams",
+		want: "serve: give --upstream URL, or a --config file with upstreams",
 	}, {
 		// Which would win is a guess either way, so neither does.
 		name: "upstream flag and file upstreams",
@@ -234,14 +314,33 @@ func TestServeConfigErrors(t *testing.T) {
 		args: []string{"--upstream", "http://x"},
 		want: "serve: give --upstream or upstreams in --config, not both",
 	}, {
+		// A file's upstream has its own prefix: the flag would be a guess.
+		name: "prefix flag without upstream",
+		yaml: ok,
+		args: []string{"--prefix", "/a"},
+		want: "serve: --prefix goes with --upstream",
+	}, {
 		// Strict decoding: a typo is refused with its line, not ignored.
 		name: "unknown key",
 		yaml: "upstreams:\n  - url: http://x\n    prefix: /a\n    slotz: 2\n",
-		want: "config.yaml line 4: field slotz not found",
+		want: "config.yaml line 4: upstreams[0]: unknown key slotz (want one of url, name, prefix, slots,",
+	}, {
+		name: "unknown top-level key",
+		yaml: ok + "listn: :8700\n",
+		want: "config.yaml line 3: the file: unknown key listn (want one of upstreams, listen, max_body,",
+	}, {
+		// An upstream's setting does not go at the top level.
+		name: "upstream key at the top",
+		yaml: ok + "slots: 2\n",
+		want: "config.yaml line 3: the file: unknown key slots",
+	}, {
+		name: "key twice",
+		yaml: "upstreams:\n  - url: http://x\n    slots: 1\n    slots: 2\n",
+		want: "config.yaml line 4: upstreams[0]: key slots is given twice (first on line 3)",
 	}, {
 		name: "wrong type",
 		yaml: "upstreams:\n  - url: http://x\n    slots: two\n",
-		want: "config.yaml line 3: cannot unmarshal !!str `two` into int",
+		want: `config.yaml line 3: upstreams[0].slots "two": want a whole number`,
 	}, {
 		name: "syntax",
 		yaml: "upstreams:\n  - url: http://x\n    prefix: : /a\n",
@@ -249,50 +348,55 @@ func TestServeConfigErrors(t *testing.T) {
 	}, {
 		name: "bad url",
 		yaml: "upstreams:\n  - url: http://x\n    prefix: /a\n  - url: ftp://x\n",
-		want: `config.yaml: upstreams[1].url: "ftp://x" is not an absolute http(s) URL`,
+		want: `config.yaml line 4: upstreams[1].url "ftp://x": not an absolute http(s) URL`,
 	}, {
 		name: "missing url",
 		yaml: "upstreams:\n  - prefix: /a\n",
 		want: "config.yaml: upstreams[0].url: missing",
 	}, {
-		// Durations need a unit, as the duration flags do.
 		name: "bad duration",
-		yaml: ok + "    reserve: 60\n",
-		want: `config.yaml: upstreams[0].reserve: "60" is not a duration such as 15s or 2m`,
+		yaml: ok + "    reserve: soon\n",
+		want: `config.yaml line 3: upstreams[0].reserve "soon": "soon" is not a duration such as 15s, 2m, 7d or 90 (seconds)`,
 	}, {
 		name: "bad wait in a list",
 		yaml: ok + "    waits: [15s, soon]\n",
-		want: `config.yaml: upstreams[0].waits "15s,soon": "soon" is not a duration such as 15s or 2m`,
+		want: `config.yaml line 3: upstreams[0].waits "15s,soon": "soon" is not a duration`,
 	}, {
 		name: "empty waits list",
 		yaml: ok + "    waits: []\n",
-		want: `config.yaml: upstreams[0].waits "": empty: give at least one wait`,
+		want: `config.yaml line 3: upstreams[0].waits "": empty: give at least one wait`,
 	}, {
 		name: "waits a map",
 		yaml: ok + "    waits: {a: 1}\n",
-		want: "config.yaml line 3: waits: want a list of durations",
+		want: "config.yaml line 3: upstreams[0].waits: want a value or a list of values, such as [1s,2s]",
+	}, {
+		name: "slots a list",
+		yaml: ok + "    slots: [1, 2]\n",
+		want: "config.yaml line 3: upstreams[0].slots: want one value, such as 2",
 	}, {
 		name: "negative slots",
 		yaml: ok + "    slots: -1\n",
-		want: "config.yaml: upstreams[0].slots -1 is negative",
+		want: `config.yaml line 3: upstreams[0].slots "-1": is negative`,
 	}, {
 		name: "negative timeout",
 		yaml: ok + "    idle_timeout: -1s\n",
-		want: `config.yaml: upstreams[0].idle_timeout "-1s" is negative`,
+		want: `config.yaml line 3: upstreams[0].idle_timeout "-1s": is negative`,
 	}, {
 		name: "retry_after mode",
 		yaml: ok + "    retry_after: soon\n",
-		want: `config.yaml: upstreams[0].retry_after "soon": want at-least, exact or ignore`,
+		want: `config.yaml line 3: upstreams[0].retry_after "soon": want at-least, exact or ignore`,
 	}, {
-		// Policy.Validate judges the policy as a whole, and the error
-		// names the upstream.
-		name: "policy",
+		name: "jitter out of range",
 		yaml: ok + "    jitter_spread: 2\n",
-		want: "config.yaml: upstreams[0]: outlast: invalid policy: Jitter.Spread 2 is outside [0, 1]",
+		want: `config.yaml line 3: upstreams[0].jitter_spread "2": want a fraction from 0 to 1`,
 	}, {
 		name: "zero grace",
 		yaml: ok + "grace: 0s\n",
-		want: `config.yaml: grace "0s": want a positive duration`,
+		want: `config.yaml line 3: grace "0s": want a positive duration`,
+	}, {
+		name: "upstreams not a list",
+		yaml: "upstreams: http://x\n",
+		want: "config.yaml line 1: upstreams: want a list of upstreams",
 	}, {
 		// Only the first document would be read; the rest would be lost.
 		name: "two documents",
@@ -336,6 +440,8 @@ func setupServe(args []string) error {
 	if done {
 		return err
 	}
-	_, err = newGateway(cfg, &record{feed: timeline.New(0)}, io.Discard)
-	return err
+	if _, err := gateway.New(cfg.Gateway); err != nil {
+		return &usageError{err}
+	}
+	return nil
 }

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -22,7 +21,8 @@ import (
 	"github.com/outlast-llm/outlast/gateway"
 	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/mockllm"
-	"github.com/outlast-llm/outlast/timeline"
+	"github.com/outlast-llm/outlast/record"
+	"github.com/outlast-llm/outlast/server"
 )
 
 // The demo's provider is the mock, down then rate-limited then up:
@@ -35,7 +35,8 @@ const demoScript = "502:delay=200ms for 1.5s,429:retry-after=1 for 1.5s,ok:delay
 // demoRun is one host run in the demo, and what it is expected to end as.
 type demoRun struct {
 	name     string
-	startAt  time.Duration // after the demo starts
+	after    string        // the run that must be queued, sent or over first; "" for none
+	notAt    time.Duration // and not before this, after the demo starts
 	deadline time.Duration
 	stream   bool
 	want     string // "ok", "failed" or "refused"
@@ -45,13 +46,18 @@ type demoRun struct {
 	detail string
 }
 
+// demoRuns are the runs, each after the one before it is known to hold
+// the slot, wait in its queue, or be over, so that they reach the gate in
+// this order whatever the machine's load: chat-1 takes the slot, stream-1
+// and chat-2 fill the queue of 2, over-queue finds it full, and
+// short-deadline comes mid-outage with too little time to outlast it.
 func demoRuns() []*demoRun {
 	return []*demoRun{
-		{name: "chat-1", startAt: 0, deadline: 20 * time.Second, want: "ok"},
-		{name: "stream-1", startAt: 20 * time.Millisecond, deadline: 20 * time.Second, stream: true, want: "ok"},
-		{name: "chat-2", startAt: 40 * time.Millisecond, deadline: 20 * time.Second, want: "ok"},
-		{name: "over-queue", startAt: 60 * time.Millisecond, deadline: 20 * time.Second, want: "refused"},
-		{name: "short-deadline", startAt: 700 * time.Millisecond, deadline: 2500 * time.Millisecond, want: "failed"},
+		{name: "chat-1", deadline: 20 * time.Second, want: "ok"},
+		{name: "stream-1", after: "chat-1", deadline: 20 * time.Second, stream: true, want: "ok"},
+		{name: "chat-2", after: "stream-1", deadline: 20 * time.Second, want: "ok"},
+		{name: "over-queue", after: "chat-2", deadline: 20 * time.Second, want: "refused"},
+		{name: "short-deadline", after: "over-queue", notAt: 700 * time.Millisecond, deadline: 2500 * time.Millisecond, want: "failed"},
 	}
 }
 
@@ -76,16 +82,16 @@ Flags:`)
 	if done, err := parseFlags(fs, args, stderr); done {
 		return err
 	}
-	d, err := startDemo(newTimeline(stdout, !*plain && isTerminal(stdout)))
+	d, err := startDemo(ctx, newTimeline(stdout, !*plain && isTerminal(stdout)))
 	if err != nil {
 		return err
 	}
 	defer d.close()
 	d.tl.intro()
 	d.runAll(ctx)
-	err = d.summary()
+	err = d.summary(context.WithoutCancel(ctx))
 	if *keep && ctx.Err() == nil {
-		fmt.Fprintf(stdout, "\nThe timeline page is at %s/outlast/ (open it in a browser).\nThe record: %s/outlast/requests, a run: %s/outlast/runs/chat-1, health: %s/outlast/health, metrics: none in the demo.\nThe mock is at %s (%s/mock/stats). Press Ctrl-C to stop.\n", d.gwURL, d.gwURL, d.gwURL, d.gwURL, d.mock.URL, d.mock.URL)
+		fmt.Fprintf(stdout, "\nThe timeline page is at %s/outlast/ (open it in a browser).\nThe record: %s/outlast/requests, a run: %s/outlast/runs/chat-1, health: %s/outlast/health, metrics: %s/outlast/metrics.\nThe mock is at %s (%s/mock/stats). Press Ctrl-C to stop.\n", d.gwURL, d.gwURL, d.gwURL, d.gwURL, d.gwURL, d.mock.URL, d.mock.URL)
 		<-ctx.Done()
 	}
 	return err
@@ -94,131 +100,155 @@ Flags:`)
 type demo struct {
 	tl    *demoTimeline
 	mock  *mockllm.Server
+	srv   *server.Server
 	gw    *http.Server
 	gwURL string
 	runs  []*demoRun
 
-	dir      string        // the journal's temporary folder
-	store    journal.Store // the embedded journal: the record
-	writer   *journal.Writer
-	finished atomic.Int32 // requests the gateway finished, and handed to the writer
-	feed     *timeline.Feed
+	dir     string                   // the journal's temporary folder
+	reached map[string]chan struct{} // closed when a run is first queued, sent or over
+	once    map[string]*sync.Once    // closes reached once
+	done    chan struct{}            // a request the gateway finished and gave to the journal
 }
 
-// endpoints are the record's API and the timeline page, under /outlast/.
-func (d *demo) endpoints() map[string]http.Handler {
-	e := (&journal.API{Store: d.store}).Endpoints()
-	for k, h := range d.feed.Endpoints() {
-		e[k] = h
+// startDemo starts the mock and the gateway in front of it, as outlast
+// serve assembles it, with its journal in a temporary folder.
+func startDemo(ctx context.Context, tl *demoTimeline) (_ *demo, err error) {
+	d := &demo{tl: tl, runs: demoRuns(), reached: map[string]chan struct{}{}, once: map[string]*sync.Once{}}
+	d.done = make(chan struct{}, len(d.runs))
+	for _, r := range d.runs {
+		d.reached[r.name], d.once[r.name] = make(chan struct{}), new(sync.Once)
 	}
-	return e
-}
-
-// startDemo starts the mock and the gateway in front of it.
-func startDemo(tl *demoTimeline) (*demo, error) {
-	d := &demo{tl: tl, runs: demoRuns(), feed: timeline.New(0)}
 	script, err := mockllm.ParseScript(demoScript)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.openJournal(); err != nil {
+	if d.dir, err = os.MkdirTemp("", "outlast-demo-"); err != nil {
 		return nil, err
 	}
-	d.mock = &mockllm.Server{Script: script, Chunks: 3, ChunkDelay: 100 * time.Millisecond}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	// The script's clock starts at chat-1's first attempt, however long
+	// the demo took to start.
+	d.mock = &mockllm.Server{Script: script, Chunks: 3, ChunkDelay: 100 * time.Millisecond, FromFirstRequest: true}
 	if err := d.mock.Start(""); err != nil {
 		return nil, err
 	}
 	u, _ := url.Parse(d.mock.URL)
-	g, err := gateway.New(gateway.Config{
-		Upstreams: []gateway.Upstream{{
-			Name:             "mock",
-			URL:              u,
-			Policy:           &outlast.Policy{Waits: []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}, Reserve: time.Second},
-			Slots:            1,
-			Queue:            2,
-			FirstByteTimeout: 10 * time.Second,
-		}},
-		Logger:    slog.New(slog.DiscardHandler), // the timeline says it instead
-		Observer:  gateway.Observers(d.observer(), journal.Observer(d.writer, journal.ObserverConfig{}), d.feed.Observer()),
-		Endpoints: d.endpoints(),
+	d.srv, err = server.New(ctx, server.Config{
+		Gateway: gateway.Config{
+			Upstreams: []gateway.Upstream{{
+				Name:             "mock",
+				URL:              u,
+				Policy:           &outlast.Policy{Waits: []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}, Reserve: time.Second},
+				Slots:            1,
+				Queue:            2,
+				FirstByteTimeout: 10 * time.Second,
+			}},
+			Logger: slog.New(slog.DiscardHandler), // the timeline says it instead
+		},
+		Journal:       "sqlite:" + filepath.Join(d.dir, "outlast.db"),
+		JournalWriter: server.WriterInline, // a temporary journal is not worth a process
+		JournalFlush:  50 * time.Millisecond,
+		Observer:      d.observer(),
 	})
 	if err != nil {
-		d.mock.Close()
 		return nil, err
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		d.mock.Close()
 		return nil, err
 	}
-	d.feed.SetHealth(g.Health)
-	d.gw = &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	d.gw = &http.Server{Handler: d.srv, ReadHeaderTimeout: 10 * time.Second}
 	d.gwURL = "http://" + l.Addr().String()
 	go d.gw.Serve(l)
 	return d, nil
 }
 
-// openJournal opens the embedded journal, SQLite in a temporary folder.
-func (d *demo) openJournal() error {
-	dir, err := os.MkdirTemp("", "outlast-demo-")
-	if err != nil {
-		return err
-	}
-	d.dir = dir
-	if d.store, err = journal.Open(context.Background(), "sqlite:"+filepath.Join(dir, "outlast.db")); err != nil {
-		os.RemoveAll(dir)
-		return err
-	}
-	d.writer = journal.NewWriter(d.store, journal.WriterConfig{FlushInterval: 50 * time.Millisecond})
-	return nil
-}
-
 func (d *demo) close() {
-	d.feed.Close()
-	d.gw.Close()
-	d.mock.Close()
-	d.writer.Close(context.Background())
-	d.store.Close()
+	if d.gw != nil {
+		d.gw.Close()
+	}
+	if d.srv != nil {
+		d.srv.Feed.Close()
+		d.srv.Close(context.Background())
+	}
+	if d.mock != nil {
+		d.mock.Close()
+	}
 	os.RemoveAll(d.dir)
 }
 
+// reach marks run as queued, sent or over, letting the next run start.
+func (d *demo) reach(run string) {
+	if o := d.once[run]; o != nil {
+		o.Do(func() { close(d.reached[run]) })
+	}
+}
+
 // observer turns the gateway's view of each request into timeline lines.
-func (d *demo) observer() gateway.Observer {
-	return gateway.Observer{
-		Queued: func(r *gateway.Request, _ string, ahead int) {
+func (d *demo) observer() record.Observer {
+	return record.Observer{
+		Queued: func(r *record.Request, _ string, ahead int) {
 			d.tl.event(r.Run, stateQueued, "queued at the slot, %d ahead", ahead)
+			d.reach(r.Run)
 		},
-		AttemptStart: func(r *gateway.Request, a outlast.Attempt) {
+		AttemptStart: func(r *record.Request, a record.Attempt) {
 			d.tl.event(r.Run, stateSending, "attempt %d sent", a.N)
+			d.reach(r.Run)
 		},
-		AttemptEnd: func(r *gateway.Request, a outlast.Attempt) {
+		AttemptEnd: func(r *record.Request, a record.Attempt) {
 			state := stateSending
 			if a.RetryIn > 0 {
 				state = stateWaiting
 			}
 			d.tl.event(r.Run, state, "attempt %d %s", a.N, describe(a))
 		},
-		Done: func(*gateway.Request) { d.finished.Add(1) },
+		// The journal's observer has taken the record by now.
+		Done: func(*record.Request) { d.done <- struct{}{} },
 	}
 }
 
+// runAll starts each run once the run before it has reached the gate, and
+// its time has come, and waits for them all.
 func (d *demo) runAll(ctx context.Context) {
+	start := time.Now()
 	var wg sync.WaitGroup
 	for _, r := range d.runs {
+		if err := d.waitTurn(ctx, r, start); err != nil {
+			r.got, r.detail = "failed", err.Error()
+			continue
+		}
 		wg.Go(func() {
-			t := time.NewTimer(r.startAt)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-				r.got, r.detail = "failed", ctx.Err().Error()
-				return
-			case <-t.C:
-			}
 			d.run(ctx, r)
+			d.reach(r.name)
 		})
 	}
 	wg.Wait()
 	d.tl.finish()
+}
+
+// waitTurn waits until r may start: the run before it has reached the
+// gate or ended, and r.notAt has passed since start.
+func (d *demo) waitTurn(ctx context.Context, r *demoRun, start time.Time) error {
+	if r.after != "" {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-d.reached[r.after]:
+		}
+	}
+	t := time.NewTimer(time.Until(start.Add(r.notAt)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // run sends one host run's request to the gateway, as a host in any
@@ -263,12 +293,12 @@ func finish(r *demoRun, resp *http.Response) (string, string) {
 	return "ok", fmt.Sprintf("%d bytes after %s attempts", len(body), resp.Header.Get(gateway.HeaderAttempts))
 }
 
-func describe(a outlast.Attempt) string {
+func describe(a record.Attempt) string {
 	var s string
 	if a.Status != 0 {
 		s = fmt.Sprintf("got %d %s", a.Status, http.StatusText(a.Status))
 	} else {
-		s = "failed: " + a.Err.Error()
+		s = "failed: " + a.Error
 	}
 	if a.RetryAfter > 0 {
 		s += fmt.Sprintf(" (Retry-After %v)", a.RetryAfter)
@@ -276,7 +306,7 @@ func describe(a outlast.Attempt) string {
 	switch {
 	case a.RetryIn > 0:
 		s += fmt.Sprintf(", retrying in %v", a.RetryIn.Round(time.Millisecond))
-	case a.Err != nil:
+	case a.Class != outlast.ClassNone:
 		s += ", no retry left"
 	}
 	return s
@@ -284,13 +314,13 @@ func describe(a outlast.Attempt) string {
 
 // summary prints the table, and reports whether every run ended as
 // expected and the record matches what the mock saw.
-func (d *demo) summary() error {
+func (d *demo) summary(ctx context.Context) error {
 	out := d.tl.out
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\toutcome\texpected\tattempts\tdetail")
 	bad := 0
-	recorded := d.attempts()
+	recorded := d.attempts(ctx)
 	total := 0
 	for _, r := range d.runs {
 		mark := ""
@@ -315,35 +345,35 @@ func (d *demo) summary() error {
 	return nil
 }
 
-// attempts returns the attempts the journal holds, per run, once it holds
-// every request the gateway finished: the writer writes in batches.
-func (d *demo) attempts() map[string]int {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n, requests, err := d.read()
-		if err == nil && requests == int(d.finished.Load()) {
+// attempts returns the attempts the journal holds, per run, once every
+// request has been finished and written: the writer writes in batches.
+func (d *demo) attempts(ctx context.Context) map[string]int {
+	n := map[string]int{}
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	for range d.runs {
+		select {
+		case <-d.done:
+		case <-t.C:
+			fmt.Fprintln(d.tl.out, "demo: the gateway did not finish every request within 10s")
+			return n
+		case <-ctx.Done():
 			return n
 		}
-		if time.Now().After(deadline) {
-			fmt.Fprintf(d.tl.out, "demo: the journal holds %d of %d requests (%v)\n", requests, d.finished.Load(), err)
-			return n
-		}
-		time.Sleep(20 * time.Millisecond) // the next batch is at most 50 ms away
 	}
-}
-
-// read returns the attempts per run and the requests in the journal.
-func (d *demo) read() (map[string]int, int, error) {
-	n, requests := map[string]int{}, 0
+	if err := d.srv.Writer.Flush(ctx); err != nil {
+		fmt.Fprintf(d.tl.out, "demo: writing the journal: %v\n", err)
+		return n
+	}
 	for _, r := range d.runs {
-		recs, err := d.store.Run(context.Background(), r.name)
+		recs, err := d.srv.Store.Run(ctx, r.name)
 		if err != nil && !errors.Is(err, journal.ErrNotFound) {
-			return n, requests, err
+			fmt.Fprintf(d.tl.out, "demo: reading the journal: %v\n", err)
+			return n
 		}
-		requests += len(recs)
 		for _, rec := range recs {
 			n[r.name] += len(rec.Attempts)
 		}
 	}
-	return n, requests, nil
+	return n
 }

@@ -8,14 +8,24 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/internal/redact"
 	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // followEvery is how often --follow looks for new requests.
-var followEvery = time.Second
+const followEvery = time.Second
+
+// followOverlap is how far back from the last request it printed --follow
+// looks again each time: a request reaches the journal a batch after it
+// ended, up to a second later, and one from another replica may come
+// with its clock a little behind.
+const followOverlap = 10 * time.Second
 
 func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("requests", flag.ContinueOnError)
@@ -40,20 +50,28 @@ Flags:`)
 	if *limit < 1 || *limit > journal.MaxLimit {
 		return fmt.Errorf("%w: requests: --limit %d: want 1 to %d", ErrUsage, *limit, journal.MaxLimit)
 	}
-	store, err := journal.Open(ctx, *spec)
-	switch {
-	case err != nil:
+	if *spec == "off" {
+		return fmt.Errorf("%w: requests: --journal off: there is no record to read; give the --journal that serve writes", ErrUsage)
+	}
+	if err := journal.CheckSpec(*spec); err != nil {
+		return fmt.Errorf("%w: requests: --journal %q: %v", ErrUsage, redact.Text(*spec), strings.TrimPrefix(err.Error(), "journal: "))
+	}
+	// Reading never creates a journal: a wrong path would leave an empty
+	// one behind and print nothing.
+	store, err := journal.OpenExisting(ctx, *spec)
+	if errors.Is(err, journal.ErrNoJournal) {
+		return fmt.Errorf("requests: no journal found at %s (%v): give the --journal that serve writes", redact.Text(*spec), err)
+	}
+	if err != nil {
 		return fmt.Errorf("requests: --journal: %w", err)
-	case store == nil:
-		return fmt.Errorf("%w: requests: --journal off: there is no record to read", ErrUsage)
 	}
 	defer store.Close()
-	p := &printer{out: stdout, json: *asJSON, seen: map[string]bool{}}
+	p := &printer{out: stdout, json: *asJSON, seen: map[string]time.Time{}}
 	recs, err := first(ctx, store, *run, *limit)
 	if err != nil {
 		return err
 	}
-	p.print(recs)
+	p.printAll(recs)
 	if !*follow {
 		return nil
 	}
@@ -62,7 +80,7 @@ Flags:`)
 
 // first returns the records to show before following: a run's, oldest
 // first, or the newest, in time order.
-func first(ctx context.Context, s journal.Store, run string, limit int) ([]journal.Record, error) {
+func first(ctx context.Context, s journal.Store, run string, limit int) ([]record.Request, error) {
 	if run != "" {
 		recs, err := s.Run(ctx, run)
 		if errors.Is(err, journal.ErrNotFound) {
@@ -71,19 +89,26 @@ func first(ctx context.Context, s journal.Store, run string, limit int) ([]journ
 		return recs, err
 	}
 	page, err := s.List(ctx, journal.Query{Limit: limit})
-	slices.Reverse(page.Records)
-	return page.Records, err
+	slices.Reverse(page.Requests)
+	return page.Requests, err
 }
 
 type printer struct {
 	out  io.Writer
 	json bool
-	seen map[string]bool
-	last time.Time // the newest start printed
+	seen map[string]time.Time // printed requests by ID, with their ends, for followOverlap
+	last time.Time            // the latest end printed
 }
 
-// follow prints new records every followEvery until ctx ends.
+// follow prints requests as they end, every followEvery, until ctx ends:
+// it asks the journal for those that ended since the last it printed,
+// less followOverlap, and prints the ones it has not. It goes by end, not
+// start, so that a request that started before one already printed, and
+// ended after it, is printed too.
 func (p *printer) follow(ctx context.Context, s journal.Store, run string) error {
+	if p.last.IsZero() {
+		p.last = time.Now()
+	}
 	t := time.NewTicker(followEvery)
 	defer t.Stop()
 	for {
@@ -92,38 +117,69 @@ func (p *printer) follow(ctx context.Context, s journal.Store, run string) error
 			return nil
 		case <-t.C:
 		}
-		page, err := s.List(ctx, journal.Query{Run: run, Since: p.last, Limit: journal.MaxLimit})
-		if err != nil {
+		if err := p.ended(ctx, s, run); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("requests: %w", err)
 		}
-		slices.Reverse(page.Records)
-		p.print(page.Records)
 	}
 }
 
-func (p *printer) print(recs []journal.Record) {
-	for _, r := range recs {
-		if p.seen[r.ID] {
-			continue
+// ended prints the requests of run (any, if "") that ended since p.last
+// less followOverlap and have not been printed, page by page.
+func (p *printer) ended(ctx context.Context, s journal.Store, run string) error {
+	end, id := p.last.Add(-followOverlap), ""
+	for {
+		recs, err := s.Ended(ctx, end, id, journal.MaxLimit)
+		if err != nil {
+			return err
 		}
-		p.seen[r.ID] = true
-		if r.Start.After(p.last) {
-			p.last = r.Start
+		for _, r := range recs {
+			if run == "" || r.Run == run {
+				p.print(r)
+			}
 		}
-		if p.json {
-			b, _ := json.Marshal(r)
-			fmt.Fprintf(p.out, "%s\n", b)
-			continue
+		if len(recs) < journal.MaxLimit {
+			break
 		}
-		p.table(r)
+		end, id = recs[len(recs)-1].End, recs[len(recs)-1].ID
 	}
+	// Forget what is too old to be asked for again.
+	for id, end := range p.seen {
+		if end.Before(p.last.Add(-2 * followOverlap)) {
+			delete(p.seen, id)
+		}
+	}
+	return nil
+}
+
+// printAll prints recs, in their order.
+func (p *printer) printAll(recs []record.Request) {
+	for _, r := range recs {
+		p.print(r)
+	}
+}
+
+// print prints r, unless it has been printed.
+func (p *printer) print(r record.Request) {
+	if _, ok := p.seen[r.ID]; ok {
+		return
+	}
+	p.seen[r.ID] = r.End
+	if r.End.After(p.last) {
+		p.last = r.End
+	}
+	if p.json {
+		b, _ := json.Marshal(r)
+		fmt.Fprintf(p.out, "%s\n", b)
+		return
+	}
+	p.table(r)
 }
 
 // table prints a request and, indented, its attempts.
-func (p *printer) table(r journal.Record) {
+func (p *printer) table(r record.Request) {
 	tw := tabwriter.NewWriter(p.out, 0, 8, 2, ' ', 0)
 	took := "…"
 	if !r.End.IsZero() {
@@ -140,10 +196,17 @@ func (p *printer) table(r journal.Record) {
 	tw.Flush()
 }
 
-func describeAttempt(a journal.Attempt) string {
+// describeAttempt says how an attempt ended: its status, or the class of
+// a failure that got none.
+func describeAttempt(a record.Attempt) string {
 	s := fmt.Sprint(a.Status)
-	if a.ErrorClass != "" && a.ErrorClass != journal.ClassStatus {
-		s = a.ErrorClass
+	plain := a.Class == outlast.ClassNone || a.Class.IsStatus() // the status says it all
+	switch {
+	case plain:
+	case a.Status == 0:
+		s = a.Class.String()
+	default:
+		s += " " + a.Class.String()
 	}
 	if a.QueuedAhead > 0 {
 		s += fmt.Sprintf(", queued behind %d for %v", a.QueuedAhead, a.GateWait.Round(time.Millisecond))
@@ -154,7 +217,7 @@ func describeAttempt(a journal.Attempt) string {
 	if a.RetryIn > 0 {
 		s += fmt.Sprintf(", retry in %v", a.RetryIn)
 	}
-	if a.Error != "" && a.ErrorClass != journal.ClassStatus {
+	if a.Error != "" && !plain {
 		s += ": " + a.Error
 	}
 	return s

@@ -5,28 +5,31 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/record"
 )
 
-// record makes a request of run that failed once with a 503 and then
+// testRecord makes a request of run that failed once with a 503 and then
 // succeeded, started at start.
-func testRecord(id, run string, start time.Time) journal.Record {
-	return journal.Record{
+func testRecord(id, run string, start time.Time) record.Request {
+	return record.Request{
 		ID: id, Run: run, Method: "POST", Path: "/v1/chat/completions", Upstream: "up",
 		Start: start, End: start.Add(16 * time.Second), Status: 200,
-		Attempts: []journal.Attempt{
-			{CallID: id + "-1", N: 1, Start: start, End: start.Add(time.Second), Status: 503, ErrorClass: journal.ClassStatus, RetryIn: 15 * time.Second},
+		Attempts: []record.Attempt{
+			{CallID: id + "-1", N: 1, Start: start, End: start.Add(time.Second), Status: 503, Class: outlast.ClassStatus5xx, RetryIn: 15 * time.Second},
 			{CallID: id + "-2", N: 2, Start: start.Add(16 * time.Second), End: start.Add(16 * time.Second), Status: 200},
 		},
 	}
 }
 
-func testJournal(t *testing.T, recs ...journal.Record) string {
+func testJournal(t *testing.T, recs ...record.Request) string {
 	t.Helper()
 	spec := "sqlite:" + filepath.Join(t.TempDir(), "j.db")
 	s, err := journal.Open(context.Background(), spec)
@@ -69,7 +72,7 @@ func TestRequestsCommand(t *testing.T) {
 			}
 		}},
 		{"json", []string{"--json", "--run", "run-2"}, func(t *testing.T, out string) {
-			var rec journal.Record
+			var rec record.Request
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &rec) != nil || rec.ID != "b" || len(rec.Attempts) != 2 || rec.Attempts[0].RetryIn != 15*time.Second {
 				t.Errorf("got %q, want b's record with its attempts", out)
@@ -89,42 +92,89 @@ func TestRequestsCommand(t *testing.T) {
 
 // Bad usage is refused as such.
 func TestRequestsUsage(t *testing.T) {
-	for _, args := range [][]string{{"--journal", "off"}, {"--limit", "0"}, {"--limit", "5000"}} {
+	for _, args := range [][]string{{"--journal", "off"}, {"--journal", "mysql://x"}, {"--limit", "0"}, {"--limit", "5000"}} {
 		if err := runRequests(context.Background(), args, io.Discard, io.Discard); !errors.Is(err, ErrUsage) {
 			t.Errorf("%v: got %v, want a usage error", args, err)
 		}
 	}
 }
 
-// --follow prints requests recorded after it started, once each.
-func TestRequestsFollow(t *testing.T) {
-	followEvery = 5 * time.Millisecond
-	t0 := time.Now().Add(-time.Minute).UTC()
-	spec := testJournal(t, testRecord("a", "r", t0))
-	ctx, cancel := context.WithCancel(context.Background())
-	out := new(lockedBuffer)
-	done := make(chan error, 1)
-	go func() { done <- runRequests(ctx, []string{"--journal", spec, "--follow", "--json"}, out, io.Discard) }()
-	s, err := journal.Open(context.Background(), spec)
+// Reading never creates a journal: a path where there is none is an error
+// that says so, and leaves nothing behind.
+func TestRequestsNoJournal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "outlast.db")
+	var out strings.Builder
+	err := runRequests(context.Background(), []string{"--journal", "sqlite:" + path}, &out, io.Discard)
+	if err == nil || errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "no journal found at sqlite:"+path) {
+		t.Errorf("got %v, want an error (not a usage error) saying no journal was found there", err)
+	}
+	if _, serr := os.Stat(path); !errors.Is(serr, os.ErrNotExist) {
+		t.Errorf("after reading, %s: got %v, want it still not to exist", path, serr)
+	}
+	if out.Len() != 0 {
+		t.Errorf("printed %q, want nothing", out.String())
+	}
+}
+
+// --follow goes by end: a request that started before one it printed, and
+// ended after it, is printed too, and each request once.
+func TestRequestsFollowByEnd(t *testing.T) {
+	t0 := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+	long := testRecord("long", "r", t0) // ends at t0+16s
+	long.End = t0.Add(30 * time.Second)
+	short := testRecord("short", "r", t0.Add(time.Second)) // ends at t0+17s
+	spec := testJournal(t, testRecord("old", "r", t0.Add(-time.Hour)), short)
+	s, err := journal.OpenExisting(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Write(context.Background(), []journal.Record{testRecord("b", "r", t0.Add(time.Second))}); err != nil {
+	var out strings.Builder
+	p := &printer{out: &out, json: true, seen: map[string]time.Time{}, last: t0}
+	if err := p.ended(context.Background(), s, ""); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), `"id":"b"`) {
-		if time.Now().After(deadline) {
-			t.Fatalf("--follow never printed b:\n%s", out.String())
+	// The long request ends after short was printed.
+	if err := s.Write(context.Background(), []record.Request{long}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := p.ended(context.Background(), s, ""); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond) // the command polls; there is no event to wait on
 	}
-	cancel()
-	if err := <-done; err != nil {
+	for id, want := range map[string]int{"short": 1, "long": 1, "old": 0} {
+		if n := strings.Count(out.String(), `"id":"`+id+`"`); n != want {
+			t.Errorf("%s printed %d times, want %d:\n%s", id, n, want, out.String())
+		}
+	}
+	if strings.Index(out.String(), `"id":"short"`) > strings.Index(out.String(), `"id":"long"`) {
+		t.Errorf("want short, then long, in the order they ended:\n%s", out.String())
+	}
+}
+
+// --follow with --run prints only that run's requests, and ends cleanly
+// when its context does.
+func TestRequestsFollowRun(t *testing.T) {
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	a, b := testRecord("a", "r1", t0), testRecord("b", "r2", t0)
+	spec := testJournal(t, a, b)
+	s, err := journal.OpenExisting(context.Background(), spec)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(out.String(), `"id":"a"`); n != 1 {
-		t.Errorf("a printed %d times, want once", n)
+	defer s.Close()
+	var out strings.Builder
+	p := &printer{out: &out, json: true, seen: map[string]time.Time{}, last: t0}
+	if err := p.ended(context.Background(), s, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"id":"a"`) || strings.Contains(out.String(), `"id":"b"`) {
+		t.Errorf("got %q, want a only", out.String())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.follow(ctx, s, "r1"); err != nil {
+		t.Errorf("follow after its context ended: got %v, want nil", err)
 	}
 }

@@ -1,13 +1,13 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,11 +15,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/server"
 )
 
-// TestServeHelp checks that --help shows every flag with its default
-// (STYLE rule 13), and that asking for it is not an error.
+// TestMain lets the test binary be serve's journal writer, as the outlast
+// binary is.
+func TestMain(m *testing.M) {
+	server.RunJournalWriter()
+	os.Exit(m.Run())
+}
+
+// TestServeHelp checks that --help shows every flag with what it takes,
+// its default and its key in the config file, and that asking for it is
+// not an error.
 func TestServeHelp(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer
@@ -27,56 +37,55 @@ func TestServeHelp(t *testing.T) {
 		t.Fatalf("got %v, want nil", err)
 	}
 	help := stderr.String()
-	for _, s := range []string{
-		"-config file", "(default: none)",
-		"-listen address", `(default "127.0.0.1:8700")`,
-		"-upstream URL",
-		"-slots int", "no bound (default 0)",
-		"-queue int", "(default 16)",
-		"-waits list", `(default "15s,45s,120s,240s")`,
-		"-reserve duration", "(default 1m0s)",
-		"-max-attempts int", "no cap (default 0)",
-		"-first-byte-timeout duration", "(default 5m0s)",
-		"-idle-timeout duration", "(default 2m0s)",
-		"-max-body bytes", "(default 33554432)",
-		"-grace duration", "(default 30s)",
-	} {
+	want := []string{"--config FILE", "(default: none)"}
+	for _, s := range settings {
+		head := "--" + s.flag + " " + s.arg
+		if s.bool {
+			head = "--" + s.flag + "\n"
+		}
+		want = append(want, head, s.help, "in the file: "+s.key)
+		if s.def != "" {
+			want = append(want, "(default "+s.def+";")
+		}
+	}
+	for _, s := range want {
 		if !strings.Contains(help, s) {
 			t.Errorf("got help without %q, want it:\n%s", s, help)
 		}
 	}
 }
 
-// startServe runs serve on a loopback port of its own with args, and
-// returns the gateway's URL and a channel that receives serve's result.
-func startServe(t *testing.T, ctx context.Context, args ...string) (string, <-chan error) {
+// startServe runs serve, as main does, on a loopback port of its own with
+// args and a journal in a temporary folder, and returns the gateway's URL,
+// the journal's spec, and a channel that receives serve's result.
+func startServe(t *testing.T, ctx context.Context, args ...string) (addr, spec string, done <-chan error) {
 	t.Helper()
-	cfg := loadServe(t, args...)
-	if cfg.journal == journal.DefaultSpec {
-		cfg.journal = "sqlite:" + filepath.Join(t.TempDir(), "journal.db") // not the package's folder
+	spec = "sqlite:" + filepath.Join(t.TempDir(), "journal.db")
+	args = append([]string{"--listen", "127.0.0.1:0", "--journal", spec}, args...)
+	r, w := io.Pipe()
+	result := make(chan error, 1)
+	go func() {
+		result <- runServe(ctx, args, io.Discard, w)
+		w.Close()
+	}()
+	// serve says where it listens in its first line, once it does.
+	lines := bufio.NewScanner(r)
+	if !lines.Scan() {
+		t.Fatalf("serve stopped before it served: %v", <-result)
+	}
+	first := lines.Text()
+	addr, _, _ = strings.Cut(strings.TrimPrefix(first, "outlast: serving on "), " ")
+	if !strings.HasPrefix(addr, "http://127.0.0.1:") {
+		t.Fatalf("serve's first line %q does not say where it serves", first)
 	}
 	stderr := new(lockedBuffer)
-	rec, err := openRecord(ctx, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rec.close(stderr) })
-	g, err := newGateway(cfg, rec, stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, l, g, cfg, stderr) }()
+	go io.Copy(stderr, r) // the log, for a failed test
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("serve's stderr:\n%s", stderr.String())
+			t.Logf("serve's stderr:\n%s\n%s", first, stderr.String())
 		}
 	})
-	return "http://" + l.Addr().String(), done
+	return addr, spec, result
 }
 
 // waitServe fails the test unless serve returns nil within 10 s.
@@ -133,7 +142,7 @@ func TestServeEndToEnd(t *testing.T) {
 	t.Cleanup(upstream.Close)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	addr, done := startServe(t, ctx, "--upstream", upstream.URL, "--waits", "1ms", "--grace", "10s")
+	addr, spec, done := startServe(t, ctx, "--upstream", upstream.URL, "--waits", "1ms", "--grace", "10s")
 
 	resp, err := newClient(t).Post(addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
 	if err != nil {
@@ -150,27 +159,7 @@ func TestServeEndToEnd(t *testing.T) {
 	if got := seen.Load(); got != 2 {
 		t.Errorf("got %d attempts at the upstream, want 2", got)
 	}
-	// The journal keeps the request with both attempts.
 	id := resp.Header.Get("Outlast-Request-Id")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r, err := newClient(t).Get(addr + "/outlast/requests/" + id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(r.Body)
-		r.Body.Close()
-		if r.StatusCode == http.StatusOK {
-			if !strings.Contains(string(b), `"retry_in_ms": 1`) {
-				t.Errorf("the record lacks the first attempt's wait:\n%s", b)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the record never showed request %s: %d %s", id, r.StatusCode, b)
-		}
-		time.Sleep(50 * time.Millisecond) // the writer flushes every second
-	}
 	// The metrics are served, and counted the retry.
 	resp, err = newClient(t).Get(addr + "/outlast/metrics")
 	if err != nil {
@@ -181,8 +170,22 @@ func TestServeEndToEnd(t *testing.T) {
 	if want := `outlast_retries_total{reason="status_5xx",upstream="` + strings.TrimPrefix(upstream.URL, "http://") + `"} 1`; !strings.Contains(string(body), want) {
 		t.Errorf("/outlast/metrics lacks %s:\n%s", want, body)
 	}
+	// Serve writes what its journal holds before it returns: the record
+	// keeps the request with both attempts.
 	cancel()
 	waitServe(t, done)
+	s, err := journal.OpenExisting(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rec, err := s.Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("the record of request %s: %v", id, err)
+	}
+	if len(rec.Attempts) != 2 || rec.Attempts[0].RetryIn != time.Millisecond || rec.Attempts[0].Class != outlast.ClassStatus5xx {
+		t.Errorf("got attempts %+v, want a 503 retried after 1ms, then the answer", rec.Attempts)
+	}
 }
 
 // A request in flight when the context ends still gets its answer before
@@ -198,7 +201,7 @@ func TestServeDrain(t *testing.T) {
 	t.Cleanup(upstream.Close)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	addr, done := startServe(t, ctx, "--upstream", upstream.URL, "--grace", "10s")
+	addr, _, done := startServe(t, ctx, "--upstream", upstream.URL, "--grace", "10s")
 
 	type result struct {
 		status int

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // Serve reads batches of records from r, writes each to s, and answers
@@ -31,7 +32,7 @@ func Serve(r io.Reader, w io.Writer, s journal.Store) error {
 	dec := gob.NewDecoder(bufio.NewReader(r))
 	out := bufio.NewWriter(w)
 	for {
-		var recs []journal.Record
+		var recs []record.Request
 		if err := dec.Decode(&recs); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -86,7 +87,7 @@ func New(base journal.Store, newCmd func() *exec.Cmd) *Store {
 
 // Write sends recs to the child and returns when it has written them. If
 // ctx ends first, the child is killed and the write fails.
-func (s *Store) Write(ctx context.Context, recs []journal.Record) error {
+func (s *Store) Write(ctx context.Context, recs []record.Request) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -145,7 +146,7 @@ type refusedError struct{ msg string }
 
 func (e refusedError) Error() string { return "journalproc: the writer's store: " + e.msg }
 
-func (c *child) write(recs []journal.Record) error {
+func (c *child) write(recs []record.Request) error {
 	if err := c.enc.Encode(recs); err != nil {
 		return fmt.Errorf("journalproc: sending a batch: %w", err)
 	}

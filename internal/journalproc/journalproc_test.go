@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // testDBEnv makes the test binary a writer: it runs Serve against the
@@ -60,11 +61,11 @@ func newStore(t *testing.T, env ...string) (*Store, *int) {
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-func batch(prefix string, n int) []journal.Record {
-	recs := make([]journal.Record, n)
+func batch(prefix string, n int) []record.Request {
+	recs := make([]record.Request, n)
 	for i := range recs {
-		recs[i] = journal.Record{ID: fmt.Sprintf("%s%d", prefix, i), Start: t0,
-			Attempts: []journal.Attempt{{N: 1, Start: t0, Status: 200}}}
+		recs[i] = record.Request{ID: fmt.Sprintf("%s%d", prefix, i), Start: t0,
+			Attempts: []record.Attempt{{N: 1, Start: t0, Status: 200}}}
 	}
 	return recs
 }
@@ -99,7 +100,7 @@ func TestWritesReachTheDatabase(t *testing.T) {
 func TestRefusedBatch(t *testing.T) {
 	s, starts := newStore(t)
 	defer s.Close()
-	bad := []journal.Record{{ID: "no-start"}}
+	bad := []record.Request{{ID: "no-start"}}
 	err := s.Write(context.Background(), bad)
 	if !errors.As(err, new(refusedError)) {
 		t.Fatalf("Write of a record with no start: got %v, want the store's refusal", err)

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -9,6 +8,8 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/internal/apierr"
+	"github.com/outlast-llm/outlast/internal/parse"
 )
 
 // The gateway's request headers. All are optional, and all are removed
@@ -28,7 +29,7 @@ const (
 
 	HeaderRequestID = "Outlast-Request-Id" // response: the request's ID in the record
 	HeaderAttempts  = "Outlast-Attempts"   // response: how many attempts were made
-	HeaderError     = "Outlast-Error"      // response: the kind of an error the gateway made
+	HeaderError     = apierr.Header        // response: the kind of an error the gateway made
 )
 
 // maxRunLen bounds Outlast-Run, which the record stores.
@@ -81,7 +82,7 @@ func parseOptions(h http.Header, base *outlast.Policy, now time.Time) (options, 
 func parseDeadline(h http.Header, now time.Time) (time.Time, error) {
 	var deadline time.Time
 	if v := h.Get(HeaderTimeout); v != "" {
-		d, err := parseDuration(v)
+		d, err := parse.Duration(v)
 		if err != nil || d <= 0 {
 			return deadline, fmt.Errorf("outlast: %s %q: want a positive duration such as 300s", HeaderTimeout, v)
 		}
@@ -117,21 +118,18 @@ func parsePolicy(h http.Header, base *outlast.Policy) (*outlast.Policy, error) {
 		p = *base
 	}
 	if waits != "" {
-		w, err := ParseWaits(waits)
+		w, err := parse.Waits(waits)
 		if err != nil {
 			return nil, fmt.Errorf("outlast: %s %q: %w", HeaderWaits, waits, err)
 		}
 		p.Waits = w
 	}
 	if reserve != "" {
-		d, err := parseDuration(reserve)
+		d, err := parse.Duration(reserve)
 		if err != nil || d < 0 {
 			return nil, fmt.Errorf("outlast: %s %q: want a duration such as 60s, or 0 for none", HeaderReserve, reserve)
 		}
-		p.Reserve = d
-		if d == 0 {
-			p.Reserve = -1 // none; the library's zero means its default
-		}
+		p.Reserve = parse.ZeroIsNone(d)
 	}
 	if maxAttempts != "" {
 		n, err := strconv.Atoi(strings.TrimSpace(maxAttempts))
@@ -159,39 +157,47 @@ func parseRun(v string) (string, error) {
 	return v, nil
 }
 
-// ParseWaits parses a comma-separated list of waits, such as
-// "15s,45s,120s,240s". A bare number is seconds.
-func ParseWaits(s string) ([]time.Duration, error) {
-	var waits []time.Duration
-	for part := range strings.SplitSeq(s, ",") {
-		d, err := parseDuration(part)
-		if err != nil {
-			return nil, err
-		}
-		if d < 0 {
-			return nil, fmt.Errorf("wait %q is negative", strings.TrimSpace(part))
-		}
-		waits = append(waits, d)
-	}
-	return waits, nil
+// hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1, and the ones
+// older proxies use, which a proxy must not forward.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
-// parseDuration parses a Go duration ("1m30s") or a bare number of
-// seconds ("90", "1.5").
-func parseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return 0, errors.New("empty duration")
-	}
-	if f, err := strconv.ParseFloat(s, 64); err == nil && s[0] != '+' && !strings.ContainsAny(s, "eEinIN") {
-		if f > float64(1<<62)/float64(time.Second) {
-			return 0, fmt.Errorf("duration %q is too long", s)
+// forwardHeader returns the headers to send upstream: the caller's, less
+// hop-by-hop headers and the gateway's own, but keeping Outlast-Attempt
+// (see HeaderTimeout's group). Authorization and x-api-key pass through.
+func forwardHeader(in http.Header) http.Header {
+	out := make(http.Header, len(in))
+	for k, v := range in {
+		if strings.HasPrefix(k, "Outlast-") && k != outlast.AttemptHeader {
+			continue
 		}
-		return time.Duration(f * float64(time.Second)), nil
+		out[k] = v
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration such as 15s or 2m", s)
+	removeHop(out)
+	return out
+}
+
+// copyHeader copies an upstream response's headers to the caller's,
+// less hop-by-hop headers.
+func copyHeader(dst, src http.Header) {
+	for k, v := range src {
+		dst[k] = append([]string(nil), v...)
 	}
-	return d, nil
+	removeHop(dst)
+}
+
+func removeHop(h http.Header) {
+	// RFC 9110 §7.6.1: headers named in Connection are hop-by-hop too.
+	for _, v := range h["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				h.Del(f)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
 }

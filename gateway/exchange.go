@@ -14,28 +14,26 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/internal/apierr"
+	"github.com/outlast-llm/outlast/internal/sse"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // exchange is one request through the gateway, from arrival to the last
-// byte forwarded.
+// byte forwarded. Its methods run in the goroutine serving the request,
+// but for the progress ticker's comments.
 type exchange struct {
 	g    *Gateway
 	up   *upstream
-	w    http.ResponseWriter
 	r    *http.Request
 	path string // the path to forward, the upstream's prefix removed
-	rec  Request
 	opts options
-
-	// mu guards w, progressed and committed while a progress ticker may
-	// write comments from its own goroutine.
-	mu         sync.Mutex
-	progressed bool // progress comments have been sent: the status is 200
-	committed  bool // the response's status line has been written
+	out  *response      // what the caller gets
+	rec  record.Request // what observers are told
 }
 
 func newExchange(g *Gateway, up *upstream, w http.ResponseWriter, r *http.Request, path string) *exchange {
-	return &exchange{g: g, up: up, w: w, r: r, path: path, rec: Request{
+	return &exchange{g: g, up: up, r: r, path: path, out: newResponse(w), rec: record.Request{
 		ID:       outlast.NewCallID(),
 		Method:   r.Method,
 		Path:     r.URL.Path,
@@ -45,11 +43,14 @@ func newExchange(g *Gateway, up *upstream, w http.ResponseWriter, r *http.Reques
 	}}
 }
 
+// serve carries the request from its headers to its last byte: it reads
+// the Outlast-* headers and the body, sends the request through the
+// upstream's Transport, and forwards the answer.
 func (x *exchange) serve() {
 	defer x.done()
 	var err error
 	if x.opts, err = parseOptions(x.r.Header, x.up.Policy, x.rec.Start); err != nil {
-		x.fail(http.StatusBadRequest, "invalid", err.Error(), nil)
+		x.fail(http.StatusBadRequest, apierr.Invalid, err.Error(), nil)
 		return
 	}
 	x.rec.Run, x.rec.Slot = x.opts.run, x.opts.slot
@@ -60,9 +61,8 @@ func (x *exchange) serve() {
 	x.inspect(body)
 	ctx, cancel := x.context()
 	defer cancel(nil)
-	out := x.outbound(ctx, body)
 	stop := x.startProgress()
-	resp, err := x.up.transport.RoundTrip(out)
+	resp, err := x.up.transport.RoundTrip(x.outbound(ctx, body))
 	stop()
 	if err != nil {
 		x.failed(ctx, err)
@@ -76,7 +76,7 @@ func (x *exchange) serve() {
 func (x *exchange) readBody() ([]byte, bool) {
 	limit := x.g.cfg.MaxBody
 	if x.r.ContentLength > limit {
-		x.fail(http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("outlast: the request body is %d bytes; the most is %d (--max-body)", x.r.ContentLength, limit), nil)
+		x.fail(http.StatusRequestEntityTooLarge, apierr.TooLarge, fmt.Sprintf("outlast: the request body is %d bytes; the most is %d (--max-body)", x.r.ContentLength, limit), nil)
 		return nil, false
 	}
 	if x.r.Body == nil || x.r.Body == http.NoBody {
@@ -84,14 +84,26 @@ func (x *exchange) readBody() ([]byte, bool) {
 	}
 	body, err := readAll(x.r.Body, x.r.ContentLength, limit+1)
 	if err != nil {
-		x.fail(http.StatusBadRequest, "invalid", "outlast: reading the request body: "+err.Error(), nil)
+		x.fail(http.StatusBadRequest, apierr.Invalid, "outlast: reading the request body: "+err.Error(), nil)
 		return nil, false
 	}
 	if int64(len(body)) > limit {
-		x.fail(http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("outlast: the request body is over %d bytes (--max-body)", limit), nil)
+		x.fail(http.StatusRequestEntityTooLarge, apierr.TooLarge, fmt.Sprintf("outlast: the request body is over %d bytes (--max-body)", limit), nil)
 		return nil, false
 	}
 	return body, true
+}
+
+// readAll reads r up to limit bytes into a buffer sized from the request's
+// Content-Length when it gives one, so that a large body is not copied as
+// the buffer grows.
+func readAll(r io.Reader, contentLength, limit int64) ([]byte, error) {
+	if contentLength <= 0 || contentLength >= limit {
+		return io.ReadAll(io.LimitReader(r, limit))
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, contentLength+1))
+	_, err := buf.ReadFrom(io.LimitReader(r, limit))
+	return buf.Bytes(), err
 }
 
 // inspect reads what the record and the gate need from a JSON body: the
@@ -109,14 +121,6 @@ func (x *exchange) inspect(body []byte) {
 	if x.rec.Slot == "" && f.slot >= 0 {
 		x.rec.Slot = strconv.Itoa(f.slot)
 	}
-}
-
-type gateKey struct{}
-
-// gateKeyOf is the upstream Transport's GateKey: the named slot, or "".
-func gateKeyOf(r *http.Request) string {
-	k, _ := r.Context().Value(gateKey{}).(string)
-	return k
 }
 
 // context returns the context of the attempts: the caller's, with the
@@ -137,7 +141,7 @@ func (x *exchange) context() (context.Context, context.CancelCauseFunc) {
 		ctx = outlast.WithPolicy(ctx, x.opts.policy)
 	}
 	if x.rec.Slot != "" {
-		ctx = context.WithValue(ctx, gateKey{}, "slot "+x.rec.Slot)
+		ctx = withSlot(ctx, x.rec.Slot)
 	}
 	ctx = outlast.WithHooks(ctx, outlast.Hooks{
 		Queued:       x.queued,
@@ -166,6 +170,9 @@ func (x *exchange) outbound(ctx context.Context, body []byte) *http.Request {
 	return out
 }
 
+// The Transport's hooks: each tells the observer, and a caller that asked
+// for progress, what the attempts do.
+
 func (x *exchange) queued(key string, ahead int) {
 	if o := x.g.cfg.Observer.Queued; o != nil {
 		o(&x.rec, key, ahead)
@@ -175,46 +182,152 @@ func (x *exchange) queued(key string, ahead int) {
 
 func (x *exchange) attemptStart(a outlast.Attempt) {
 	if o := x.g.cfg.Observer.AttemptStart; o != nil {
-		o(&x.rec, a)
+		o(&x.rec, record.NewAttempt(a))
 	}
 }
 
 func (x *exchange) attemptEnd(a outlast.Attempt) {
-	x.rec.Attempts = append(x.rec.Attempts, a)
+	at := record.NewAttempt(a)
+	x.rec.Attempts = append(x.rec.Attempts, at)
 	x.up.latency.observe(a.End.Sub(a.Start))
 	if o := x.g.cfg.Observer.AttemptEnd; o != nil {
-		o(&x.rec, a)
+		o(&x.rec, at)
 	}
 	if a.RetryIn > 0 {
 		x.comment("retrying attempt=%d in=%v status=%d", a.N+1, a.RetryIn, a.Status)
 	}
 }
 
+// startProgress starts the progress comments of a streaming request that
+// asked for them, and returns the func that stops them.
+func (x *exchange) startProgress() (stop func()) {
+	if !x.opts.progress || !x.rec.Stream {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(x.g.cfg.ProgressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				x.comment("waiting")
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// comment sends an SSE comment line to a caller that asked for progress.
+// The first one commits the response as a 200 event stream.
+func (x *exchange) comment(format string, args ...any) {
+	if !x.opts.progress || !x.rec.Stream {
+		return
+	}
+	x.out.comment(func(h http.Header) { h.Set(HeaderRequestID, x.rec.ID) }, fmt.Sprintf(format, args...))
+}
+
+// forward sends the committed response to the caller, chunk by chunk,
+// flushing each chunk of a stream as it arrives.
+func (x *exchange) forward(resp *http.Response, cancel context.CancelCauseFunc) {
+	defer resp.Body.Close()
+	x.rec.Status = resp.StatusCode
+	progressed := x.out.commit(resp.StatusCode, func(h http.Header) {
+		copyHeader(h, resp.Header)
+		x.ownHeaders(h)
+	})
+	if progressed && (resp.StatusCode >= 300 || !sse.IsStream(resp.Header)) {
+		// The caller was promised an event stream; the upstream's answer
+		// is something else, and comes as an error event.
+		x.rec.Status = http.StatusOK
+		x.out.errorEvent("upstream-error", fmt.Sprintf("outlast: upstream %s answered %s", x.up.Name, resp.Status), readSnippet(resp.Body))
+		return
+	}
+	stream := x.rec.Stream || sse.IsStream(resp.Header)
+	err := x.out.copyBody(resp.Body, stream, x.up.IdleTimeout, cancel, &x.rec.Committed, &x.rec.Bytes)
+	switch {
+	case err == nil:
+	case errors.Is(err, errClientGone):
+		x.rec.Error = "client-closed"
+	case stream:
+		x.rec.Error = "upstream-broke"
+		x.out.errorEvent("upstream-error", fmt.Sprintf("outlast: upstream %s broke off the stream after %d bytes: %v", x.up.Name, x.rec.Bytes, err), nil)
+	default:
+		// A body cut short must not look complete: abort the connection
+		// so that the caller sees the failure (net/http's convention).
+		x.rec.Error = "upstream-broke"
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// ownHeaders adds the gateway's response headers.
+func (x *exchange) ownHeaders(h http.Header) {
+	h.Set(HeaderRequestID, x.rec.ID)
+	h.Set(HeaderAttempts, strconv.Itoa(len(x.rec.Attempts)))
+}
+
 // failed answers for a request that got no response to forward.
 func (x *exchange) failed(ctx context.Context, err error) {
+	var class outlast.Class
+	if n := len(x.rec.Attempts); n > 0 {
+		class = x.rec.Attempts[n-1].Class
+	}
 	switch {
 	case x.r.Context().Err() != nil:
 		// The caller left; there is nobody to answer.
 		x.rec.Status, x.rec.Error = 499, "client-closed"
 	case errors.Is(err, outlast.ErrBusy):
-		x.fail(http.StatusServiceUnavailable, "busy",
+		x.fail(http.StatusServiceUnavailable, apierr.Busy,
 			fmt.Sprintf("outlast: upstream %s is busy: its queue is full", x.up.Name),
 			http.Header{"Retry-After": {strconv.Itoa(x.up.busyRetryAfter())}})
 	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(err, outlast.ErrNoTime):
-		x.fail(http.StatusGatewayTimeout, "deadline",
+		x.fail(http.StatusGatewayTimeout, apierr.Deadline,
 			fmt.Sprintf("outlast: the request's deadline passed before upstream %s answered: %v", x.up.Name, err), nil)
-	case outlast.Classify(err) == outlast.ClassStalled, outlast.Classify(err) == outlast.ClassTimeout:
-		x.fail(http.StatusGatewayTimeout, "timeout",
+	case class == outlast.ClassStalled, class == outlast.ClassTimeout:
+		x.fail(http.StatusGatewayTimeout, apierr.Timeout,
 			fmt.Sprintf("outlast: upstream %s did not answer in time: %v", x.up.Name, err), nil)
 	default:
-		x.fail(http.StatusBadGateway, "unreachable",
+		x.fail(http.StatusBadGateway, apierr.Unreachable,
 			fmt.Sprintf("outlast: upstream %s is unreachable: %v", x.up.Name, err), nil)
 	}
 }
 
-// done records the request's end and tells the observer and the log.
+// fail answers with an error the gateway made: JSON with Outlast-Error, or,
+// once progress comments have gone out, an error event.
+func (x *exchange) fail(status int, kind, msg string, extra http.Header) {
+	x.rec.Error = kind
+	progressed := x.out.commit(status, func(h http.Header) {
+		for k, v := range extra {
+			h[k] = v
+		}
+		x.ownHeaders(h)
+		h.Set(HeaderError, kind)
+		h.Set("Content-Type", "application/json")
+		h.Del("Content-Length")
+	})
+	if progressed {
+		x.rec.Status = http.StatusOK
+		x.out.errorEvent(kind, msg, nil)
+		return
+	}
+	x.rec.Status = status
+	x.out.write(append(apierr.Body(kind, msg, nil), '\n'))
+}
+
+// done finishes the record and tells the observer and the log.
 func (x *exchange) done() {
 	x.rec.End = time.Now()
+	if n := len(x.rec.Attempts); n > 0 && x.rec.Committed {
+		// The bytes forwarded are the last attempt's: those before it
+		// were drained, never forwarded.
+		x.rec.Attempts[n-1].Bytes = x.rec.Bytes
+	}
 	if o := x.g.cfg.Observer.Done; o != nil {
 		o(&x.rec)
 	}
@@ -229,16 +342,4 @@ func (x *exchange) done() {
 		slog.Duration("took", x.rec.End.Sub(x.rec.Start)),
 		slog.String("error", x.rec.Error),
 	)
-}
-
-// readAll reads r up to limit bytes into a buffer sized from the request's
-// Content-Length when it gives one, so that a large body is not copied as
-// the buffer grows.
-func readAll(r io.Reader, contentLength, limit int64) ([]byte, error) {
-	if contentLength <= 0 || contentLength >= limit {
-		return io.ReadAll(io.LimitReader(r, limit))
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, contentLength+1))
-	_, err := buf.ReadFrom(io.LimitReader(r, limit))
-	return buf.Bytes(), err
 }

@@ -1,0 +1,119 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/internal/apierr"
+	"github.com/outlast-llm/outlast/internal/redact"
+	"github.com/outlast-llm/outlast/record"
+)
+
+// serveOwn serves the gateway's own endpoints under /outlast/.
+func (g *Gateway) serveOwn(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/outlast/health":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, apierr.Method, "outlast: /outlast/health takes GET")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(g.Health())
+	default:
+		if h := g.endpoint(strings.TrimPrefix(r.URL.Path, "/outlast/")); h != nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		writeError(w, http.StatusNotFound, apierr.NotFound, "outlast: no such endpoint: "+r.URL.Path)
+	}
+}
+
+// endpoint returns the handler of Config.Endpoints for rest, the path
+// below /outlast/: an exact key, or the longest key ending in "/" that
+// prefixes it.
+func (g *Gateway) endpoint(rest string) http.Handler {
+	if h, ok := g.cfg.Endpoints[rest]; ok {
+		return h
+	}
+	var best string
+	for k := range g.cfg.Endpoints {
+		if strings.HasSuffix(k, "/") && strings.HasPrefix(rest, k) && len(k) > len(best) {
+			best = k
+		}
+	}
+	if best == "" {
+		return nil
+	}
+	return g.cfg.Endpoints[best]
+}
+
+// Health is the body of GET /outlast/health.
+type Health struct {
+	// Version is outlast's version.
+	Version string `json:"version"`
+	// Upstreams are the configured upstreams, longest prefix first.
+	Upstreams []UpstreamHealth `json:"upstreams"`
+	// Journal is the journal's state, or nil when there is none.
+	Journal *JournalHealth `json:"journal,omitempty"`
+}
+
+// JournalHealth is the journal's part of Health.
+type JournalHealth struct {
+	// Dropped counts the records dropped because the journal's buffer was
+	// full.
+	Dropped uint64 `json:"dropped"`
+	// Failed counts the records the journal could not write.
+	Failed uint64 `json:"failed"`
+}
+
+// UpstreamHealth is one upstream's part of Health.
+type UpstreamHealth struct {
+	// Name is the upstream's name.
+	Name string `json:"name"`
+	// Prefix is the path prefix the upstream serves.
+	Prefix string `json:"prefix"`
+	// URL is the upstream's URL without its query or user info, which may
+	// carry a key.
+	URL string `json:"url"`
+	// Slots is the bound on requests in flight; 0 means none.
+	Slots int `json:"slots"`
+	// InFlight counts the requests in flight, named slots included.
+	InFlight int `json:"in_flight"`
+	// Queued counts the requests waiting, named slots included.
+	Queued int `json:"queued"`
+	// Named counts the requests waiting for each named slot in use, by
+	// gate key ("slot 3").
+	Named map[string]int `json:"named_slots_queued,omitempty"`
+}
+
+// Health reports the gateway's upstreams and their load.
+func (g *Gateway) Health() Health {
+	h := Health{Version: outlast.Version, Upstreams: []UpstreamHealth{}}
+	for _, u := range g.upstreams {
+		inFlight, queued, named := u.gates.load()
+		h.Upstreams = append(h.Upstreams, UpstreamHealth{
+			Name: u.Name, Prefix: u.Prefix, URL: redact.URL(u.URL), Slots: u.Slots,
+			InFlight: inFlight, Queued: queued, Named: named,
+		})
+	}
+	if f := g.cfg.JournalStats; f != nil {
+		d, fl := f()
+		h.Journal = &JournalHealth{Dropped: d, Failed: fl}
+	}
+	return h
+}
+
+// Loads reports each upstream's gate, in the order of Health, for
+// observers that show slots and queues (metrics, the timeline page). It is
+// safe to call at any time from any goroutine.
+func (g *Gateway) Loads() []record.Load {
+	loads := make([]record.Load, len(g.upstreams))
+	for i, u := range g.upstreams {
+		inFlight, queued, named := u.gates.load()
+		loads[i] = record.Load{Upstream: u.Name, Slots: u.Slots, InFlight: inFlight, Queued: queued, Named: named}
+	}
+	return loads
+}

@@ -1,0 +1,154 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outlast-llm/outlast/internal/apierr"
+)
+
+// response is what the caller gets. It owns the commit: the status line is
+// written once, by the upstream's response, an error the gateway makes, or
+// the first progress comment, whichever comes first. A progress ticker
+// writes comments from its own goroutine, so every write, and every
+// reading of the state, holds mu.
+type response struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+
+	mu         sync.Mutex // guards w, committed and progressed
+	committed  bool       // the status line has been written
+	progressed bool       // by a progress comment: the caller has a 200 event stream
+}
+
+func newResponse(w http.ResponseWriter) *response {
+	return &response{w: w, rc: http.NewResponseController(w)}
+}
+
+// commit writes the status line, with the headers that setHeader puts in,
+// unless progress comments came first. It reports whether they did: the
+// caller then has a 200 event stream, and what follows must be events.
+func (o *response) commit(status int, setHeader func(http.Header)) (progressed bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.progressed {
+		return true
+	}
+	setHeader(o.w.Header())
+	o.w.WriteHeader(status)
+	o.committed = true
+	return false
+}
+
+// comment writes the SSE comment ": outlast " and line. The first commits
+// the response as a 200 event stream, with the headers that setHeader puts
+// in. Once the response is committed otherwise, it writes nothing.
+func (o *response) comment(setHeader func(http.Header), line string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.committed && !o.progressed {
+		return
+	}
+	if !o.progressed {
+		h := o.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		setHeader(h)
+		o.w.WriteHeader(http.StatusOK)
+		o.progressed, o.committed = true, true
+	}
+	io.WriteString(o.w, ": outlast "+line+"\n\n")
+	o.rc.Flush()
+}
+
+// errorEvent ends an event stream with an error event of kind, whose data
+// is the gateway's error JSON, quoting the upstream's answer if any.
+func (o *response) errorEvent(kind, msg string, upstream []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	fmt.Fprintf(o.w, "event: error\ndata: %s\n\n", apierr.Body(kind, msg, upstream))
+	o.rc.Flush()
+}
+
+// write writes p to the committed response's body. Like copyBody, it runs
+// once progress comments have stopped, so it writes without mu.
+func (o *response) write(p []byte) {
+	o.w.Write(p)
+}
+
+// errClientGone is a write to the caller that failed: it left.
+var errClientGone = errors.New("outlast: the caller closed the connection")
+
+// errIdle ends an upstream response that fell silent for IdleTimeout.
+var errIdle = errors.New("outlast: the upstream response fell silent for longer than the idle timeout")
+
+// bufPool holds the buffers that response bodies are copied through.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyBody copies body to the committed response, flushing each chunk
+// when flush is set. It sets *started before it writes the first byte and
+// adds to *sent what reached the caller. With idle positive, a silence of
+// the body longer than it calls cancel, which ends the upstream response.
+// It returns nil at the body's end, errClientGone when the caller left,
+// errIdle after such a silence, and the body's error otherwise.
+//
+// It runs after progress comments have stopped, in the goroutine that
+// serves the request, so it writes without mu.
+func (o *response) copyBody(body io.Reader, flush bool, idle time.Duration, cancel context.CancelCauseFunc, started *bool, sent *int64) error {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	var timer *time.Timer
+	var silent atomic.Bool // the idle timer fired
+	if idle > 0 {
+		timer = time.AfterFunc(idle, func() { silent.Store(true); cancel(errIdle) })
+		defer timer.Stop()
+	}
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			// The idle timeout is the upstream's silence: the time spent
+			// writing to a slow caller does not count.
+			if timer != nil {
+				timer.Stop()
+			}
+			*started = true
+			if _, werr := o.w.Write(buf[:n]); werr != nil {
+				return errClientGone
+			}
+			*sent += int64(n)
+			if flush && o.rc.Flush() != nil {
+				return errClientGone
+			}
+			if timer != nil && !silent.Load() {
+				timer.Reset(idle)
+			}
+		}
+		switch {
+		case err == io.EOF:
+			return nil
+		case err != nil && silent.Load():
+			return errIdle
+		case err != nil:
+			return err
+		}
+	}
+}
+
+// readSnippet reads up to 4 KiB of a body for an error message.
+func readSnippet(r io.Reader) []byte {
+	b, _ := io.ReadAll(io.LimitReader(r, 4<<10))
+	return b
+}
+
+// writeError answers a request that never became an exchange with an
+// error the gateway made.
+func writeError(w http.ResponseWriter, status int, kind, msg string) {
+	apierr.Write(w, status, kind, msg)
+}

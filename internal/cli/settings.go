@@ -1,0 +1,281 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/internal/parse"
+	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/server"
+)
+
+// A setting is one setting of outlast serve: its flag, its key in the
+// config file, its default, its help, how its text is read and checked,
+// and where its value goes. The flags, the config file's keys, the
+// precedence between them and --help are all made from the table below,
+// so that a setting is declared once.
+type setting struct {
+	flag  string // the flag's name, without dashes
+	key   string // the config file's key: at the top level, or in each upstream's entry
+	scope scope
+	def   string // the default, as the flag would take it; "" for none
+	arg   string // what the flag takes, in --help: "DURATION", "N"
+	help  string // what it does; --help adds the default and the key
+	// list says the file may give the value as a YAML list, which is
+	// joined with commas, as the flag takes it.
+	list bool
+	// bool says the flag takes no value: --journal-headers alone is true.
+	bool bool
+	// example is a value other than the default, for the test that a
+	// value reaches the same place by flag and by file.
+	example string
+	// set reads text and puts its value where it goes. Its errors say
+	// what is wrong with the value, and what to type instead; the caller
+	// names the flag or key.
+	set func(t target, text string) error
+}
+
+// scope says where a setting lives.
+type scope int
+
+const (
+	global   scope = iota // the whole gateway: a top-level key
+	upstream              // each upstream: a key of its entry; the flag sets it for all
+	identity              // one upstream's own: a key of its entry; the flag only with --upstream
+)
+
+// target is where a setting's value goes: the server's config, for a
+// global setting, or one upstream, for the others.
+type target struct {
+	cfg *server.Config
+	up  *gateway.Upstream
+}
+
+// settings is the table. Its order is --help's.
+var settings = []setting{
+	{flag: "listen", key: "listen", scope: global, def: server.DefaultListen, arg: "ADDRESS", example: ":9000",
+		help: "the host:port to serve on; :8700 takes other hosts too",
+		set: func(t target, s string) error {
+			if err := checkListen(s); err != nil {
+				return err
+			}
+			t.cfg.Listen = s
+			return nil
+		}},
+	{flag: "upstream", key: "url", scope: identity, arg: "URL", example: "http://example.test:9/v1",
+		help: "the upstream to forward every path to, instead of a config file's upstreams; with a path, it is joined to each request's",
+		set: func(t target, s string) (err error) {
+			t.up.URL, err = upstreamURL(s)
+			return err
+		}},
+	{flag: "name", key: "name", scope: identity, arg: "NAME", example: "llm",
+		help: "the upstream's name in the record, metrics and health (default: the URL's host)",
+		set:  func(t target, s string) error { t.up.Name = s; return nil }},
+	{flag: "prefix", key: "prefix", scope: identity, def: "/", arg: "PATH", example: "/llama",
+		help: "the path prefix of the requests that go to the upstream, removed before forwarding",
+		set: func(t target, s string) error {
+			if !strings.HasPrefix(s, "/") {
+				return fmt.Errorf("want a path that starts with /, such as /%s", s)
+			}
+			t.up.Prefix = s
+			return nil
+		}},
+	{flag: "slots", key: "slots", scope: upstream, def: "0", arg: "N", example: "2",
+		help: "requests in flight to an upstream; the rest wait in arrival order. 0 means no bound",
+		set:  count(func(t target, n int) { t.up.Slots = n })},
+	{flag: "queue", key: "queue", scope: upstream, def: strconv.Itoa(gateway.DefaultQueue), arg: "N", example: "0",
+		help: "requests that may wait for a slot; more are refused at once with 503. 0 means none may wait",
+		set:  count(func(t target, n int) { t.up.Queue = parse.ZeroIsNone(n) })},
+	{flag: "waits", key: "waits", scope: upstream, def: "15s,45s,120s,240s", arg: "LIST", list: true, example: "1s,2s",
+		help: "the waits before retry 1, 2, …; the last repeats while a request's deadline allows",
+		set: func(t target, s string) error {
+			w, err := parse.Waits(s)
+			t.up.Policy.Waits = w
+			return err
+		}},
+	{flag: "reserve", key: "reserve", scope: upstream, def: "60s", arg: "DURATION", example: "5s",
+		help: "the time a request's deadline must still have after a wait for the retry to be made. 0 means none",
+		set:  duration(func(t target, d time.Duration) { t.up.Policy.Reserve = parse.ZeroIsNone(d) })},
+	{flag: "max-attempts", key: "max_attempts", scope: upstream, def: "0", arg: "N", example: "3",
+		help: "caps a request's attempts, the first included. 0 means no cap",
+		set:  count(func(t target, n int) { t.up.Policy.MaxAttempts = n })},
+	{flag: "window", key: "window", scope: upstream, def: "0", arg: "DURATION", example: "10m",
+		help: "caps the time from a request's first attempt to the end of its last wait. 0 means no cap",
+		set:  duration(func(t target, d time.Duration) { t.up.Policy.Window = d })},
+	{flag: "jitter-spread", key: "jitter_spread", scope: upstream, def: "0", arg: "FRACTION", example: "0.25",
+		help: "moves each wait up to this fraction either way, from 0 to 1, so that clients that failed together come back apart. 0 means none",
+		set: func(t target, s string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+			if err != nil || !(f >= 0 && f <= 1) {
+				return errors.New("want a fraction from 0 to 1, such as 0.25")
+			}
+			t.up.Policy.Jitter.Spread = f
+			return nil
+		}},
+	{flag: "retry-after", key: "retry_after", scope: upstream, def: "at-least", arg: "MODE", example: "exact",
+		help: "what a server's Retry-After does: at-least makes it a floor for the wait, exact makes it the wait, ignore ignores it",
+		set: func(t target, s string) error {
+			for _, m := range []outlast.RetryAfterMode{outlast.RetryAfterAtLeast, outlast.RetryAfterExact, outlast.RetryAfterIgnore} {
+				if s == m.String() {
+					t.up.Policy.RetryAfter = m
+					return nil
+				}
+			}
+			return errors.New("want at-least, exact or ignore")
+		}},
+	{flag: "first-byte-timeout", key: "first_byte_timeout", scope: upstream, def: "5m", arg: "DURATION", example: "10m",
+		help: "bounds an attempt's wait for its first byte; a slower attempt is retried. 0 means no bound",
+		set:  duration(func(t target, d time.Duration) { t.up.FirstByteTimeout = d })},
+	{flag: "idle-timeout", key: "idle_timeout", scope: upstream, def: "2m", arg: "DURATION", example: "1m",
+		help: "bounds the silence within a response being forwarded. 0 means no bound",
+		set:  duration(func(t target, d time.Duration) { t.up.IdleTimeout = d })},
+	{flag: "max-body", key: "max_body", scope: global, def: strconv.Itoa(gateway.DefaultMaxBody), arg: "BYTES", example: "1024",
+		help: "the largest request body; a larger one gets 413 (32 MiB)",
+		set: func(t target, s string) error {
+			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			if err != nil || n < 1 {
+				return errors.New("want a whole number of bytes, 1 or more, such as 33554432")
+			}
+			t.cfg.Gateway.MaxBody = n
+			return nil
+		}},
+	{flag: "grace", key: "grace", scope: global, def: "30s", arg: "DURATION", example: "5s",
+		help: "how long requests in flight may finish after SIGINT or SIGTERM",
+		set: func(t target, s string) error {
+			d, err := parse.Duration(s)
+			switch {
+			case err != nil:
+				return err
+			case d <= 0:
+				return errors.New("want a positive duration, such as 30s")
+			}
+			t.cfg.Grace = d
+			return nil
+		}},
+	{flag: "journal", key: "journal", scope: global, def: journal.DefaultSpec, arg: "SPEC", example: "off",
+		help: "where the record is kept: sqlite:PATH, a postgres:// URL for several replicas, or off",
+		set: func(t target, s string) error {
+			if err := journal.CheckSpec(s); err != nil {
+				return errors.New(strings.TrimPrefix(err.Error(), "journal: "))
+			}
+			t.cfg.Journal = s
+			return nil
+		}},
+	{flag: "journal-writer", key: "journal_writer", scope: global, def: server.WriterProcess, arg: "WHO", example: server.WriterInline,
+		help: "who writes a SQLite journal: process, a child process at the lowest CPU priority, so that its writes never take a core from the requests; or inline, this process",
+		set: func(t target, s string) error {
+			if s != server.WriterProcess && s != server.WriterInline {
+				return fmt.Errorf("want %s or %s", server.WriterProcess, server.WriterInline)
+			}
+			t.cfg.JournalWriter = s
+			return nil
+		}},
+	{flag: "journal-keep", key: "journal_keep", scope: global, def: "7d", arg: "DURATION", example: "12h",
+		help: "how long the journal keeps a request. 0 keeps it for ever",
+		set:  duration(func(t target, d time.Duration) { t.cfg.JournalKeep = d })},
+	{flag: "journal-headers", key: "journal_headers", scope: global, def: "false", bool: true, example: "true",
+		help: "keep each request's headers in the journal, credentials and --redact left out (they cost more than the rest of the record)",
+		set: func(t target, s string) error {
+			b, err := strconv.ParseBool(s)
+			if err != nil {
+				return errors.New("want true or false")
+			}
+			t.cfg.JournalHeaders = b
+			return nil
+		}},
+	{flag: "redact", key: "redact", scope: global, arg: "HEADERS", list: true, example: "X-Org-Token,X-Trace",
+		help: "request headers, comma-separated, that the record must not keep, besides the credentials it never keeps",
+		set: func(t target, s string) error {
+			t.cfg.Gateway.Redact = splitList(s)
+			return nil
+		}},
+}
+
+// count returns a setting's set for a count of 0 or more.
+func count(put func(target, int)) func(target, string) error {
+	return func(t target, s string) error {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		switch {
+		case err != nil:
+			return errors.New("want a whole number, such as 4")
+		case n < 0:
+			return errors.New("is negative: want 0 or more")
+		}
+		put(t, n)
+		return nil
+	}
+}
+
+// duration returns a setting's set for a duration of 0 or more.
+func duration(put func(target, time.Duration)) func(target, string) error {
+	return func(t target, s string) error {
+		d, err := parse.Duration(s)
+		switch {
+		case err != nil:
+			return err
+		case d < 0:
+			return errors.New("is negative: want 0 or more, such as 30s")
+		}
+		put(t, d)
+		return nil
+	}
+}
+
+// checkListen reports whether s is an address to listen on, host:port,
+// saying what to type instead when it is not.
+func checkListen(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		if _, perr := strconv.Atoi(s); perr == nil {
+			return fmt.Errorf("want host:port: type 127.0.0.1:%s, or :%s for other hosts too", s, s)
+		}
+		return errors.New("want host:port, such as 127.0.0.1:8700, or :8700 for other hosts too")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q: want a number from 0 to 65535, such as %s:8700", port, host)
+	}
+	return nil
+}
+
+// upstreamURL parses an upstream's URL, which must be absolute http or
+// https with a host. Its errors say what to type instead, without
+// repeating the URL, which may hold a password.
+func upstreamURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if !strings.Contains(s, "://") && (err != nil || u.Scheme == "" || u.Opaque != "") {
+		// A host:port parses as scheme:opaque or not at all, and a bare
+		// host as a path: each was meant to be a host.
+		if h, perr := url.Parse("http://" + s); perr == nil && h.Host != "" {
+			return nil, fmt.Errorf("not an absolute http(s) URL: type http://%s (or https://)", h.Host+h.Path)
+		}
+	}
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the url.Error repeats s
+		}
+		return nil, fmt.Errorf("not a URL: %v", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("not an absolute http(s) URL: want one such as https://api.openai.com")
+	}
+	return u, nil
+}
+
+// splitList splits a comma-separated value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}

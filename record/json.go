@@ -1,0 +1,173 @@
+package record
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+)
+
+// The JSON forms of Request and Attempt are the record's API, and what
+// outlast requests --json prints. Fields are snake_case and match the
+// journal's columns; times are RFC 3339 in UTC with exactly three
+// fractional digits (null when zero); durations are whole milliseconds,
+// in fields that end in _ms.
+
+// timeLayout is RFC 3339 with exactly three fractional digits, so that the
+// text has a fixed width and sorts as the times do.
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// jsonTime is a time in the record's JSON form.
+type jsonTime time.Time
+
+func (t jsonTime) MarshalJSON() ([]byte, error) {
+	if time.Time(t).IsZero() {
+		return []byte("null"), nil
+	}
+	b := make([]byte, 0, len(timeLayout)+2)
+	b = append(b, '"')
+	b = time.Time(t).UTC().AppendFormat(b, timeLayout)
+	return append(b, '"'), nil
+}
+
+func (t *jsonTime) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*t = jsonTime{}
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return err
+	}
+	*t = jsonTime(v.UTC())
+	return nil
+}
+
+// requestJSON is Request's JSON shape.
+type requestJSON struct {
+	ID        string              `json:"id"`
+	Run       string              `json:"run"`
+	Method    string              `json:"method"`
+	Path      string              `json:"path"`
+	Upstream  string              `json:"upstream"`
+	Slot      string              `json:"slot"`
+	Model     string              `json:"model"`
+	Headers   map[string][]string `json:"headers"`
+	StartedAt jsonTime            `json:"started_at"`
+	EndedAt   jsonTime            `json:"ended_at"`
+	Status    int                 `json:"status"`
+	Error     string              `json:"error"`
+	Stream    bool                `json:"stream"`
+	Committed bool                `json:"committed"`
+	Bytes     int64               `json:"bytes"`
+	Attempts  []Attempt           `json:"attempts"`
+}
+
+// attemptJSON is Attempt's JSON shape. The gate key is not in it: the
+// journal does not keep it.
+type attemptJSON struct {
+	CallID       string   `json:"call_id"`
+	N            int      `json:"n"`
+	StartedAt    jsonTime `json:"started_at"`
+	EndedAt      jsonTime `json:"ended_at"`
+	QueuedAhead  int      `json:"queued_ahead"`
+	GateWaitMS   int64    `json:"gate_wait_ms"`
+	Status       int      `json:"status"`
+	ErrorClass   string   `json:"error_class"`
+	Error        string   `json:"error"`
+	RetryInMS    int64    `json:"retry_in_ms"`
+	RetryAfterMS int64    `json:"retry_after_ms"`
+	Bytes        int64    `json:"bytes"`
+}
+
+// MarshalJSON returns r in the record's JSON form. Headers and attempts
+// are never null, so that readers need not tell null from empty.
+func (r Request) MarshalJSON() ([]byte, error) {
+	j := requestJSON{
+		ID: r.ID, Run: r.Run, Method: r.Method, Path: r.Path,
+		Upstream: r.Upstream, Slot: r.Slot, Model: r.Model,
+		Headers:   r.Header,
+		StartedAt: jsonTime(r.Start), EndedAt: jsonTime(r.End),
+		Status: r.Status, Error: r.Error,
+		Stream: r.Stream, Committed: r.Committed, Bytes: r.Bytes,
+		Attempts: r.Attempts,
+	}
+	if j.Headers == nil {
+		j.Headers = map[string][]string{}
+	}
+	if j.Attempts == nil {
+		j.Attempts = []Attempt{}
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads r from the record's JSON form.
+func (r *Request) UnmarshalJSON(b []byte) error {
+	var j requestJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*r = Request{
+		ID: j.ID, Run: j.Run, Method: j.Method, Path: j.Path,
+		Upstream: j.Upstream, Slot: j.Slot, Model: j.Model,
+		Header: j.Headers,
+		Start:  time.Time(j.StartedAt), End: time.Time(j.EndedAt),
+		Status: j.Status, Error: j.Error,
+		Stream: j.Stream, Committed: j.Committed, Bytes: j.Bytes,
+		Attempts: j.Attempts,
+	}
+	return nil
+}
+
+// MarshalJSON returns a in the record's JSON form, durations in whole
+// milliseconds.
+func (a Attempt) MarshalJSON() ([]byte, error) {
+	return json.Marshal(attemptJSON{
+		CallID: a.CallID, N: a.N,
+		StartedAt: jsonTime(a.Start), EndedAt: jsonTime(a.End),
+		QueuedAhead: a.QueuedAhead, GateWaitMS: a.GateWait.Milliseconds(),
+		Status: a.Status, ErrorClass: a.Class.String(), Error: a.Error,
+		RetryInMS: a.RetryIn.Milliseconds(), RetryAfterMS: a.RetryAfter.Milliseconds(),
+		Bytes: a.Bytes,
+	})
+}
+
+// UnmarshalJSON reads a from the record's JSON form.
+func (a *Attempt) UnmarshalJSON(b []byte) error {
+	var j attemptJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*a = Attempt{
+		CallID: j.CallID, N: j.N,
+		Start: time.Time(j.StartedAt), End: time.Time(j.EndedAt),
+		QueuedAhead: j.QueuedAhead, GateWait: ms(j.GateWaitMS),
+		Status: j.Status, Class: ParseClass(j.ErrorClass, j.Status), Error: j.Error,
+		RetryIn: ms(j.RetryInMS), RetryAfter: ms(j.RetryAfterMS),
+		Bytes: j.Bytes,
+	}
+	return nil
+}
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// ParseClass returns the class that name stands for in a record made by
+// any version of outlast: a class's name, as outlast.Class writes it; the
+// name "status", which records made before failed statuses were split by
+// class hold, as the class of the attempt's status; and a name this
+// version does not know, from a newer one, as outlast.ClassOther, so
+// that a reader never fails on a record a newer writer made.
+func ParseClass(name string, status int) outlast.Class {
+	var c outlast.Class
+	switch {
+	case name == "status":
+		return outlast.StatusClass(status)
+	case c.UnmarshalText([]byte(name)) != nil:
+		return outlast.ClassOther
+	}
+	return c
+}

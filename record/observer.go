@@ -1,0 +1,65 @@
+package record
+
+// An Observer is told what the gateway does with each request as it does
+// it. Any field may be nil. The calls for one request come in order, from
+// the goroutine serving it; calls for different requests may come at
+// once. The *Request is the gateway's own: read it during the call, and
+// copy what you keep.
+type Observer struct {
+	// Queued is called when a request joins a gate's queue for key, with
+	// ahead others holding or waiting for it.
+	Queued func(r *Request, key string, ahead int)
+	// AttemptStart is called when an attempt is sent.
+	AttemptStart func(r *Request, a Attempt)
+	// AttemptEnd is called when an attempt has its result, after it was
+	// added to r.Attempts. RetryIn is set when another will follow.
+	AttemptEnd func(r *Request, a Attempt)
+	// Done is called once, when the request is finished: r.End is set
+	// and r.Attempts holds every attempt.
+	Done func(r *Request)
+}
+
+// Observers returns an Observer that tells each of obs in turn, in order.
+func Observers(obs ...Observer) Observer {
+	var o Observer
+	for _, x := range obs {
+		o.Queued = chain3(o.Queued, x.Queued)
+		o.AttemptStart = chain2(o.AttemptStart, x.AttemptStart)
+		o.AttemptEnd = chain2(o.AttemptEnd, x.AttemptEnd)
+		o.Done = chain1(o.Done, x.Done)
+	}
+	return o
+}
+
+// chain1, chain2 and chain3 return a hook, of one, two or three
+// arguments, that calls first and then next: either alone if the other
+// is nil.
+func chain1[A any](first, next func(A)) func(A) {
+	switch {
+	case first == nil:
+		return next
+	case next == nil:
+		return first
+	}
+	return func(a A) { first(a); next(a) }
+}
+
+func chain2[A, B any](first, next func(A, B)) func(A, B) {
+	switch {
+	case first == nil:
+		return next
+	case next == nil:
+		return first
+	}
+	return func(a A, b B) { first(a, b); next(a, b) }
+}
+
+func chain3[A, B, C any](first, next func(A, B, C)) func(A, B, C) {
+	switch {
+	case first == nil:
+		return next
+	case next == nil:
+		return first
+	}
+	return func(a A, b B, c C) { first(a, b, c); next(a, b, c) }
+}

@@ -1,0 +1,158 @@
+// Package record is what the gateway reports of each request: one
+// [Request], with one [Attempt] per try at it, handed to an [Observer] as
+// it happens and once more when the request is done.
+//
+// The values are already safe when an observer sees them. Each attempt was
+// classified once, by outlast.Classify, where it ended, and carries that
+// [outlast.Class]; its error text went through the one sanitizer, which
+// cuts every URL's query and user info; the request's headers are those
+// the gateway keeps, without credentials. An observer (the journal, the
+// metrics, the timeline page, the traces) shows these values and never
+// judges an error or a header again, so all of them agree.
+//
+// The package sits below the gateway and the observers alike: a journal or
+// a dashboard needs it, not the gateway.
+package record
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/internal/redact"
+)
+
+// A Request is one request through the gateway, with every attempt at it.
+// The gateway fills it in as the request goes: an observer's live hooks
+// see it unfinished, and Done sees it finished. It is plain data; the
+// zero Request is a request with nothing known yet.
+type Request struct {
+	// ID identifies the request: a UUIDv7, sent to the caller as
+	// Outlast-Request-Id.
+	ID string
+	// Run groups a host's requests into a run: the caller's Outlast-Run,
+	// or "".
+	Run string
+	// Method is the request's HTTP method.
+	Method string
+	// Path is the request's path as the caller sent it, without its
+	// query, which may carry a key.
+	Path string
+	// Header is the caller's request header without credentials and
+	// without the names the gateway was told to redact, or nil when no
+	// observer keeps headers.
+	Header http.Header
+	// Upstream is the name of the upstream that served the request.
+	Upstream string
+	// Slot is the named slot the request waited for (Outlast-Slot, or
+	// llama.cpp's id_slot), or "".
+	Slot string
+	// Model is the JSON body's "model", or "".
+	Model string
+	// Start is when the request arrived.
+	Start time.Time
+	// End is when the gateway was done with it; zero while it is not.
+	End time.Time
+	// Status is the status of the answer the caller got: the response's,
+	// or, for an answer sent as an error event after progress comments
+	// had committed a 200 stream, the status that the error stands for.
+	// 499 means the caller left before the answer.
+	Status int
+	// Error is the kind of error the gateway answered with (its
+	// Outlast-Error value, such as "busy" or "deadline"), or
+	// "upstream-error" when it ended a progress stream with the
+	// upstream's failure, or "" when the upstream's response went through
+	// as it came.
+	Error string
+	// Stream says the request asked for a stream: "stream": true in its
+	// JSON body, or Accept: text/event-stream.
+	Stream bool
+	// Committed says that a byte of the upstream's response body reached
+	// the caller: from then on nothing was retried.
+	Committed bool
+	// Bytes counts the response body bytes forwarded to the caller.
+	Bytes int64
+	// Attempts are the tries at the request, oldest first; an observer's
+	// live hooks see those that have ended.
+	Attempts []Attempt
+}
+
+// An Attempt is one try at a request: an outlast.Attempt in the form
+// observers read. [NewAttempt] makes one.
+type Attempt struct {
+	// CallID identifies the attempt: a UUIDv7, so sorting IDs sorts
+	// attempts.
+	CallID string
+	// N is the attempt's number, 1 for the first.
+	N int
+	// Start is when the attempt was sent, after the gate.
+	Start time.Time
+	// End is when its response, first byte or failure came; zero while
+	// it is in flight.
+	End time.Time
+	// Key is the gate key the attempt held, such as "slot 3", or "" for
+	// the upstream's own bound. The journal does not keep it: the
+	// request's Slot says the same.
+	Key string
+	// QueuedAhead is how many held or waited for the key when the
+	// attempt joined the gate's queue; 0 when it did not queue.
+	QueuedAhead int
+	// GateWait is how long the attempt waited at the gate.
+	GateWait time.Duration
+	// Status is the response's status, or 0 if none came.
+	Status int
+	// Class is how the attempt ended, as outlast.Classify judged it when
+	// it did: outlast.ClassNone for the response that was returned.
+	Class outlast.Class
+	// Error is the failure's message, its URLs' queries and user info
+	// cut, or "".
+	Error string
+	// RetryIn is the wait before the next attempt, when one followed.
+	RetryIn time.Duration
+	// RetryAfter is the delay the server asked for, if any.
+	RetryAfter time.Duration
+	// Bytes counts the response body bytes forwarded from this attempt:
+	// the last attempt's, when the response was committed, else 0.
+	Bytes int64
+}
+
+// NewAttempt returns the record of a: its class as a carries it, and its
+// error's text sanitized. Bytes is left zero: outlast.Attempt does not
+// count them, and the gateway does.
+func NewAttempt(a outlast.Attempt) Attempt {
+	at := Attempt{
+		CallID:      a.CallID,
+		N:           a.N,
+		Start:       a.Start,
+		End:         a.End,
+		Key:         a.Key,
+		QueuedAhead: a.Ahead,
+		GateWait:    a.GateWait,
+		Status:      a.Status,
+		Class:       a.Class,
+		RetryIn:     a.RetryIn,
+		RetryAfter:  a.RetryAfter,
+	}
+	if a.Err != nil {
+		at.Error = redact.Text(a.Err.Error())
+	}
+	return at
+}
+
+// Load is one upstream's gate at one moment, as the gateway counts it:
+// for observers that show slots and queues.
+type Load struct {
+	// Upstream is the upstream's name.
+	Upstream string
+	// Slots is the upstream's bound on requests in flight; 0 means none.
+	Slots int
+	// InFlight counts the requests in flight, over the bound and every
+	// named slot.
+	InFlight int
+	// Queued counts the requests waiting, over the bound and every named
+	// slot.
+	Queued int
+	// Named counts the requests waiting for each named slot, by gate key
+	// ("slot 3"); nil when none is in use.
+	Named map[string]int
+}

@@ -1,0 +1,96 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/internal/journalproc"
+	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/record"
+	"github.com/outlast-llm/outlast/server"
+)
+
+// TestMain lets the test binary be the journal's writer process, as the
+// outlast binary is.
+func TestMain(m *testing.M) {
+	server.RunJournalWriter()
+	os.Exit(m.Run())
+}
+
+func upstreams() []gateway.Upstream {
+	return []gateway.Upstream{{URL: &url.URL{Scheme: "http", Host: "127.0.0.1:1"}}}
+}
+
+// A SQLite file is written by a child process unless the config says
+// inline; nothing else is. A record added is in the journal once the
+// server has closed.
+func TestJournalWriterModes(t *testing.T) {
+	for _, tt := range []struct {
+		name, spec, mode string
+		process          bool
+	}{
+		// The default where the priority can be lowered.
+		{"file", "sqlite:" + filepath.Join(t.TempDir(), "a.db"), "", journalproc.CanLowerPriority},
+		{"file inline", "sqlite:" + filepath.Join(t.TempDir(), "b.db"), server.WriterInline, false},
+		// No other process could reach the database.
+		{"memory", "sqlite::memory:", server.WriterProcess, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := server.New(t.Context(), server.Config{Gateway: gateway.Config{Upstreams: upstreams()}, Journal: tt.spec, JournalWriter: tt.mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, isProc := s.Store.(*journalproc.Store); isProc != tt.process {
+				t.Errorf("written by a process: got %v, want %v", isProc, tt.process)
+			}
+			start := time.Now()
+			s.Writer.Add(record.Request{ID: "r1", Start: start, End: start})
+			if err := s.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if tt.spec == "sqlite::memory:" {
+				return
+			}
+			st, err := journal.OpenExisting(context.Background(), tt.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			if _, err := st.Get(context.Background(), "r1"); err != nil {
+				t.Errorf("the record after Close: %v", err)
+			}
+		})
+	}
+}
+
+// A wrong setting is a *ConfigError, for a program to tell from a journal
+// that could not be opened.
+func TestConfigErrors(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  server.Config
+	}{
+		{"no upstreams", server.Config{Journal: "off"}},
+		{"journal spec", server.Config{Gateway: gateway.Config{Upstreams: upstreams()}, Journal: "mysql://x"}},
+		{"negative slots", server.Config{Gateway: gateway.Config{Upstreams: []gateway.Upstream{{URL: &url.URL{Scheme: "http", Host: "h"}, Slots: -1}}}, Journal: "off"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := server.New(t.Context(), tt.cfg)
+			if _, ok := errors.AsType[*server.ConfigError](err); !ok {
+				t.Errorf("got %v, want a *server.ConfigError", err)
+			}
+		})
+	}
+	// A journal that cannot be opened is not a setting's fault.
+	dir := filepath.Join(t.TempDir(), "no-such-dir", "j.db")
+	_, err := server.New(t.Context(), server.Config{Gateway: gateway.Config{Upstreams: upstreams()}, Journal: "sqlite:" + dir})
+	if _, ok := errors.AsType[*server.ConfigError](err); ok || err == nil {
+		t.Errorf("an unopenable journal: got %v, want an error that is not a *ConfigError", err)
+	}
+}
