@@ -16,8 +16,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the driver "pgx", to look under the Store
 	"go.uber.org/goleak"
 
-	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/internal/recordtest"
+	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/record"
 )
 
