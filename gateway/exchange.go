@@ -15,6 +15,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/internal/apierr"
+	"github.com/outlast-llm/outlast/internal/redact"
 	"github.com/outlast-llm/outlast/internal/sse"
 	"github.com/outlast-llm/outlast/record"
 )
@@ -241,12 +242,21 @@ func (x *exchange) forward(resp *http.Response, cancel context.CancelCauseFunc) 
 	progressed := x.out.commit(resp.StatusCode, func(h http.Header) {
 		copyHeader(h, resp.Header)
 		x.ownHeaders(h)
+		if resp.StatusCode >= 400 && x.retried() {
+			// The gateway has applied its policy to this failure: a
+			// client that retried it would multiply the attempts.
+			h.Set(headerShouldRetry, "false")
+		}
 	})
 	if progressed && (resp.StatusCode >= 300 || !sse.IsStream(resp.Header)) {
 		// The caller was promised an event stream; the upstream's answer
-		// is something else, and comes as an error event.
-		x.rec.Status = http.StatusOK
-		x.out.errorEvent("upstream-error", fmt.Sprintf("outlast: upstream %s answered %s", x.up.Name, resp.Status), readSnippet(resp.Body))
+		// is something else, and comes as an error event. The record
+		// keeps the failure the caller got, not the 200 that carried it.
+		x.rec.Error = record.ErrorUpstreamError
+		if resp.StatusCode < 400 {
+			x.rec.Status = http.StatusBadGateway // an answer the stream cannot carry
+		}
+		x.out.errorEvent(record.ErrorUpstreamError, fmt.Sprintf("outlast: upstream %s answered %s", x.up.Name, resp.Status), readSnippet(resp.Body))
 		return
 	}
 	stream := x.rec.Stream || sse.IsStream(resp.Header)
@@ -254,16 +264,23 @@ func (x *exchange) forward(resp *http.Response, cancel context.CancelCauseFunc) 
 	switch {
 	case err == nil:
 	case errors.Is(err, errClientGone):
-		x.rec.Error = "client-closed"
+		x.rec.Error = record.ErrorClientClosed
 	case stream:
-		x.rec.Error = "upstream-broke"
-		x.out.errorEvent("upstream-error", fmt.Sprintf("outlast: upstream %s broke off the stream after %d bytes: %v", x.up.Name, x.rec.Bytes, err), nil)
+		x.rec.Error = record.ErrorUpstreamBroke
+		x.out.errorEvent(record.ErrorUpstreamError, fmt.Sprintf("outlast: upstream %s broke off the stream after %d bytes: %v", x.up.Name, x.rec.Bytes, err), nil)
 	default:
 		// A body cut short must not look complete: abort the connection
 		// so that the caller sees the failure (net/http's convention).
-		x.rec.Error = "upstream-broke"
+		x.rec.Error = record.ErrorUpstreamBroke
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// retried reports whether the gateway's own policy decided this request's
+// attempts: it had one, and no outer outlast layer was retrying, which
+// must stay free to retry what the gateway returns.
+func (x *exchange) retried() bool {
+	return x.opts.policy != nil && !x.opts.outer
 }
 
 // ownHeaders adds the gateway's response headers.
@@ -281,25 +298,39 @@ func (x *exchange) failed(ctx context.Context, err error) {
 	switch {
 	case x.r.Context().Err() != nil:
 		// The caller left; there is nobody to answer.
-		x.rec.Status, x.rec.Error = 499, "client-closed"
+		x.rec.Status, x.rec.Error = 499, record.ErrorClientClosed
 	case errors.Is(err, outlast.ErrBusy):
+		// The gate has said that waiting will not help: no layer should
+		// retry it at once.
 		x.fail(http.StatusServiceUnavailable, apierr.Busy,
 			fmt.Sprintf("outlast: upstream %s is busy: its queue is full", x.up.Name),
-			http.Header{"Retry-After": {strconv.Itoa(x.up.busyRetryAfter())}})
+			http.Header{"Retry-After": {strconv.Itoa(x.up.busyRetryAfter())}, headerShouldRetry: {"false"}})
 	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(err, outlast.ErrNoTime):
+		// The request's deadline is the caller's: nothing is left of it.
 		x.fail(http.StatusGatewayTimeout, apierr.Deadline,
-			fmt.Sprintf("outlast: the request's deadline passed before upstream %s answered: %v", x.up.Name, err), nil)
+			fmt.Sprintf("outlast: the request's deadline passed before upstream %s answered: %s", x.up.Name, redact.Text(err.Error())),
+			http.Header{headerShouldRetry: {"false"}})
 	case class == outlast.ClassStalled, class == outlast.ClassTimeout:
 		x.fail(http.StatusGatewayTimeout, apierr.Timeout,
-			fmt.Sprintf("outlast: upstream %s did not answer in time: %v", x.up.Name, err), nil)
+			fmt.Sprintf("outlast: upstream %s did not answer in time: %s", x.up.Name, redact.Text(err.Error())), x.noRetryIfRetried())
 	default:
 		x.fail(http.StatusBadGateway, apierr.Unreachable,
-			fmt.Sprintf("outlast: upstream %s is unreachable: %v", x.up.Name, err), nil)
+			fmt.Sprintf("outlast: upstream %s is unreachable: %s", x.up.Name, redact.Text(err.Error())), x.noRetryIfRetried())
 	}
 }
 
+// noRetryIfRetried returns the header that tells a client not to retry a
+// failure the gateway's policy has already retried, or nil.
+func (x *exchange) noRetryIfRetried() http.Header {
+	if x.retried() {
+		return http.Header{headerShouldRetry: {"false"}}
+	}
+	return nil
+}
+
 // fail answers with an error the gateway made: JSON with Outlast-Error, or,
-// once progress comments have gone out, an error event.
+// once progress comments have gone out, an error event. The record keeps
+// the status either way: the failure is what the caller got.
 func (x *exchange) fail(status int, kind, msg string, extra http.Header) {
 	x.rec.Error = kind
 	progressed := x.out.commit(status, func(h http.Header) {
@@ -311,12 +342,11 @@ func (x *exchange) fail(status int, kind, msg string, extra http.Header) {
 		h.Set("Content-Type", "application/json")
 		h.Del("Content-Length")
 	})
+	x.rec.Status = status
 	if progressed {
-		x.rec.Status = http.StatusOK
 		x.out.errorEvent(kind, msg, nil)
 		return
 	}
-	x.rec.Status = status
 	x.out.write(append(apierr.Body(kind, msg, nil), '\n'))
 }
 

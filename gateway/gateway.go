@@ -44,6 +44,11 @@ const (
 	DefaultQueue            = 16
 )
 
+// DefaultStatusPaths are the health and status endpoints of the APIs the
+// gateway fronts, which Upstream.StatusPaths' nil means: llama.cpp's
+// /health and /slots, and the model lists of OpenAI-style servers.
+var DefaultStatusPaths = []string{"/health", "/slots", "/v1/models"}
+
 // An Upstream is one API the gateway forwards to.
 type Upstream struct {
 	// Name names the upstream in the record, metrics and health. Empty
@@ -82,6 +87,15 @@ type Upstream struct {
 	// IdleTimeout bounds the silence between two reads of a response body
 	// being forwarded. Zero means no bound.
 	IdleTimeout time.Duration
+
+	// StatusPaths are the upstream's health and status endpoints. A GET
+	// or HEAD request for one is forwarded once, outside the gate, and
+	// kept out of the record: a host polls them to learn the server's
+	// state, and retries or a place in the queue would hide the answer it
+	// polls for, such as llama.cpp's "loading" 503. A path matches itself
+	// and the paths below it, once Prefix is removed. Nil means
+	// DefaultStatusPaths; an empty list means none.
+	StatusPaths []string
 }
 
 // Config configures a Gateway.
@@ -183,11 +197,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	up, path := g.route(r.URL.Path)
-	if up == nil {
+	switch {
+	case up == nil:
 		writeError(w, http.StatusNotFound, apierr.NotFound, fmt.Sprintf("outlast: no upstream serves the path %q", r.URL.Path))
-		return
+	case up.isStatus(r.Method, path):
+		up.passThrough(w, r, path)
+	default:
+		newExchange(g, up, w, r, path).serve()
 	}
-	newExchange(g, up, w, r, path).serve()
 }
 
 // route returns the upstream for path, and the path to forward.

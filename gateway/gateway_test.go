@@ -67,6 +67,13 @@ func status(code int, body string) http.HandlerFunc {
 	}
 }
 
+// hang answers nothing until the request ends. It reads the body first:
+// the HTTP/1 server notices a client gone only once the body is read.
+func hang(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	<-r.Context().Done()
+}
+
 func sse(events ...string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -81,6 +88,12 @@ func sse(events ...string) http.HandlerFunc {
 // upstream settings, and returns its URL.
 func gw(t *testing.T, up *upstream, change func(*gateway.Upstream)) (string, *gateway.Gateway) {
 	t.Helper()
+	return gwObserved(t, up, change, record.Observer{})
+}
+
+// gwObserved is gw with an observer.
+func gwObserved(t *testing.T, up *upstream, change func(*gateway.Upstream), obs record.Observer) (string, *gateway.Gateway) {
+	t.Helper()
 	u, _ := url.Parse(up.URL)
 	cfg := gateway.Upstream{
 		URL:              u,
@@ -90,13 +103,41 @@ func gw(t *testing.T, up *upstream, change func(*gateway.Upstream)) (string, *ga
 	if change != nil {
 		change(&cfg)
 	}
-	g, err := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{cfg}, Logger: slog.New(slog.DiscardHandler)})
+	g, err := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{cfg}, Logger: slog.New(slog.DiscardHandler), Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := httptest.NewServer(g)
 	t.Cleanup(s.Close)
 	return s.URL, g
+}
+
+// events returns an observer that sends "queued SLOT", "sent SLOT" and
+// "done SLOT" for each request as it happens, and the channel it sends
+// them on, which the test reads to wait for a request to reach a state.
+func events() (record.Observer, chan string) {
+	ch := make(chan string, 64)
+	return record.Observer{
+		Queued:       func(r *record.Request, _ string, _ int) { ch <- "queued " + r.Slot },
+		AttemptStart: func(r *record.Request, _ record.Attempt) { ch <- "sent " + r.Slot },
+		Done:         func(r *record.Request) { ch <- "done " + r.Slot },
+	}, ch
+}
+
+// await reads events until want comes, failing the test after 10 s.
+func await(t *testing.T, ch <-chan string, want string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-ch:
+			if got == want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no %q in 10s", want)
+		}
+	}
 }
 
 func send(t *testing.T, method, target, body string, header map[string]string) (*http.Response, string) {
@@ -291,36 +332,25 @@ func TestBusy(t *testing.T) {
 		<-release
 		status(200, "{}")(w, r)
 	})
-	base, g := gw(t, up, func(u *gateway.Upstream) { u.Slots, u.Queue = 1, -1 })
+	obs, ev := events()
+	base, _ := gwObserved(t, up, func(u *gateway.Upstream) { u.Slots, u.Queue = 1, -1 }, obs)
 	done := make(chan int)
 	go func() {
 		resp, _ := send(t, http.MethodPost, base+"/v1/chat/completions", chat, nil)
 		done <- resp.StatusCode
 	}()
-	waitFor(t, func() bool { return g.Health().Upstreams[0].InFlight == 1 })
+	await(t, ev, "sent ") // the first holds the one slot
 	resp, body := send(t, http.MethodPost, base+"/v1/chat/completions", chat, nil)
 	close(release)
-	if resp.StatusCode != 503 || resp.Header.Get("Outlast-Error") != "busy" || resp.Header.Get("Retry-After") == "" {
-		t.Errorf("got %d %q Retry-After %q, want 503 busy with Retry-After", resp.StatusCode, resp.Header.Get("Outlast-Error"), resp.Header.Get("Retry-After"))
+	if resp.StatusCode != 503 || resp.Header.Get("Outlast-Error") != "busy" || resp.Header.Get("Retry-After") == "" || resp.Header.Get("X-Should-Retry") != "false" {
+		t.Errorf("got %d %q Retry-After %q X-Should-Retry %q, want 503 busy with Retry-After and X-Should-Retry: false",
+			resp.StatusCode, resp.Header.Get("Outlast-Error"), resp.Header.Get("Retry-After"), resp.Header.Get("X-Should-Retry"))
 	}
 	if e := decodeError(t, body); e.Error.Type != "outlast_busy" {
 		t.Errorf("got error type %q, want outlast_busy", e.Error.Type)
 	}
 	if code := <-done; code != 200 {
 		t.Errorf("the first request got %d, want 200", code)
-	}
-}
-
-// waitFor polls cond: the state it waits for is another goroutine's, seen
-// through the gateway's health, with no event to wait on.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -475,16 +505,22 @@ func TestNamedSlots(t *testing.T) {
 		<-release
 		status(200, "{}")(w, r)
 	})
-	base, g := gw(t, up, nil)
+	obs, ev := events()
+	base, g := gwObserved(t, up, nil, obs)
 	var wg sync.WaitGroup
-	for _, slot := range []string{`{"id_slot":0}`, `{"id_slot":0}`, `{"id_slot":1}`} {
-		wg.Go(func() { send(t, http.MethodPost, base+"/completion", slot, nil) })
-		time.Sleep(20 * time.Millisecond) // arrival order, for the queue's sake
+	// Each request is sent once the one before it has reached the gate:
+	// slot 0 is taken, the second waits for it, and slot 1 is free.
+	for _, c := range []struct{ body, reached string }{
+		{`{"id_slot":0}`, "sent 0"},
+		{`{"id_slot":0}`, "queued 0"},
+		{`{"id_slot":1}`, "sent 1"},
+	} {
+		wg.Go(func() { send(t, http.MethodPost, base+"/completion", c.body, nil) })
+		await(t, ev, c.reached)
 	}
-	waitFor(t, func() bool {
-		h := g.Health().Upstreams[0]
-		return h.InFlight == 2 && h.Queued == 1 && h.Named["slot 0"] == 1
-	})
+	if h := g.Health().Upstreams[0]; h.InFlight != 2 || h.Queued != 1 || h.Named["slot 0"] != 1 {
+		t.Errorf("got %d in flight, %d queued, %v by slot; want 2, 1 and slot 0 with 1", h.InFlight, h.Queued, h.Named)
+	}
 	close(release)
 	wg.Wait()
 	if up.attempts() != 3 {
@@ -592,7 +628,7 @@ func TestEndpointsAndObservers(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", path, body, want)
 		}
 	}
-	send(t, http.MethodGet, s.URL+"/v1/models", "", nil)
+	send(t, http.MethodPost, s.URL+"/v1/chat/completions", chat, nil)
 	mu.Lock()
 	defer mu.Unlock()
 	if strings.Join(calls, ",") != "a,b" {
@@ -629,5 +665,135 @@ func TestObserverHeadersRedacted(t *testing.T) {
 	}
 	if r := up.request(0); r.Header.Get("X-Org-Secret") != "o-4" || r.Header.Get("Authorization") != "Bearer sk-1" {
 		t.Error("the upstream lost a header that only the record must not keep")
+	}
+}
+
+// A failure the gateway has retried or decided says so, with
+// X-Should-Retry: false, which the OpenAI and Anthropic SDKs honour: a
+// client retrying it would multiply the gateway's attempts. A failure the
+// gateway did not retry (retries off, or an outer outlast layer that
+// retries itself) leaves the client free to.
+func TestShouldRetryFalse(t *testing.T) {
+	t.Parallel()
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := l.Addr().String()
+	l.Close()
+	for _, c := range []struct {
+		name   string
+		script []http.HandlerFunc // nil: the upstream is down
+		header map[string]string
+		status int
+		want   string // X-Should-Retry
+	}{
+		// The upstream's last failure, after the gateway's retries.
+		{"retried to the bound", []http.HandlerFunc{status(503, "{}")}, nil, 503, "false"},
+		// The policy judged it: a 400 would fail again.
+		{"not retryable", []http.HandlerFunc{status(400, "{}")}, nil, 400, "false"},
+		{"unreachable after retries", nil, nil, 502, "false"},
+		// The deadline is the caller's, and it has passed.
+		{"deadline", []http.HandlerFunc{hang}, map[string]string{"Outlast-Timeout": "50ms"}, 504, "false"},
+		// Nothing was retried: the client's choice stands.
+		{"retries off", []http.HandlerFunc{status(503, "{}")}, map[string]string{"Outlast-Retry": "off"}, 503, ""},
+		{"unreachable, retries off", nil, map[string]string{"Outlast-Retry": "off"}, 502, ""},
+		// An outer outlast layer retries: it must be free to.
+		{"outer layer", []http.HandlerFunc{status(503, "{}")}, map[string]string{"Outlast-Attempt": "1"}, 503, ""},
+		{"success", []http.HandlerFunc{status(200, "{}")}, nil, 200, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var base string
+			if c.script == nil {
+				u, _ := url.Parse("http://" + closed)
+				g, _ := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{{URL: u, Policy: &outlast.Policy{Waits: []time.Duration{time.Millisecond}}}}, Logger: slog.New(slog.DiscardHandler)})
+				s := httptest.NewServer(g)
+				t.Cleanup(s.Close)
+				base = s.URL
+			} else {
+				base, _ = gw(t, newUpstream(t, c.script...), nil)
+			}
+			resp, _ := send(t, http.MethodPost, base+"/v1/chat/completions", chat, c.header)
+			if resp.StatusCode != c.status || resp.Header.Get("X-Should-Retry") != c.want {
+				t.Errorf("got %d with X-Should-Retry %q, want %d with %q", resp.StatusCode, resp.Header.Get("X-Should-Retry"), c.status, c.want)
+			}
+		})
+	}
+}
+
+// A health or status endpoint is forwarded once, outside the gate, and
+// kept out of the record: a host polling llama.cpp's /health while the
+// model loads sees its "loading" 503 at once, even while the one slot is
+// busy. The same path by POST, or with no status paths, is a model
+// request like any other.
+func TestStatusPaths(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/health":
+			status(503, `{"error":{"message":"Loading model"}}`)(w, r)
+		case r.Method == http.MethodGet:
+			status(200, `{"path":"`+r.URL.Path+`"}`)(w, r)
+		default:
+			<-release
+			status(200, "{}")(w, r)
+		}
+	})
+	obs, ev := events()
+	var recorded []string
+	var mu sync.Mutex
+	done := obs.Done
+	obs.Done = func(r *record.Request) {
+		mu.Lock()
+		recorded = append(recorded, r.Method+" "+r.Path)
+		mu.Unlock()
+		done(r)
+	}
+	base, _ := gwObserved(t, up, func(u *gateway.Upstream) { u.Slots, u.Queue = 1, -1 }, obs)
+	held := make(chan error, 1)
+	go func() { // holds the slot
+		resp, err := http.Post(base+"/completion", "application/json", strings.NewReader(chat))
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		held <- err
+	}()
+	await(t, ev, "sent ")
+	resp, body := send(t, http.MethodGet, base+"/health", "", nil)
+	if resp.StatusCode != 503 || !strings.Contains(body, "Loading model") || resp.Header.Get("Outlast-Request-Id") != "" {
+		t.Errorf("GET /health: got %d %q (request id %q), want the upstream's 503 as it came, unrecorded", resp.StatusCode, body, resp.Header.Get("Outlast-Request-Id"))
+	}
+	for _, path := range []string{"/slots", "/v1/models", "/v1/models/gpt-4o"} {
+		if resp, body := send(t, http.MethodGet, base+path, "", nil); resp.StatusCode != 200 || !strings.Contains(body, path) {
+			t.Errorf("GET %s: got %d %q, want the upstream's 200 past the busy slot", path, resp.StatusCode, body)
+		}
+	}
+	if got := up.attempts(); got != 5 {
+		t.Errorf("the upstream saw %d requests, want 5: one each, none retried", got)
+	}
+	// Not a status path: /healthz is a model request, refused by the
+	// full gate.
+	if resp, _ := send(t, http.MethodGet, base+"/healthz", "", nil); resp.StatusCode != 503 || resp.Header.Get("Outlast-Error") != "busy" {
+		t.Errorf("GET /healthz: got %d %q, want 503 busy", resp.StatusCode, resp.Header.Get("Outlast-Error"))
+	}
+	await(t, ev, "done ") // the busy one
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	await(t, ev, "done ") // the slot's
+	mu.Lock()
+	defer mu.Unlock()
+	for _, r := range recorded {
+		if r != "POST /completion" && r != "GET /healthz" {
+			t.Errorf("recorded %s, want only model requests", r)
+		}
+	}
+
+	// With no status paths, /health is retried like any request.
+	up2 := newUpstream(t, status(503, "{}"))
+	base2, _ := gw(t, up2, func(u *gateway.Upstream) { u.StatusPaths = []string{} })
+	if resp, _ := send(t, http.MethodGet, base2+"/health", "", nil); resp.StatusCode != 503 || up2.attempts() != 3 {
+		t.Errorf("no status paths: got %d after %d attempts, want 503 after 3", resp.StatusCode, up2.attempts())
 	}
 }

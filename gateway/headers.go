@@ -32,6 +32,11 @@ const (
 	HeaderError     = apierr.Header        // response: the kind of an error the gateway made
 )
 
+// headerShouldRetry tells the OpenAI and Anthropic SDKs whether to retry a
+// failure, overriding their own judgement of its status. The gateway sends
+// "false" on a failure it has already retried or decided.
+const headerShouldRetry = "X-Should-Retry"
+
 // maxRunLen bounds Outlast-Run, which the record stores.
 const maxRunLen = 200
 

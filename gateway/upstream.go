@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gate"
+	"github.com/outlast-llm/outlast/internal/apierr"
 	"github.com/outlast-llm/outlast/internal/redact"
 )
 
@@ -55,6 +57,14 @@ func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger)
 	}
 	if u.Queue == 0 {
 		u.Queue = DefaultQueue
+	}
+	if u.StatusPaths == nil {
+		u.StatusPaths = DefaultStatusPaths
+	}
+	for _, p := range u.StatusPaths {
+		if !strings.HasPrefix(p, "/") {
+			return nil, fmt.Errorf("gateway: upstreams[%d] (%s): status path %q does not start with /", i, u.Name, p)
+		}
 	}
 	up := &upstream{Upstream: u, gates: newSlotGates(u.Slots, max(u.Queue, 0))}
 	up.transport = &outlast.Transport{
@@ -103,6 +113,50 @@ func joinPath(a, b string) string {
 		return a + "/" + b
 	}
 	return a + b
+}
+
+// isStatus reports whether a request with method for path, the upstream's
+// prefix removed, is for one of its health or status endpoints.
+func (u *upstream) isStatus(method, path string) bool {
+	if method != http.MethodGet && method != http.MethodHead {
+		return false
+	}
+	for _, p := range u.StatusPaths {
+		p = strings.TrimSuffix(p, "/")
+		if rest, ok := strings.CutPrefix(path, p); ok && (rest == "" || rest[0] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// passThrough forwards a request for a health or status endpoint once,
+// past the upstream's gates and policy, and tells no observer: what the
+// caller gets is the upstream's own answer, whatever it is, as soon as it
+// comes. FirstByteTimeout bounds the wait for it.
+func (u *upstream) passThrough(w http.ResponseWriter, r *http.Request, path string) {
+	ctx := r.Context()
+	if d := u.FirstByteTimeout; d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	out := r.WithContext(ctx)
+	out.RequestURI, out.Close, out.Host = "", false, ""
+	out.URL = u.target(path, r.URL.RawQuery)
+	out.Header = forwardHeader(r.Header)
+	resp, err := u.transport.Base.RoundTrip(out)
+	if err != nil {
+		if r.Context().Err() == nil {
+			writeError(w, http.StatusBadGateway, apierr.Unreachable,
+				fmt.Sprintf("outlast: upstream %s is unreachable: %s", u.Name, redact.Text(err.Error())))
+		}
+		return
+	}
+	defer resp.Body.Close()
+	copyHeader(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
 }
 
 // slotKey carries a request's named slot in its attempts' context.

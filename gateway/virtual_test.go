@@ -14,6 +14,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // Tests of the gateway's timing, in virtual time: the handler is called
@@ -57,11 +58,18 @@ func answer(code int, contentType, body string) func() *http.Response {
 
 func virtualGateway(t *testing.T, f *fakeUpstream, p *outlast.Policy) *gateway.Gateway {
 	t.Helper()
+	return observedGateway(t, f, p, record.Observer{})
+}
+
+// observedGateway is virtualGateway with an observer.
+func observedGateway(t *testing.T, f *fakeUpstream, p *outlast.Policy, obs record.Observer) *gateway.Gateway {
+	t.Helper()
 	u, _ := url.Parse("http://upstream.test")
 	g, err := gateway.New(gateway.Config{
 		Upstreams: []gateway.Upstream{{URL: u, Policy: p, FirstByteTimeout: time.Minute}},
 		Transport: f,
 		Logger:    slog.New(slog.DiscardHandler),
+		Observer:  obs,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -140,18 +148,40 @@ func TestProgressComments(t *testing.T) {
 }
 
 // Once progress comments have gone out, an upstream failure before the
-// stream starts ends the response as an error event.
+// stream starts ends the response as an error event, and the record
+// keeps the failure the caller got, not the 200 that carried it.
 func TestProgressThenFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeUpstream{script: []func() *http.Response{answer(503, "application/json", `{"error":"down"}`)}}
-		g := virtualGateway(t, f, &outlast.Policy{Waits: []time.Duration{20 * time.Second}})
+		var done record.Request
+		g := observedGateway(t, f, &outlast.Policy{Waits: []time.Duration{20 * time.Second}}, record.Observer{Done: func(r *record.Request) { done = *r }})
 		rec := serve(g, `{"stream":true}`, map[string]string{"Outlast-Progress": "sse"})
+		if done.Status != 503 || done.Error != "upstream-error" {
+			t.Errorf("recorded %d %q, want 503 upstream-error", done.Status, done.Error)
+		}
 		body := rec.Body.String()
 		if rec.Code != 200 || !strings.HasPrefix(body, ": outlast retrying attempt=2 in=20s status=503\n\n: outlast waiting\n\n") {
 			t.Fatalf("got %d %q, want progress comments first", rec.Code, body)
 		}
 		if !strings.Contains(body, "event: error\ndata: {") || !strings.Contains(body, `\"down\"`) {
 			t.Errorf("got %q, want an error event carrying the upstream's answer", body)
+		}
+	})
+}
+
+// An error the gateway makes after progress comments comes as an error
+// event, and the record keeps its status and kind.
+func TestProgressThenDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeUpstream{delay: time.Minute, script: []func() *http.Response{answer(200, "text/event-stream", "data: late\n\n")}}
+		var done record.Request
+		g := observedGateway(t, f, &outlast.Policy{Waits: []time.Duration{time.Second}}, record.Observer{Done: func(r *record.Request) { done = *r }})
+		rec := serve(g, `{"stream":true}`, map[string]string{"Outlast-Progress": "sse", "Outlast-Timeout": "20s"})
+		if rec.Code != 200 || !strings.Contains(rec.Body.String(), "event: error") || !strings.Contains(rec.Body.String(), "outlast_deadline") {
+			t.Errorf("got %d %q, want 200 with a deadline error event", rec.Code, rec.Body.String())
+		}
+		if done.Status != 504 || done.Error != "deadline" {
+			t.Errorf("recorded %d %q, want 504 deadline", done.Status, done.Error)
 		}
 	})
 }

@@ -59,10 +59,9 @@ type Request struct {
 	// 499 means the caller left before the answer.
 	Status int
 	// Error is the kind of error the gateway answered with (its
-	// Outlast-Error value, such as "busy" or "deadline"), or
-	// "upstream-error" when it ended a progress stream with the
-	// upstream's failure, or "" when the upstream's response went through
-	// as it came.
+	// Outlast-Error value, such as "busy" or "deadline"), one of the
+	// Error constants for a failure it did not answer with an error of
+	// its own, or "" when the upstream's response went through whole.
 	Error string
 	// Stream says the request asked for a stream: "stream": true in its
 	// JSON body, or Accept: text/event-stream.
@@ -76,6 +75,22 @@ type Request struct {
 	// live hooks see those that have ended.
 	Attempts []Attempt
 }
+
+// The kinds of Request.Error that are not an Outlast-Error of the
+// gateway's own answer.
+const (
+	// ErrorUpstreamError is an upstream's failure sent to a caller whose
+	// 200 event stream progress comments had already committed: as an
+	// error event, which Request.Status stands for.
+	ErrorUpstreamError = "upstream-error"
+	// ErrorUpstreamBroke is a response the upstream broke off after its
+	// first byte had reached the caller: a stream ends with an error
+	// event, any other body with a cut connection.
+	ErrorUpstreamBroke = "upstream-broke"
+	// ErrorClientClosed is a caller that left before its answer was
+	// done; Status is 499 if it left before the answer began.
+	ErrorClientClosed = "client-closed"
+)
 
 // An Attempt is one try at a request: an outlast.Attempt in the form
 // observers read. [NewAttempt] makes one.

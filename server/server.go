@@ -83,10 +83,10 @@ type Config struct {
 	// Zero means journal.DefaultFlushInterval.
 	JournalFlush time.Duration
 
-	// Tracing turns on OpenTelemetry traces as the standard OTEL_*
-	// environment says (see tracing.FromEnv); with no endpoint set there,
-	// there are none.
-	Tracing bool
+	// Tracer makes a trace of each request, as tracing.FromEnv sets one
+	// up from the standard OTEL_* environment. Nil means none. The
+	// Server's Close shuts it down.
+	Tracer *tracing.Tracer
 
 	// Observer is told of every request after the record's own observers:
 	// the journal, the metrics, the page and the traces.
@@ -131,7 +131,7 @@ type Server struct {
 // errors name what failed; a *ConfigError is a wrong setting. Call Close
 // when done with the Server, to flush and close the journal.
 func New(ctx context.Context, cfg Config) (_ *Server, err error) {
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, Tracer: cfg.Tracer}
 	defer func() {
 		if err != nil {
 			s.Close(context.Background())
@@ -140,11 +140,6 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	logger := cfg.Gateway.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Tracing {
-		if s.Tracer, err = tracing.FromEnv(ctx); err != nil {
-			return nil, &ConfigError{err}
-		}
 	}
 	if err := s.openJournal(ctx, logger); err != nil {
 		return nil, err

@@ -142,6 +142,12 @@ func TestFeedRequestOutcomes(t *testing.T) {
 		{"unreachable", 502, "unreachable", timeline.OutcomeNetwork},
 		// The caller left first.
 		{"client closed", 499, "client-closed", timeline.OutcomeNetwork},
+		// A 200 whose stream the upstream broke off: the caller lost the
+		// rest of the answer.
+		{"stream broke", 200, "upstream-broke", timeline.Outcome5xx},
+		// The upstream's failure after progress comments: the record
+		// keeps its status, though a 200 stream carried it.
+		{"after progress", 503, "upstream-error", timeline.Outcome5xx},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -75,6 +75,9 @@ Flags:`)
 	if *slots < 0 || *chunks < 0 || *chunkDelay < 0 {
 		return nil, "", true, fmt.Errorf("%w: mock: --slots, --chunks and --chunk-delay cannot be negative", ErrUsage)
 	}
+	if err := checkListen(*addr); err != nil {
+		return nil, "", true, fmt.Errorf("%w: mock: --listen %q: %v", ErrUsage, *addr, err)
+	}
 	sc, err := readScript(*script)
 	if err != nil {
 		return nil, "", true, err

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -29,5 +31,15 @@ func TestMockFromFirstRequest(t *testing.T) {
 				t.Errorf("FromFirstRequest: got %v, want %v", srv.FromFirstRequest, tc.want)
 			}
 		})
+	}
+}
+
+// A port alone is not an address to listen on: a usage error that says
+// what to type, before anything listens.
+func TestMockListenUsage(t *testing.T) {
+	t.Parallel()
+	_, _, done, err := mockServer([]string{"--listen", "8799"}, io.Discard)
+	if !done || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "127.0.0.1:8799") {
+		t.Errorf("got done %v, %v; want a usage error suggesting 127.0.0.1:8799", done, err)
 	}
 }

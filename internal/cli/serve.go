@@ -14,6 +14,7 @@ import (
 	"github.com/outlast-llm/outlast/gateway"
 	"github.com/outlast-llm/outlast/internal/redact"
 	"github.com/outlast-llm/outlast/server"
+	"github.com/outlast-llm/outlast/tracing"
 )
 
 const serveUsage = `Usage: outlast serve [--config FILE] [--listen ADDR] [--upstream URL] [flags]
@@ -37,7 +38,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	cfg.Gateway.Logger = newLogger(stderr)
-	cfg.Tracing = true
+	if cfg.Tracer, err = tracing.FromEnv(ctx); err != nil {
+		return &usageError{err}
+	}
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
 		if _, ok := errors.AsType[*server.ConfigError](err); ok {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -60,13 +61,22 @@ func TestServeHelp(t *testing.T) {
 // the journal's spec, and a channel that receives serve's result.
 func startServe(t *testing.T, ctx context.Context, args ...string) (addr, spec string, done <-chan error) {
 	t.Helper()
+	addr, spec, done, _ = startServeLogged(t, ctx, args...)
+	return addr, spec, done
+}
+
+// startServeLogged is startServe, and also returns what serve writes to
+// stderr: its first line and its log.
+func startServeLogged(t *testing.T, ctx context.Context, args ...string) (addr, spec string, done <-chan error, stderr *serveLog) {
+	t.Helper()
 	spec = "sqlite:" + filepath.Join(t.TempDir(), "journal.db")
 	args = append([]string{"--listen", "127.0.0.1:0", "--journal", spec}, args...)
 	r, w := io.Pipe()
 	result := make(chan error, 1)
 	go func() {
-		result <- runServe(ctx, args, io.Discard, w)
+		err := runServe(ctx, args, io.Discard, w)
 		w.Close()
+		result <- err
 	}()
 	// serve says where it listens in its first line, once it does.
 	lines := bufio.NewScanner(r)
@@ -78,14 +88,20 @@ func startServe(t *testing.T, ctx context.Context, args ...string) (addr, spec s
 	if !strings.HasPrefix(addr, "http://127.0.0.1:") {
 		t.Fatalf("serve's first line %q does not say where it serves", first)
 	}
-	stderr := new(lockedBuffer)
-	go io.Copy(stderr, r) // the log, for a failed test
+	stderr = &serveLog{eof: make(chan struct{})}
+	stderr.Write([]byte(first + "\n"))
+	go func() {
+		defer close(stderr.eof)
+		for lines.Scan() {
+			stderr.Write([]byte(lines.Text() + "\n"))
+		}
+	}()
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("serve's stderr:\n%s\n%s", first, stderr.String())
+			t.Logf("serve's stderr:\n%s", stderr.String())
 		}
 	})
-	return addr, spec, result
+	return addr, spec, result, stderr
 }
 
 // waitServe fails the test unless serve returns nil within 10 s.
@@ -99,6 +115,18 @@ func waitServe(t *testing.T, done <-chan error) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not return within 10s of its context ending")
 	}
+}
+
+// serveLog is what serve writes to stderr, as it writes it.
+type serveLog struct {
+	lockedBuffer
+	eof chan struct{} // closed once serve has returned and its last line is in
+}
+
+// all returns the whole log, once serve has returned.
+func (l *serveLog) all() string {
+	<-l.eof
+	return l.String()
 }
 
 // lockedBuffer is a bytes.Buffer that the gateway's handlers may write to
@@ -233,4 +261,51 @@ func TestServeDrain(t *testing.T) {
 		t.Errorf("got %d %q, error %v; want 200 \"done\"", r.status, r.body, r.err)
 	}
 	waitServe(t, done)
+}
+
+// An upstream URL's query may hold a key: it is sent with every request,
+// and shown nowhere: not in serve's first line, its log lines (a retry's
+// warning quotes the transport's error, which quotes the URL), the health
+// endpoint, or the error body the caller gets. Durations in the JSON log
+// are written as Go writes them, not as nanoseconds.
+func TestServeHidesUpstreamQuery(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	addr, _, done, stderr := startServeLogged(t, ctx, "--upstream", "http://"+closed+"/v1?key=sk-secret", "--waits", "1ms,2ms", "--max-attempts", "3")
+	resp, err := newClient(t).Post(addr+"/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errBody, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("got %d, want 502: the upstream is down", resp.StatusCode)
+	}
+	resp, err = newClient(t).Get(addr + "/outlast/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	health, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	cancel()
+	waitServe(t, done)
+	log := stderr.all()
+	for what, text := range map[string]string{"the error body": string(errBody), "health": string(health), "stderr": log} {
+		if strings.Contains(text, "sk-secret") || strings.Contains(text, "key=") {
+			t.Errorf("%s holds the upstream URL's query:\n%s", what, text)
+		}
+	}
+	if !strings.Contains(string(health), `"url":"http://`+closed+`/v1"`) {
+		t.Errorf("health: got %s, want the upstream's URL without its query", health)
+	}
+	if !strings.Contains(log, `"msg":"outlast: retrying"`) || !strings.Contains(log, `"wait":"1ms"`) || !strings.Contains(log, `"took":"`) {
+		t.Errorf("want retry lines with their waits, and the request's line, durations as text:\n%s", log)
+	}
 }

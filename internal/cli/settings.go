@@ -136,6 +136,18 @@ var settings = []setting{
 	{flag: "idle-timeout", key: "idle_timeout", scope: upstream, def: "2m", arg: "DURATION", example: "1m",
 		help: "bounds the silence within a response being forwarded. 0 means no bound",
 		set:  duration(func(t target, d time.Duration) { t.up.IdleTimeout = d })},
+	{flag: "status-paths", key: "status_paths", scope: upstream, def: strings.Join(gateway.DefaultStatusPaths, ","), arg: "PATHS", list: true, example: "/healthz",
+		help: `an upstream's health and status endpoints, comma-separated: a GET or HEAD for one (or a path below it) is forwarded once, outside the gate, and not recorded, so that a host polling it sees the server's own answer at once. "" for none`,
+		set: func(t target, s string) error {
+			paths := splitList(s)
+			for _, p := range paths {
+				if !strings.HasPrefix(p, "/") {
+					return fmt.Errorf("path %q: want a path that starts with /, such as /%s", p, p)
+				}
+			}
+			t.up.StatusPaths = append([]string{}, paths...) // empty, not nil: none
+			return nil
+		}},
 	{flag: "max-body", key: "max_body", scope: global, def: strconv.Itoa(gateway.DefaultMaxBody), arg: "BYTES", example: "1024",
 		help: "the largest request body; a larger one gets 413 (32 MiB)",
 		set: func(t target, s string) error {
