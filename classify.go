@@ -41,9 +41,9 @@ func IsRetryable(err error) bool {
 // ServerGone reports whether err means a local inference server went away
 // and may be back: a failed connection, a response closed early or
 // stalled, a timeout before the first byte (a model still loading), or a
-// 503. It is the narrower predicate of seed 002, for llama.cpp and other
-// servers on the same host, where any other status would fail again. Use
-// it as [Policy.Retryable].
+// 503. It is the narrower predicate for llama.cpp and other servers on
+// the same host, where any other status would fail again. Use it as
+// [Policy.Retryable].
 func ServerGone(err error) bool {
 	if err == nil || isBusy(err) || isCallerDone(err) {
 		return false

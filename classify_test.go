@@ -58,8 +58,8 @@ func TestClassify(t *testing.T) {
 	}
 	var tests []row
 	// Statuses that may succeed later: the list IsRetryable documents, and
-	// 599 for "any other 5xx". ServerGone is seed 002's narrower rule: of
-	// all statuses, only 503 means a local server is away.
+	// 599 for "any other 5xx". ServerGone is the narrower rule: of all
+	// statuses, only 503 means a local server is away.
 	for _, c := range []int{408, 425, 429, 500, 502, 503, 504, 529, 599} {
 		tests = append(tests, row{fmt.Sprintf("status %d", c), status(c), true, c == 503})
 	}
@@ -96,7 +96,7 @@ func TestClassify(t *testing.T) {
 		// must win over the timeout rule.
 		{"deadline in url error", &url.Error{Op: "Post", URL: "http://model.test/v1/messages", Err: context.DeadlineExceeded}, false, false},
 
-		// A busy gate already said waiting will not help (seed 002).
+		// A busy gate already said waiting will not help.
 		{"ErrBusy", outlast.ErrBusy, false, false},
 		{"wrapped ErrBusy", fmt.Errorf("acquire: %w", outlast.ErrBusy), false, false},
 		// Any type with Busy() true is a busy refusal, from any package.

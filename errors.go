@@ -9,7 +9,7 @@ import (
 
 // ErrBusy is returned when a [Gate] refuses a request because its queue is
 // full. It is never retried: the gate has already said that waiting will not
-// help (seed 002).
+// help.
 //
 // Any error whose type has a method Busy() bool that returns true is treated
 // as ErrBusy, and errors.Is(err, ErrBusy) holds for it if the type also
@@ -30,7 +30,7 @@ var ErrClosedEarly = errors.New("outlast: response closed before its first byte"
 // ErrNoTime is returned, wrapping the last attempt's failure, when a retry
 // under a deadline would have to wait at the gate past the deadline less
 // the policy's reserve. The rest of the deadline is the caller's: no wait
-// before a retry eats into the reserve (seed 000).
+// before a retry eats into the reserve.
 var ErrNoTime = errors.New("outlast: no slot at the gate before the deadline's reserve")
 
 // ErrInvalidPolicy is wrapped by every error that [Policy.Validate] returns.

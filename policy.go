@@ -8,7 +8,7 @@ import (
 )
 
 // DefaultReserve is the time a deadline must still have left after a wait
-// for the retry to be worth making, when [Policy.Reserve] is zero (seed 000).
+// for the retry to be worth making, when [Policy.Reserve] is zero.
 const DefaultReserve = 60 * time.Second
 
 // A Policy says when a failed request is sent again and how long to wait
@@ -40,7 +40,8 @@ type Policy struct {
 	MaxAttempts int
 
 	// Window caps the time from the start of the first attempt to the end
-	// of the last wait (seeds 002 and 004). Zero means no cap.
+	// of the last wait, as a local server's host bounds its retries. Zero
+	// means no cap.
 	Window time.Duration
 
 	// RetryAfter says how a server's delay (Retry-After, retry-after-ms)
@@ -59,10 +60,10 @@ type RetryAfterMode int
 
 const (
 	// RetryAfterAtLeast waits max(wait, server's delay): the server's delay
-	// is a floor (seed 000). It is the default.
+	// is a floor. It is the default.
 	RetryAfterAtLeast RetryAfterMode = iota
 	// RetryAfterExact waits the server's delay instead of the policy's wait
-	// when the server gives one (seed 003).
+	// when the server gives one.
 	RetryAfterExact
 	// RetryAfterIgnore never looks at the server's delay.
 	RetryAfterIgnore
@@ -90,12 +91,12 @@ func (m RetryAfterMode) String() string {
 // past a bound: a wait that fits without its jitter is cut to what fits.
 type Jitter struct {
 	// Spread moves a wait by up to this fraction of it either way: 0.25
-	// turns a 4 s wait into one in [3 s, 5 s] (seed 004). It must be in
-	// [0, 1]. Zero means none.
+	// turns a 4 s wait into one in [3 s, 5 s]. It must be in [0, 1]. Zero
+	// means none.
 	Spread float64
 
 	// Full draws a wait uniformly from [0, wait], the "full jitter" of
-	// exponential backoff (seed 003). It may not be combined with Spread.
+	// exponential backoff. It may not be combined with Spread.
 	Full bool
 }
 
@@ -134,8 +135,8 @@ func (p *Policy) Validate() error {
 		return fmt.Errorf("%w: policy is nil", ErrInvalidPolicy)
 	}
 	if len(p.Waits) == 0 {
-		// Seed 000: an empty list under a deadline raised an
-		// ArithmeticError; refuse it where the policy is made.
+		// An empty list would fail at the first retry under a deadline,
+		// far from where it was set: refuse it where the policy is made.
 		return fmt.Errorf("%w: Waits is empty: give at least one wait", ErrInvalidPolicy)
 	}
 	for i, w := range p.Waits {

@@ -18,7 +18,7 @@ func TestPolicyValidate(t *testing.T) {
 		p    *outlast.Policy
 		want string // a word the error must name; "" means valid
 	}{
-		// Seed 000: an empty list crashed later under a deadline; it must be
+		// An empty list would fail later under a deadline; it must be
 		// refused where the policy is made, naming the field.
 		{"empty waits", &outlast.Policy{}, "Waits"},
 		// A nil list is as empty as a zero-length one.
@@ -57,13 +57,13 @@ func TestPolicyValidate(t *testing.T) {
 		// Both ends of Spread's range are allowed.
 		{"spread 0", &outlast.Policy{Waits: one, Jitter: outlast.Jitter{Spread: 0}}, ""},
 		{"spread 1", &outlast.Policy{Waits: one, Jitter: outlast.Jitter{Spread: 1}}, ""},
-		// Full alone is the jitter of seed 003.
+		// Full alone is "full jitter".
 		{"full alone", &outlast.Policy{Waits: one, Jitter: outlast.Jitter{Full: true}}, ""},
 		// Every declared mode is valid.
 		{"mode exact", &outlast.Policy{Waits: one, RetryAfter: outlast.RetryAfterExact}, ""},
 		{"mode ignore", &outlast.Policy{Waits: one, RetryAfter: outlast.RetryAfterIgnore}, ""},
-		// Seed 004's schedule with every bound set.
-		{"seed 004", &outlast.Policy{
+		// A local server's schedule, with every bound set.
+		{"local server", &outlast.Policy{
 			Waits:       []time.Duration{2 * time.Second, 8 * time.Second, 30 * time.Second},
 			Jitter:      outlast.Jitter{Spread: 0.25},
 			MaxAttempts: 4,
@@ -176,9 +176,9 @@ func TestExponentialNeverOverflows(t *testing.T) {
 	}
 }
 
-// TestJitterAtSeed004 is seed 004's backoff_ms examples: the base is
-// schedule[retry-1], or the last entry past the end, moved by a quarter of
-// it times jitter/1000.
+// TestJitterAtSeed004 checks a spread of a quarter against worked
+// examples: the base is schedule[retry-1], or the last entry past the end,
+// moved by a quarter of it times jitter/1000.
 func TestJitterAtSeed004(t *testing.T) {
 	t.Parallel()
 	schedule := ms(2000, 8000, 30000)
@@ -186,7 +186,7 @@ func TestJitterAtSeed004(t *testing.T) {
 	tests := []struct {
 		name   string
 		retry  int
-		jitter int // -1000..1000, as in seed 004
+		jitter int // -1000..1000, a thousandth of the quarter each
 		want   time.Duration
 	}{
 		// No jitter: the base itself.

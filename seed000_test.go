@@ -12,8 +12,10 @@ import (
 	"github.com/outlast-llm/outlast"
 )
 
-// The eight cases of seed 000's test file, run through the Transport in
-// virtual time.
+// A host's eight cases for retrying model requests in a run, through the
+// Transport in virtual time: each failure is its own attempt with the wait
+// that follows, bounded by the list or the deadline's reserve, only the
+// outermost layer retries, and Retry-After is a floor.
 
 // Case 1: a provider that fails twice and then answers gives three attempts;
 // the failures carry RetryIn 10 ms and 30 ms, and the answer carries none.

@@ -18,8 +18,8 @@ import (
 	"github.com/outlast-llm/outlast"
 )
 
-// Seed 003's completion conditions: 503, 529 and a refused connection are
-// retried to success, and to the bound.
+// 503, 529 and a refused connection are retried to success, and to the
+// bound.
 func TestTransportRetriesToSuccessAndToBound(t *testing.T) {
 	failures := []struct {
 		name string
@@ -65,8 +65,8 @@ func TestTransportRetriesToSuccessAndToBound(t *testing.T) {
 	}
 }
 
-// Seed 003: Retry-After: 5 replaces the exponential wait and waits exactly
-// 5 s of virtual time.
+// With RetryAfterExact, Retry-After: 5 replaces the exponential wait and
+// waits exactly 5 s of virtual time.
 func TestTransportRetryAfterExact(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := newFake(step{status: 503, header: map[string]string{"Retry-After": "5"}}, step{})
@@ -190,8 +190,8 @@ func TestTransportAttemptAndWindowBounds(t *testing.T) {
 	}
 }
 
-// Seed 003: an error in the middle of a stream is not retried. The
-// response was returned, so its bytes may have reached the caller.
+// An error in the middle of a stream is not retried: the response was
+// returned, so its bytes may have reached the caller.
 func TestTransportMidStreamErrorNotRetried(t *testing.T) {
 	for _, fbt := range []time.Duration{0, time.Second} {
 		synctest.Test(t, func(t *testing.T) {

@@ -22,8 +22,8 @@ import (
 //	GET /outlast/requests/{id}
 //	    one request with its attempts
 //	GET /outlast/runs/{run}
-//	    a run's requests and their attempts, oldest first: seed 000's
-//	    view of a run
+//	    a run's requests and their attempts, oldest first: each failure,
+//	    the wait that followed and the next attempt
 //
 // A list of requests is always an object with the list under "requests":
 // {"requests": […], "next": "…"} for a page, where next is the cursor of

@@ -30,68 +30,123 @@ const (
 // first event. Times are milliseconds since the Unix epoch, to the
 // microsecond.
 type Snapshot struct {
-	Now       float64    `json:"now"`       // when the snapshot was taken
-	Keep      int        `json:"keep"`      // how many requests the feed keeps
-	Dropped   int64      `json:"dropped"`   // events not sent to slow clients since the feed was made
-	Requests  []Request  `json:"requests"`  // oldest first
-	Upstreams []Upstream `json:"upstreams"` // in the gateway's order
+	// Now is when the snapshot was taken.
+	Now float64 `json:"now"`
+	// Keep is how many requests the feed keeps.
+	Keep int `json:"keep"`
+	// Dropped counts the events not sent to slow clients since the feed
+	// was made.
+	Dropped int64 `json:"dropped"`
+	// Requests are the kept requests, oldest first.
+	Requests []Request `json:"requests"`
+	// Upstreams are the upstreams' slots, in the gateway's order.
+	Upstreams []Upstream `json:"upstreams"`
 }
 
 // Request is what the page shows of one request through the gateway. Its
 // times are milliseconds since the Unix epoch; zero means not yet.
 type Request struct {
-	ID       string    `json:"id"`
-	Run      string    `json:"run"`
-	Method   string    `json:"method"`
-	Path     string    `json:"path"`
-	Upstream string    `json:"upstream"`
-	Slot     string    `json:"slot,omitempty"`
-	Model    string    `json:"model,omitempty"`
-	Stream   bool      `json:"stream,omitempty"`
-	State    string    `json:"state"`   // one of the State constants
-	Outcome  string    `json:"outcome"` // one of the Outcome constants, from the status sent
-	Start    float64   `json:"start"`
-	End      float64   `json:"end,omitempty"`
-	Status   int       `json:"status,omitempty"`    // the status sent to the caller; 499 if the caller left
-	Error    string    `json:"error,omitempty"`     // the Outlast-Error kind of a response the gateway made
-	QueuedAt float64   `json:"queued_at,omitempty"` // while State is StateQueued: since when
-	Ahead    int       `json:"ahead,omitempty"`     // while State is StateQueued: how many were ahead when it joined
+	// ID is the request's ID, as Outlast-Request-Id gave it.
+	ID string `json:"id"`
+	// Run is the request's Outlast-Run, or "".
+	Run string `json:"run"`
+	// Method is the request's HTTP method.
+	Method string `json:"method"`
+	// Path is the request's path, without its query.
+	Path string `json:"path"`
+	// Upstream is the name of the upstream that served it.
+	Upstream string `json:"upstream"`
+	// Slot is the named slot it waited for, or "".
+	Slot string `json:"slot,omitempty"`
+	// Model is the JSON body's "model", or "".
+	Model string `json:"model,omitempty"`
+	// Stream says the request asked for a stream.
+	Stream bool `json:"stream,omitempty"`
+	// State is where the request stands: one of the State constants.
+	State string `json:"state"`
+	// Outcome is the colour of the answer the caller got: one of the
+	// Outcome constants.
+	Outcome string `json:"outcome"`
+	// Start is when the request arrived.
+	Start float64 `json:"start"`
+	// End is when the gateway was done with it.
+	End float64 `json:"end,omitempty"`
+	// Status is the status of the answer the caller got (see
+	// record.Request.Status); 499 if the caller left.
+	Status int `json:"status,omitempty"`
+	// Error is the kind of a failure: the Outlast-Error of a response
+	// the gateway made, or one of the record.Error constants.
+	Error string `json:"error,omitempty"`
+	// QueuedAt is, while State is StateQueued, since when.
+	QueuedAt float64 `json:"queued_at,omitempty"`
+	// Ahead is, while State is StateQueued, how many were ahead when it
+	// joined the queue.
+	Ahead int `json:"ahead,omitempty"`
+	// Attempts are the request's attempts, oldest first, the one in
+	// flight last.
 	Attempts []Attempt `json:"attempts"`
 }
 
 // Attempt is what the page shows of one attempt. Times and durations are
 // milliseconds.
 type Attempt struct {
-	N          int     `json:"n"`
-	Key        string  `json:"key,omitempty"`         // the gate key, as "slot 3"
-	Ahead      int     `json:"ahead,omitempty"`       // how many were ahead when it queued
-	GateWait   float64 `json:"gate_wait,omitempty"`   // how long it waited for a slot, just before Start
-	Start      float64 `json:"start"`                 // since the Unix epoch
-	End        float64 `json:"end,omitempty"`         // since the Unix epoch; zero while in flight
-	Status     int     `json:"status,omitempty"`      // the response's status, if there was one
-	Outcome    string  `json:"outcome"`               // one of the Outcome constants
-	Error      string  `json:"error,omitempty"`       // the failure's class (outlast.Class), as "rate_limited" or "refused"
-	RetryAfter float64 `json:"retry_after,omitempty"` // the delay the server asked for
-	RetryIn    float64 `json:"retry_in,omitempty"`    // the wait before the next attempt
+	// N is the attempt's number, 1 for the first.
+	N int `json:"n"`
+	// Key is the gate key it held, as "slot 3", or "".
+	Key string `json:"key,omitempty"`
+	// Ahead is how many were ahead when it queued.
+	Ahead int `json:"ahead,omitempty"`
+	// GateWait is how long it waited for a slot, just before Start.
+	GateWait float64 `json:"gate_wait,omitempty"`
+	// Start is when it was sent, since the Unix epoch.
+	Start float64 `json:"start"`
+	// End is when its answer or failure came, since the Unix epoch; zero
+	// while it is in flight.
+	End float64 `json:"end,omitempty"`
+	// Status is the response's status, if there was one.
+	Status int `json:"status,omitempty"`
+	// Outcome is the attempt's colour: one of the Outcome constants.
+	Outcome string `json:"outcome"`
+	// Error is the failure's class, the attempt's outlast.Class, as
+	// "rate_limited" or "refused"; "" for none.
+	Error string `json:"error,omitempty"`
+	// RetryAfter is the delay the server asked for.
+	RetryAfter float64 `json:"retry_after,omitempty"`
+	// RetryIn is the wait before the next attempt.
+	RetryIn float64 `json:"retry_in,omitempty"`
 }
 
 // Upstream is the state of one upstream's slots, for the page's panel.
 type Upstream struct {
-	Name     string   `json:"name"`
-	Slots    int      `json:"slots"` // 0 means no bound
-	InFlight int      `json:"in_flight"`
-	Queued   int      `json:"queued"`
-	Queue    []Waiter `json:"queue"` // in arrival order
+	// Name is the upstream's name.
+	Name string `json:"name"`
+	// Slots is its bound on requests in flight; 0 means none.
+	Slots int `json:"slots"`
+	// InFlight counts its requests in flight.
+	InFlight int `json:"in_flight"`
+	// Queued counts its requests waiting for a slot.
+	Queued int `json:"queued"`
+	// Queue lists the waiting requests the feed has seen, in arrival
+	// order.
+	Queue []Waiter `json:"queue"`
 }
 
 // Waiter is a request waiting for a slot.
 type Waiter struct {
-	ID       string  `json:"id"`
-	Run      string  `json:"run"`
-	Key      string  `json:"key,omitempty"`
-	Position int     `json:"position"` // 1 is next, among the waiters for the same key
-	Ahead    int     `json:"ahead"`    // how many were ahead when it joined
-	Since    float64 `json:"since"`    // milliseconds since the Unix epoch
+	// ID is the request's ID.
+	ID string `json:"id"`
+	// Run is the request's run, or "".
+	Run string `json:"run"`
+	// Key is the gate key it waits for, as "slot 3", or "" for the
+	// upstream's bound.
+	Key string `json:"key,omitempty"`
+	// Position is its place among the waiters for the same key: 1 is
+	// next.
+	Position int `json:"position"`
+	// Ahead is how many were ahead when it joined.
+	Ahead int `json:"ahead"`
+	// Since is when it joined, in milliseconds since the Unix epoch.
+	Since float64 `json:"since"`
 }
 
 // millis is t in milliseconds since the Unix epoch, or 0 for the zero

@@ -62,12 +62,12 @@ func newBuild(sc *scenario) build {
 	return b
 }
 
-// outlastPolicy is seed 000's policy, scaled to the scenario's deadline:
-// seed 000's waits (15 s … 240 s) and 60 s reserve are made for deadlines of
-// ten minutes and more, and under a 60 s deadline a 60 s reserve allows no
+// outlastPolicy is the README's policy scaled to the scenario's deadline:
+// its waits (15 s … 240 s) and 60 s reserve are made for deadlines of ten
+// minutes and more, and under a 60 s deadline a 60 s reserve allows no
 // retry at all. The rule, fixed before any run and not fitted to the seeds:
 //   - waits double from 2 s up to max(16 s, deadline/4), and the last one
-//     repeats while it fits, as in seed 000;
+//     repeats while it fits;
 //   - the reserve is the time an attempt needs to finish, five median
 //     service times (10 s here, beyond the service's p99.99), at most half
 //     the deadline.

@@ -30,7 +30,7 @@ const followOverlap = 10 * time.Second
 func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("requests", flag.ContinueOnError)
 	spec := fs.String("journal", journal.DefaultSpec, "the journal to read: sqlite:`PATH` or a postgres:// URL")
-	run := fs.String("run", "", "show this run's requests, oldest first, as seed 000 reads a run (default: the newest requests)")
+	run := fs.String("run", "", "show this run's requests, oldest first: each failure, its wait and the next attempt (default: the newest requests)")
 	limit := fs.Int("limit", 20, "how many of the newest requests to show, without --run")
 	follow := fs.Bool("follow", false, "keep printing requests as they are recorded, until interrupted")
 	asJSON := fs.Bool("json", false, "print one JSON object a request, with its attempts, instead of a table")
