@@ -165,36 +165,6 @@ func (t *Transport) newCall(req *http.Request) (call, error) {
 	return c, nil
 }
 
-// CloseIdleConnections closes the idle connections of Base, if it has
-// such a method.
-func (t *Transport) CloseIdleConnections() {
-	type closer interface{ CloseIdleConnections() }
-	if c, ok := t.base().(closer); ok {
-		c.CloseIdleConnections()
-	}
-}
-
-func (t *Transport) base() http.RoundTripper {
-	if t.Base != nil {
-		return t.Base
-	}
-	return http.DefaultTransport
-}
-
-func (t *Transport) logger() *slog.Logger {
-	if t.Logger != nil {
-		return t.Logger
-	}
-	return slog.Default()
-}
-
-func (t *Transport) gateKey(r *http.Request) string {
-	if t.GateKey != nil {
-		return t.GateKey(r)
-	}
-	return r.URL.Host
-}
-
 // call is one RoundTrip: the caller's request and the state carried from
 // one attempt to the next.
 type call struct {
@@ -211,127 +181,6 @@ type call struct {
 	body    io.ReadCloser                 // the first attempt's body
 }
 
-// prepareReplay makes sure the body can be sent again, buffering it when
-// the request has no GetBody.
-func (c *call) prepareReplay() error {
-	r := c.req
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil
-	}
-	c.body, c.getBody = r.Body, r.GetBody
-	if c.getBody != nil {
-		return nil
-	}
-	limit := c.t.MaxBufferedBody
-	if limit == 0 {
-		limit = DefaultMaxBufferedBody
-	}
-	if limit < 0 {
-		return nil
-	}
-	buf, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		r.Body.Close()
-		return fmt.Errorf("outlast: reading the request body to buffer it: %w", err)
-	}
-	if int64(len(buf)) > limit {
-		// Too large to keep: send it once, as read so far plus the rest.
-		c.body = readCloser{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
-		return nil
-	}
-	r.Body.Close()
-	c.getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
-	c.body, _ = c.getBody()
-	return nil
-}
-
-// attemptValues are AttemptHeader's values for the first attempts, made
-// once: the header map of each attempt is a fresh copy, but its values,
-// like the caller's, are shared and never changed.
-var attemptValues = func() [16][]string {
-	var v [16][]string
-	for i := range v {
-		v[i] = []string{strconv.Itoa(i + 1)}
-	}
-	return v
-}()
-
-// attemptValue returns AttemptHeader's value for attempt n.
-func attemptValue(n int) []string {
-	if n >= 1 && n <= len(attemptValues) {
-		return attemptValues[n-1]
-	}
-	return []string{strconv.Itoa(n)}
-}
-
-type readCloser struct {
-	io.Reader
-	io.Closer
-}
-
-// stop ends a call whose last attempt failed and will not be retried:
-// it returns the failed response, if there is one, or the failure. An
-// error from the decision itself (an invalid policy) wins over both.
-func (c *call) stop(res result, err error) (*http.Response, error) {
-	c.hooks.end(res.at)
-	if err != nil {
-		discard(res.resp)
-		return nil, err
-	}
-	if res.resp != nil {
-		return res.resp, nil
-	}
-	return nil, res.fail
-}
-
-// wait reports a failed attempt that will be retried, throws its response
-// away, and waits before the next attempt.
-func (c *call) wait(res result, wait time.Duration) error {
-	// The wait runs from now: hooks and draining the failed response
-	// come out of it, not on top of it, so it still ends inside the
-	// bound that decide checked.
-	wake := time.Now().Add(wait)
-	res.at.RetryIn = wait
-	c.hooks.end(res.at)
-	logRetry(c.ctx, c.t.logger(), res.at.Key, res.at.N, res.fail, wait)
-	c.last = res.fail
-	discard(res.resp)
-	if err := sleep(c.ctx, time.Until(wake)); err != nil {
-		return waitErr(err, wait, res.fail)
-	}
-	return nil
-}
-
-// attemptRequest returns the request for attempt n: the caller's own when
-// there is no policy, else a copy that carries the mark and AttemptHeader.
-func (c *call) attemptRequest(n int) (*http.Request, error) {
-	if !c.retry {
-		return c.req, nil
-	}
-	r := c.req.WithContext(c.ctx)
-	// A shallow copy of the header map: the values are shared, never
-	// changed, and only the new key is added.
-	h := make(http.Header, len(c.req.Header)+1)
-	for k, v := range c.req.Header {
-		h[k] = v
-	}
-	h[AttemptHeader] = attemptValue(n)
-	r.Header = h
-	r.GetBody = c.getBody
-	if n == 1 {
-		r.Body = c.body
-		return r, nil
-	}
-	if c.getBody != nil {
-		b, err := c.getBody()
-		if err != nil {
-			return nil, fmt.Errorf("outlast: replaying the request body: %w", err)
-		}
-		r.Body = b
-	}
-	return r, nil
-}
-
 // result is what one attempt produced. fail is nil for a response to
 // return at once; otherwise resp, if any, is a failed response whose body
 // is still unread.
@@ -339,32 +188,6 @@ type result struct {
 	resp *http.Response
 	fail error
 	at   Attempt
-}
-
-// discard drains a little of a response that is thrown away, so its
-// connection can be reused, and closes it, which also releases its gate.
-func discard(resp *http.Response) {
-	if resp == nil {
-		return
-	}
-	// An event stream may stay open after its error event: reading it
-	// could block, so it is closed unread, as is a long body.
-	known := resp.ContentLength >= 0 && resp.ContentLength <= drainLimit
-	if known || (resp.ContentLength == -1 && !sse.IsStream(resp.Header)) {
-		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
-	}
-	resp.Body.Close()
-}
-
-// isFailure reports whether a status is a failure for the policy to judge.
-func isFailure(code int) bool { return code >= 400 }
-
-// errBusyGate wraps a gate's refusal so that its text names the key.
-func errBusyGate(key string, err error) error {
-	if isBusy(err) {
-		return fmt.Errorf("outlast: gate %q: %w", key, err)
-	}
-	return err
 }
 
 // attempt makes the next attempt: it takes the gate, sends, and classifies
@@ -428,6 +251,55 @@ func (c *call) attempt() (result, error) {
 	return res, nil
 }
 
+// attemptRequest returns the request for attempt n: the caller's own when
+// there is no policy, else a copy that carries the mark and AttemptHeader.
+func (c *call) attemptRequest(n int) (*http.Request, error) {
+	if !c.retry {
+		return c.req, nil
+	}
+	r := c.req.WithContext(c.ctx)
+	// A shallow copy of the header map: the values are shared, never
+	// changed, and only the new key is added.
+	h := make(http.Header, len(c.req.Header)+1)
+	for k, v := range c.req.Header {
+		h[k] = v
+	}
+	h[AttemptHeader] = attemptValue(n)
+	r.Header = h
+	r.GetBody = c.getBody
+	if n == 1 {
+		r.Body = c.body
+		return r, nil
+	}
+	if c.getBody != nil {
+		b, err := c.getBody()
+		if err != nil {
+			return nil, fmt.Errorf("outlast: replaying the request body: %w", err)
+		}
+		r.Body = b
+	}
+	return r, nil
+}
+
+// attemptValues are AttemptHeader's values for the first attempts, made
+// once: the header map of each attempt is a fresh copy, but its values,
+// like the caller's, are shared and never changed.
+var attemptValues = func() [16][]string {
+	var v [16][]string
+	for i := range v {
+		v[i] = []string{strconv.Itoa(i + 1)}
+	}
+	return v
+}()
+
+// attemptValue returns AttemptHeader's value for attempt n.
+func attemptValue(n int) []string {
+	if n >= 1 && n <= len(attemptValues) {
+		return attemptValues[n-1]
+	}
+	return []string{strconv.Itoa(n)}
+}
+
 // acquire takes the gate for r, if there is one, recording the wait on at.
 func (c *call) acquire(r *http.Request, at *Attempt) (release func(), err error) {
 	g := c.t.Gate
@@ -465,4 +337,132 @@ func (c *call) gateContext() (context.Context, context.CancelFunc) {
 		return c.ctx, func() {}
 	}
 	return context.WithDeadline(c.ctx, deadline.Add(-c.sched.p.reserve()))
+}
+
+// errBusyGate wraps a gate's refusal so that its text names the key.
+func errBusyGate(key string, err error) error {
+	if isBusy(err) {
+		return fmt.Errorf("outlast: gate %q: %w", key, err)
+	}
+	return err
+}
+
+// isFailure reports whether a status is a failure for the policy to judge.
+func isFailure(code int) bool { return code >= 400 }
+
+// stop ends a call whose last attempt failed and will not be retried:
+// it returns the failed response, if there is one, or the failure. An
+// error from the decision itself (an invalid policy) wins over both.
+func (c *call) stop(res result, err error) (*http.Response, error) {
+	c.hooks.end(res.at)
+	if err != nil {
+		discard(res.resp)
+		return nil, err
+	}
+	if res.resp != nil {
+		return res.resp, nil
+	}
+	return nil, res.fail
+}
+
+// wait reports a failed attempt that will be retried, throws its response
+// away, and waits before the next attempt.
+func (c *call) wait(res result, wait time.Duration) error {
+	// The wait runs from now: hooks and draining the failed response
+	// come out of it, not on top of it, so it still ends inside the
+	// bound that decide checked.
+	wake := time.Now().Add(wait)
+	res.at.RetryIn = wait
+	c.hooks.end(res.at)
+	logRetry(c.ctx, c.t.logger(), res.at.Key, res.at.N, res.fail, wait)
+	c.last = res.fail
+	discard(res.resp)
+	if err := sleep(c.ctx, time.Until(wake)); err != nil {
+		return waitErr(err, wait, res.fail)
+	}
+	return nil
+}
+
+// discard drains a little of a response that is thrown away, so its
+// connection can be reused, and closes it, which also releases its gate.
+func discard(resp *http.Response) {
+	if resp == nil {
+		return
+	}
+	// An event stream may stay open after its error event: reading it
+	// could block, so it is closed unread, as is a long body.
+	known := resp.ContentLength >= 0 && resp.ContentLength <= drainLimit
+	if known || (resp.ContentLength == -1 && !sse.IsStream(resp.Header)) {
+		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
+	}
+	resp.Body.Close()
+}
+
+// prepareReplay makes sure the body can be sent again, buffering it when
+// the request has no GetBody.
+func (c *call) prepareReplay() error {
+	r := c.req
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	c.body, c.getBody = r.Body, r.GetBody
+	if c.getBody != nil {
+		return nil
+	}
+	limit := c.t.MaxBufferedBody
+	if limit == 0 {
+		limit = DefaultMaxBufferedBody
+	}
+	if limit < 0 {
+		return nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		r.Body.Close()
+		return fmt.Errorf("outlast: reading the request body to buffer it: %w", err)
+	}
+	if int64(len(buf)) > limit {
+		// Too large to keep: send it once, as read so far plus the rest.
+		c.body = readCloser{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
+		return nil
+	}
+	r.Body.Close()
+	c.getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+	c.body, _ = c.getBody()
+	return nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// CloseIdleConnections closes the idle connections of Base, if it has
+// such a method.
+func (t *Transport) CloseIdleConnections() {
+	type closer interface{ CloseIdleConnections() }
+	if c, ok := t.base().(closer); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func (t *Transport) base() http.RoundTripper {
+	if t.Base != nil {
+		return t.Base
+	}
+	return http.DefaultTransport
+}
+
+func (t *Transport) logger() *slog.Logger {
+	if t.Logger != nil {
+		return t.Logger
+	}
+	return slog.Default()
+}
+
+func (t *Transport) gateKey(r *http.Request) string {
+	if t.GateKey != nil {
+		return t.GateKey(r)
+	}
+	return r.URL.Host
 }

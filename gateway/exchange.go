@@ -152,17 +152,10 @@ func (x *exchange) context() (context.Context, context.CancelCauseFunc) {
 	return ctx, cancel
 }
 
-// outbound is the request to send upstream: the caller's, unchanged but
-// for its URL, hop-by-hop headers and the gateway's own headers.
+// outbound is the request to send upstream, with body, the caller's read
+// for replay.
 func (x *exchange) outbound(ctx context.Context, body []byte) *http.Request {
-	// A shallow copy: the header map is replaced whole below, and nothing
-	// else that the copy shares with the caller's request is changed.
-	out := x.r.WithContext(ctx)
-	out.RequestURI = ""
-	out.Close = false // the caller's Connection: close is its hop's, not ours (as in ReverseProxy)
-	out.URL = x.up.target(x.path, x.r.URL.RawQuery)
-	out.Host = ""
-	out.Header = forwardHeader(x.r.Header)
+	out := x.up.outbound(ctx, x.r, x.path)
 	out.Body, out.GetBody, out.ContentLength = nil, nil, int64(len(body))
 	if body != nil {
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -277,10 +270,10 @@ func (x *exchange) forward(resp *http.Response, cancel context.CancelCauseFunc) 
 }
 
 // retried reports whether the gateway's own policy decided this request's
-// attempts: it had one, and no outer outlast layer was retrying, which
-// must stay free to retry what the gateway returns.
+// attempts. A request from an outer outlast layer has none: that layer
+// retries, and must stay free to retry what the gateway returns.
 func (x *exchange) retried() bool {
-	return x.opts.policy != nil && !x.opts.outer
+	return x.opts.policy != nil
 }
 
 // ownHeaders adds the gateway's response headers.

@@ -33,7 +33,6 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/internal/apierr"
-	"github.com/outlast-llm/outlast/internal/redact"
 	"github.com/outlast-llm/outlast/record"
 )
 
@@ -221,13 +220,4 @@ func (g *Gateway) route(path string) (*upstream, string) {
 		}
 	}
 	return nil, ""
-}
-
-// observedHeader is the record's Request.Header: a copy of h without
-// credentials and Config.Redact, made only when an observer may read it.
-func (g *Gateway) observedHeader(h http.Header) http.Header {
-	if !g.headers {
-		return nil
-	}
-	return redact.Header(h, g.cfg.Redact)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/internal/apierr"
 	"github.com/outlast-llm/outlast/internal/parse"
+	"github.com/outlast-llm/outlast/internal/redact"
 )
 
 // The gateway's request headers. All are optional, and all are removed
@@ -205,4 +206,14 @@ func removeHop(h http.Header) {
 	for _, k := range hopHeaders {
 		h.Del(k)
 	}
+}
+
+// observedHeader is the record's Request.Header: a copy of h without the
+// credential headers (redact's one list) and Config.Redact, made only when
+// an observer may read it. The upstream still gets them all.
+func (g *Gateway) observedHeader(h http.Header) http.Header {
+	if !g.headers {
+		return nil
+	}
+	return redact.Header(h, g.cfg.Redact)
 }

@@ -88,6 +88,21 @@ func defaultTransport() http.RoundTripper {
 	return t
 }
 
+// outbound is the caller's request r as it goes to the upstream, for
+// path, with ctx: unchanged but for its URL, hop-by-hop headers and the
+// gateway's own headers.
+func (u *upstream) outbound(ctx context.Context, r *http.Request, path string) *http.Request {
+	// A shallow copy: the header map is replaced whole, and nothing else
+	// that the copy shares with the caller's request is changed.
+	out := r.WithContext(ctx)
+	out.RequestURI = ""
+	out.Close = false // the caller's Connection: close is its hop's, not ours (as in ReverseProxy)
+	out.URL = u.target(path, r.URL.RawQuery)
+	out.Host = ""
+	out.Header = forwardHeader(r.Header)
+	return out
+}
+
 // target returns the upstream URL for path and query: the upstream's path
 // joined to the request's, and both queries, as
 // httputil.NewSingleHostReverseProxy does.
@@ -141,11 +156,7 @@ func (u *upstream) passThrough(w http.ResponseWriter, r *http.Request, path stri
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	out := r.WithContext(ctx)
-	out.RequestURI, out.Close, out.Host = "", false, ""
-	out.URL = u.target(path, r.URL.RawQuery)
-	out.Header = forwardHeader(r.Header)
-	resp, err := u.transport.Base.RoundTrip(out)
+	resp, err := u.transport.Base.RoundTrip(u.outbound(ctx, r, path))
 	if err != nil {
 		if r.Context().Err() == nil {
 			writeError(w, http.StatusBadGateway, apierr.Unreachable,

@@ -301,7 +301,7 @@ func TestServeConfigErrors(t *testing.T) {
 		// A journal serve cannot open is a usage error, refused at start.
 		name: "journal spec",
 		args: []string{"--upstream", "http://x", "--journal", "mysql://x"},
-		want: `serve: --journal "mysql://x": spec "mysql://x": want off, sqlite:PATH or postgres://…`,
+		want: `serve: --journal "mysql://x": want off, sqlite:PATH or postgres://…`,
 	}, {
 		name: "journal writer",
 		args: []string{"--upstream", "http://x", "--journal-writer", "thread"},

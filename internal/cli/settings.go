@@ -76,7 +76,7 @@ var settings = []setting{
 			return err
 		}},
 	{flag: "name", key: "name", scope: identity, arg: "NAME", example: "llm",
-		help: "the upstream's name in the record, metrics and health (default: the URL's host)",
+		help: "the upstream's name in the record, metrics and health",
 		set:  func(t target, s string) error { t.up.Name = s; return nil }},
 	{flag: "prefix", key: "prefix", scope: identity, def: "/", arg: "PATH", example: "/llama",
 		help: "the path prefix of the requests that go to the upstream, removed before forwarding",
@@ -175,7 +175,9 @@ var settings = []setting{
 		help: "where the record is kept: sqlite:PATH, a postgres:// URL for several replicas, or off",
 		set: func(t target, s string) error {
 			if err := journal.CheckSpec(s); err != nil {
-				return errors.New(strings.TrimPrefix(err.Error(), "journal: "))
+				// The caller quotes the value already.
+				msg := strings.TrimPrefix(err.Error(), fmt.Sprintf("journal: spec %q: ", s))
+				return errors.New(strings.TrimPrefix(msg, "journal: "))
 			}
 			t.cfg.Journal = s
 			return nil
