@@ -263,9 +263,13 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return gateway.Serve(ctx, l, s, s.cfg.Grace)
 }
 
-// Close flushes what the journal's writer holds and the traces still
-// queued, as long as ctx allows, and closes the journal.
+// Close ends the page's event streams, flushes what the journal's writer
+// holds and the traces still queued, as long as ctx allows, and closes the
+// journal.
 func (s *Server) Close(ctx context.Context) error {
+	if s.Feed != nil {
+		s.Feed.Close()
+	}
 	var errs []error
 	if err := s.Tracer.Shutdown(ctx); err != nil {
 		errs = append(errs, err)

@@ -173,7 +173,6 @@ func (d *demo) close() {
 		d.gw.Close()
 	}
 	if d.srv != nil {
-		d.srv.Feed.Close()
 		d.srv.Close(context.Background())
 	}
 	if d.mock != nil {
