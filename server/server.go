@@ -47,9 +47,8 @@ const DefaultListen = "127.0.0.1:8700"
 // page, and no traces.
 type Config struct {
 	// Gateway configures the proxy. Its Observer, JournalStats and
-	// Endpoints are New's to fill in; set Observer below to add one. If
-	// its Logger is nil, logs go nowhere but the retries' warn lines,
-	// through slog.Default().
+	// Endpoints are New's to fill in; set Observer below to add one. Its
+	// Logger, slog.Default() if nil, also gets the journal's lines.
 	Gateway gateway.Config
 
 	// Listen is the address ListenAndServe listens on. Empty means
@@ -139,7 +138,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}()
 	logger := cfg.Gateway.Logger
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = slog.Default()
 	}
 	if err := s.openJournal(ctx, logger); err != nil {
 		return nil, err
