@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -552,4 +553,90 @@ func TestOpen(t *testing.T) {
 			s.Close()
 		}
 	}
+}
+
+// OpenExisting never makes a journal where there is none: a missing
+// SQLite file, or a database without the journal's tables, is
+// ErrNoJournal, and is left as it was; a journal that Open made opens,
+// with what it holds.
+func TestOpenExisting(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		spec := b.fresh(t)
+		if _, err := journal.OpenExisting(t.Context(), spec); !errors.Is(err, journal.ErrNoJournal) {
+			t.Fatalf("a fresh database: got %v, want ErrNoJournal", err)
+		}
+		if b.name == "sqlite" {
+			if _, err := os.Stat(strings.TrimPrefix(spec, "sqlite:")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("after OpenExisting: the file: got %v, want it still not to exist", err)
+			}
+		} else if tables := countTables(t, b, spec); tables != 0 {
+			t.Errorf("after OpenExisting: got %d tables, want none", tables)
+		}
+		s := open(t, spec)
+		if err := s.Write(t.Context(), []record.Request{request("r1", "", t0, 200, 1)}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := journal.OpenExisting(t.Context(), spec)
+		if err != nil {
+			t.Fatalf("an existing journal: %v", err)
+		}
+		defer r.Close()
+		if _, err := r.Get(t.Context(), "r1"); err != nil {
+			t.Errorf("reading it: %v", err)
+		}
+	})
+	if _, err := journal.OpenExisting(t.Context(), "off"); !errors.Is(err, journal.ErrNoJournal) {
+		t.Errorf("off: got %v, want ErrNoJournal", err)
+	}
+}
+
+// countTables counts the journal's tables in the database of spec.
+func countTables(t *testing.T, b backend, spec string) int {
+	t.Helper()
+	db := b.raw(t, spec)
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name LIKE 'outlast_%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Ended goes by end, then ID: requests that ended in the same millisecond
+// are neither skipped nor repeated from page to page, a request that
+// started first but ended last comes last, and one with no end never.
+func TestEnded(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := open(t, b.fresh(t))
+		long := request("a-long", "", t0, 200, 1)
+		long.End = t0.Add(time.Hour)
+		same1, same2 := request("b", "", t0.Add(time.Second), 200, 1), request("c", "", t0.Add(2*time.Second), 200, 1)
+		same1.End, same2.End = t0.Add(time.Minute), t0.Add(time.Minute)
+		unfinished := request("d-open", "", t0, 200, 1)
+		unfinished.End = time.Time{}
+		if err := s.Write(t.Context(), []record.Request{long, same1, same2, unfinished}); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		end, id := time.Time{}, ""
+		for {
+			page, err := s.Ended(t.Context(), end, id, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) == 0 {
+				break
+			}
+			got = append(got, page[0].ID)
+			end, id = page[0].End, page[0].ID
+			if len(got) > 5 {
+				t.Fatalf("paging does not end: %v", got)
+			}
+		}
+		if want := []string{"b", "c", "a-long"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("got %v, want %v", got, want)
+		}
+		if _, err := s.Ended(t.Context(), time.Time{}, "", -1); err == nil {
+			t.Error("a negative limit: got no error, want one")
+		}
+	})
 }
