@@ -145,7 +145,6 @@ type Gateway struct {
 	cfg       Config
 	logger    *slog.Logger
 	upstreams []*upstream // longest prefix first
-	headers   bool        // an observer may read Request.Header
 }
 
 // New returns a Gateway for cfg, or an error naming the first setting that
@@ -163,8 +162,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = DefaultProgressInterval
 	}
-	o := cfg.Observer
-	g := &Gateway{cfg: cfg, logger: cfg.Logger, headers: o.Queued != nil || o.AttemptStart != nil || o.AttemptEnd != nil || o.Done != nil}
+	g := &Gateway{cfg: cfg, logger: cfg.Logger}
 	if g.logger == nil {
 		g.logger = slog.Default()
 	}

@@ -647,7 +647,7 @@ func TestObserverHeadersRedacted(t *testing.T) {
 		Upstreams: []gateway.Upstream{{URL: u}},
 		Logger:    slog.New(slog.DiscardHandler),
 		Redact:    []string{"X-Org-Secret"},
-		Observer:  record.Observer{Done: func(r *record.Request) { got <- r.Header.Clone() }},
+		Observer:  record.Observer{Headers: true, Done: func(r *record.Request) { got <- r.Header.Clone() }},
 	})
 	s := httptest.NewServer(g)
 	defer s.Close()
@@ -665,6 +665,19 @@ func TestObserverHeadersRedacted(t *testing.T) {
 	}
 	if r := up.request(0); r.Header.Get("X-Org-Secret") != "o-4" || r.Header.Get("Authorization") != "Bearer sk-1" {
 		t.Error("the upstream lost a header that only the record must not keep")
+	}
+
+	// No observer reads headers: none are copied for the record.
+	g2, _ := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{{URL: u}},
+		Logger:    slog.New(slog.DiscardHandler),
+		Observer:  record.Observer{Done: func(r *record.Request) { got <- r.Header }},
+	})
+	s2 := httptest.NewServer(g2)
+	defer s2.Close()
+	send(t, http.MethodPost, s2.URL+"/v1/messages", chat, map[string]string{"User-Agent": "host/1"})
+	if h := <-got; h != nil {
+		t.Errorf("with no observer reading headers, got %v, want none copied", h)
 	}
 }
 

@@ -210,9 +210,9 @@ func removeHop(h http.Header) {
 
 // observedHeader is the record's Request.Header: a copy of h without the
 // credential headers (redact's one list) and Config.Redact, made only when
-// an observer may read it. The upstream still gets them all.
+// an observer reads it. The upstream still gets them all.
 func (g *Gateway) observedHeader(h http.Header) http.Header {
-	if !g.headers {
+	if !g.cfg.Observer.Headers {
 		return nil
 	}
 	return redact.Header(h, g.cfg.Redact)

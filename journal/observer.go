@@ -19,7 +19,7 @@ type ObserverConfig struct {
 // Observer returns a record.Observer that adds each finished request to w.
 // It never blocks the request: a full writer drops and counts it.
 func Observer(w *Writer, cfg ObserverConfig) record.Observer {
-	return record.Observer{Done: func(r *record.Request) {
+	return record.Observer{Headers: cfg.Headers, Done: func(r *record.Request) {
 		rec := *r
 		// The writer keeps the record past the call; the gateway's list of
 		// attempts is its own. Its header map is made for the record and

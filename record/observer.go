@@ -17,6 +17,11 @@ type Observer struct {
 	// Done is called once, when the request is finished: r.End is set
 	// and r.Attempts holds every attempt.
 	Done func(r *Request)
+
+	// Headers says the observer reads Request.Header. The gateway copies
+	// the caller's headers, without credentials, only when an observer
+	// does; otherwise Header is nil, and the copy costs nothing.
+	Headers bool
 }
 
 // Observers returns an Observer that tells each of obs in turn, in order.
@@ -27,6 +32,7 @@ func Observers(obs ...Observer) Observer {
 		o.AttemptStart = chain2(o.AttemptStart, x.AttemptStart)
 		o.AttemptEnd = chain2(o.AttemptEnd, x.AttemptEnd)
 		o.Done = chain1(o.Done, x.Done)
+		o.Headers = o.Headers || x.Headers
 	}
 	return o
 }

@@ -40,7 +40,7 @@ type Request struct {
 	Path string
 	// Header is the caller's request header without credentials and
 	// without the names the gateway was told to redact, or nil when no
-	// observer keeps headers.
+	// observer reads headers (see Observer.Headers).
 	Header http.Header
 	// Upstream is the name of the upstream that served the request.
 	Upstream string

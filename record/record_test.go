@@ -292,3 +292,22 @@ func ExampleNewAttempt() {
 	// refused
 	// Post "https://api.example.com/v1/chat": connection refused
 }
+
+// Observers read the headers if any of them does, so that the gateway
+// copies them only then.
+func TestObserversHeaders(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		o    record.Observer
+		want bool
+	}{
+		{"none", record.Observers(), false},
+		{"none reads them", record.Observers(record.Observer{}, record.Observer{Done: func(*record.Request) {}}), false},
+		{"one reads them", record.Observers(record.Observer{}, record.Observer{Headers: true}, record.Observer{}), true},
+	} {
+		if c.o.Headers != c.want {
+			t.Errorf("%s: got Headers %v, want %v", c.name, c.o.Headers, c.want)
+		}
+	}
+}

@@ -128,7 +128,8 @@ func (t *Tracer) Observer() record.Observer {
 	if t == nil {
 		return record.Observer{}
 	}
-	return record.Observer{Done: t.done}
+	// The headers are read for a caller's traceparent and tracestate.
+	return record.Observer{Done: t.done, Headers: true}
 }
 
 // traceContext reads only the W3C traceparent and tracestate headers
