@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/internal/apierr"
@@ -37,7 +39,7 @@ func newExchange(g *Gateway, up *upstream, w http.ResponseWriter, r *http.Reques
 	return &exchange{g: g, up: up, r: r, path: path, out: newResponse(w), rec: record.Request{
 		ID:       outlast.NewCallID(),
 		Method:   r.Method,
-		Path:     r.URL.Path,
+		Path:     keptText(r.URL.Path, maxPathLen),
 		Header:   g.observedHeader(r.Header),
 		Upstream: up.Name,
 		Start:    time.Now(),
@@ -50,7 +52,7 @@ func newExchange(g *Gateway, up *upstream, w http.ResponseWriter, r *http.Reques
 func (x *exchange) serve() {
 	defer x.done()
 	var err error
-	if x.opts, err = parseOptions(x.r.Header, x.up.Policy, x.rec.Start); err != nil {
+	if x.opts, err = parseOptions(x.r.Header, &x.up.Upstream, x.rec.Start); err != nil {
 		x.fail(http.StatusBadRequest, apierr.Invalid, err.Error(), nil)
 		return
 	}
@@ -59,7 +61,10 @@ func (x *exchange) serve() {
 	if !ok {
 		return
 	}
-	x.inspect(body)
+	if err := x.inspect(body); err != nil {
+		x.fail(http.StatusBadRequest, apierr.Invalid, err.Error(), nil)
+		return
+	}
 	ctx, cancel := x.context()
 	defer cancel(nil)
 	stop := x.startProgress()
@@ -108,20 +113,55 @@ func readAll(r io.Reader, contentLength, limit int64) ([]byte, error) {
 }
 
 // inspect reads what the record and the gate need from a JSON body: the
-// model, whether it streams, and llama.cpp's id_slot (-1 means any slot).
-func (x *exchange) inspect(body []byte) {
+// model, whether it streams, and llama.cpp's id_slot (-1 means any slot),
+// which must be one of the upstream's slots.
+func (x *exchange) inspect(body []byte) error {
 	x.rec.Stream = strings.Contains(x.r.Header.Get("Accept"), "text/event-stream")
 	if len(body) == 0 || body[0] != '{' {
-		return
+		return nil
 	}
 	// A body it cannot follow is not the gateway's to judge: the upstream
 	// will answer it, and the fields read before the trouble stand.
 	f, _ := scanBody(body)
-	x.rec.Model = f.model
+	x.rec.Model = keptText(f.model, maxModelLen)
 	x.rec.Stream = x.rec.Stream || f.stream
 	if x.rec.Slot == "" && f.slot >= 0 {
-		x.rec.Slot = strconv.Itoa(f.slot)
+		slot, err := x.up.slot(strconv.Itoa(f.slot))
+		if err != nil {
+			return fmt.Errorf("outlast: the body's id_slot %d: %w", f.slot, err)
+		}
+		x.rec.Slot = slot
 	}
+	return nil
+}
+
+// The bounds of what the record keeps of a request's body and path. The
+// request forwarded upstream is never changed.
+const (
+	maxModelLen = 256
+	maxPathLen  = 2048
+)
+
+// keptText returns s as the record keeps it: at most max bytes of valid
+// UTF-8 without control characters. A longer s is cut at the start of a
+// character and ends with "…"; an invalid byte or a control character
+// becomes U+FFFD.
+func keptText(s string, max int) string {
+	if len(s) <= max && utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) {
+		return s // the common case, without an allocation
+	}
+	var b strings.Builder
+	for _, c := range strings.ToValidUTF8(s, "\uFFFD") {
+		if unicode.IsControl(c) {
+			c = utf8.RuneError
+		}
+		if b.Len()+utf8.RuneLen(c) > max-len("…") {
+			b.WriteString("…")
+			return b.String()
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 // context returns the context of the attempts: the caller's, with the

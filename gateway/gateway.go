@@ -65,17 +65,27 @@ type Upstream struct {
 	// health, the record or a log line.
 	URL *url.URL
 
-	// Policy is the retry policy; a request's Outlast-* headers can change
-	// it. Nil means no retries unless a request's headers ask for them.
+	// Policy is the retry policy. A request's Outlast-* headers may only
+	// tighten it: fewer attempts, a larger reserve, waits no shorter than
+	// its shortest and no more of them. Nil means no retries, which no
+	// header can add.
 	Policy *outlast.Policy
 
+	// MaxTimeout bounds the deadline a request asks for with
+	// Outlast-Timeout or Outlast-Deadline. Zero means no bound.
+	MaxTimeout time.Duration
+
 	// Slots bounds the requests in flight to this upstream; the rest wait
-	// in arrival order, up to Queue. Zero means no bound.
+	// in arrival order, up to Queue. Zero means no bound. A request may
+	// name one of the slots 0 to Slots-1 (Outlast-Slot, or llama.cpp's
+	// id_slot) and then waits for that slot alone, within the bound; any
+	// other slot is refused with 400, and with no bound no slot may be
+	// named.
 	Slots int
 
 	// Queue bounds the requests waiting for a slot, and for each named
-	// slot (Outlast-Slot, or llama.cpp's id_slot). Zero means
-	// DefaultQueue; a negative value means nobody may wait.
+	// slot. Zero means DefaultQueue; a negative value means nobody may
+	// wait.
 	Queue int
 
 	// FirstByteTimeout bounds the time from sending an attempt to its first

@@ -244,7 +244,10 @@ func TestHeaderOverrides(t *testing.T) {
 		errText  string
 	}{
 		{"retry off", map[string]string{"Outlast-Retry": "off"}, 503, 1, ""},
-		{"more waits", map[string]string{"Outlast-Waits": "1ms,1ms,1ms,1ms"}, 503, 5, ""},
+		// A header may only tighten the operator's policy (two waits):
+		// more waits are cut to the operator's number.
+		{"more waits", map[string]string{"Outlast-Waits": "1ms,1ms,1ms,1ms"}, 503, 3, ""},
+		{"fewer waits", map[string]string{"Outlast-Waits": "1ms"}, 503, 2, ""},
 		{"max attempts", map[string]string{"Outlast-Max-Attempts": "2"}, 503, 2, ""},
 		// An outer outlast layer is retrying: one attempt only.
 		{"outer layer", map[string]string{"Outlast-Attempt": "2"}, 503, 1, ""},
@@ -506,7 +509,7 @@ func TestNamedSlots(t *testing.T) {
 		status(200, "{}")(w, r)
 	})
 	obs, ev := events()
-	base, g := gwObserved(t, up, nil, obs)
+	base, g := gwObserved(t, up, func(u *gateway.Upstream) { u.Slots = 2 }, obs)
 	var wg sync.WaitGroup
 	// Each request is sent once the one before it has reached the gate:
 	// slot 0 is taken, the second waits for it, and slot 1 is free.

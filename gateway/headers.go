@@ -3,9 +3,12 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/internal/apierr"
@@ -38,28 +41,27 @@ const (
 // "false" on a failure it has already retried or decided.
 const headerShouldRetry = "X-Should-Retry"
 
-// maxRunLen bounds Outlast-Run, which the record stores.
-const maxRunLen = 200
-
-// options are what a request's Outlast-* headers ask for.
+// options are what a request's Outlast-* headers ask for, held to the
+// upstream's settings.
 type options struct {
 	deadline time.Time       // zero: none
 	policy   *outlast.Policy // the request's policy, nil for none
 	run      string
-	slot     string // "" or a non-negative integer
+	slot     string // "" or a slot the upstream has, 0 to Slots-1
 	progress bool
 	outer    bool // an outer outlast layer is retrying: one attempt only
 }
 
 // parseOptions reads the Outlast-* headers of a request that arrived at
-// now, starting from the upstream's policy. Its errors name the header.
-func parseOptions(h http.Header, base *outlast.Policy, now time.Time) (options, error) {
-	o := options{policy: base, outer: h.Get(outlast.AttemptHeader) != ""}
+// now for upstream u. They may only tighten the operator's settings (see
+// tighten and parseDeadline). Its errors name the header.
+func parseOptions(h http.Header, u *Upstream, now time.Time) (options, error) {
+	o := options{outer: h.Get(outlast.AttemptHeader) != ""}
 	var err error
-	if o.deadline, err = parseDeadline(h, now); err != nil {
+	if o.deadline, err = parseDeadline(h, now, u.MaxTimeout); err != nil {
 		return o, err
 	}
-	if o.policy, err = parsePolicy(h, base); err != nil {
+	if o.policy, err = parsePolicy(h, u.Policy); err != nil {
 		return o, err
 	}
 	if o.outer {
@@ -69,11 +71,9 @@ func parseOptions(h http.Header, base *outlast.Policy, now time.Time) (options, 
 		return o, err
 	}
 	if v := h.Get(HeaderSlot); v != "" {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 0 {
-			return o, fmt.Errorf("outlast: %s %q: want a slot number, 0 or more", HeaderSlot, v)
+		if o.slot, err = u.slot(v); err != nil {
+			return o, fmt.Errorf("outlast: %s %q: %w", HeaderSlot, v, err)
 		}
-		o.slot = strconv.Itoa(n)
 	}
 	switch v := strings.ToLower(strings.TrimSpace(h.Get(HeaderProgress))); v {
 	case "":
@@ -85,7 +85,10 @@ func parseOptions(h http.Header, base *outlast.Policy, now time.Time) (options, 
 	return o, nil
 }
 
-func parseDeadline(h http.Header, now time.Time) (time.Time, error) {
+// parseDeadline reads Outlast-Timeout and Outlast-Deadline; the earlier
+// governs, and neither reaches past now+max (zero: no bound), the
+// operator's --max-timeout.
+func parseDeadline(h http.Header, now time.Time, max time.Duration) (time.Time, error) {
 	var deadline time.Time
 	if v := h.Get(HeaderTimeout); v != "" {
 		d, err := parse.Duration(v)
@@ -103,10 +106,15 @@ func parseDeadline(h http.Header, now time.Time) (time.Time, error) {
 			deadline = t // the earlier of the two governs
 		}
 	}
+	if limit := now.Add(max); max > 0 && !deadline.IsZero() && deadline.After(limit) {
+		deadline = limit
+	}
 	return deadline, nil
 }
 
-// parsePolicy applies the policy headers to a copy of base.
+// parsePolicy applies the policy headers to base, the operator's policy,
+// which they may only tighten (see tighten). Without a base policy there
+// is nothing to tighten, and the headers cannot add retries.
 func parsePolicy(h http.Header, base *outlast.Policy) (*outlast.Policy, error) {
 	switch v := strings.ToLower(strings.TrimSpace(h.Get(HeaderRetry))); v {
 	case "", "on":
@@ -115,50 +123,92 @@ func parsePolicy(h http.Header, base *outlast.Policy) (*outlast.Policy, error) {
 	default:
 		return nil, fmt.Errorf("outlast: %s %q: want \"off\" or \"on\"", HeaderRetry, v)
 	}
-	waits, reserve, maxAttempts := h.Get(HeaderWaits), h.Get(HeaderReserve), h.Get(HeaderMaxAttempts)
-	if waits == "" && reserve == "" && maxAttempts == "" {
+	var ask asked
+	if v := h.Get(HeaderWaits); v != "" {
+		w, err := parse.Waits(v)
+		if err != nil {
+			return nil, fmt.Errorf("outlast: %s %q: %w", HeaderWaits, v, err)
+		}
+		ask.waits = w
+	}
+	if v := h.Get(HeaderReserve); v != "" {
+		d, err := parse.Duration(v)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("outlast: %s %q: want a duration such as 60s, or 0 for none", HeaderReserve, v)
+		}
+		ask.reserve, ask.hasReserve = d, true
+	}
+	if v := h.Get(HeaderMaxAttempts); v != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("outlast: %s %q: want a whole number, 0 for no cap", HeaderMaxAttempts, v)
+		}
+		ask.maxAttempts, ask.hasMaxAttempts = n, true
+	}
+	if base == nil || (ask.waits == nil && !ask.hasReserve && !ask.hasMaxAttempts) {
 		return base, nil
 	}
-	var p outlast.Policy
-	if base != nil {
-		p = *base
-	}
-	if waits != "" {
-		w, err := parse.Waits(waits)
-		if err != nil {
-			return nil, fmt.Errorf("outlast: %s %q: %w", HeaderWaits, waits, err)
-		}
-		p.Waits = w
-	}
-	if reserve != "" {
-		d, err := parse.Duration(reserve)
-		if err != nil || d < 0 {
-			return nil, fmt.Errorf("outlast: %s %q: want a duration such as 60s, or 0 for none", HeaderReserve, reserve)
-		}
-		p.Reserve = parse.ZeroIsNone(d)
-	}
-	if maxAttempts != "" {
-		n, err := strconv.Atoi(strings.TrimSpace(maxAttempts))
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("outlast: %s %q: want a whole number, 0 for no cap", HeaderMaxAttempts, maxAttempts)
-		}
-		p.MaxAttempts = n
-	}
+	p := tighten(*base, ask)
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("outlast: the Outlast-* policy headers: %w", err)
 	}
 	return &p, nil
 }
 
+// asked is what a request's policy headers ask for.
+type asked struct {
+	waits                      []time.Duration // nil: not asked
+	reserve                    time.Duration   // 0: none
+	maxAttempts                int             // 0: no cap
+	hasReserve, hasMaxAttempts bool
+}
+
+// tighten returns p with what a request asked for, but never looser than
+// p: whatever a client sends, the upstream sees no more attempts, and no
+// sooner, than the operator's policy allows.
+//   - Each wait is at least p's shortest, and there are no more of them
+//     than p has: without a deadline, their number bounds the retries.
+//   - The reserve is at least p's; 0, none, is p's.
+//   - MaxAttempts is at most p's cap, if it has one; 0, no cap, is p's.
+func tighten(p outlast.Policy, a asked) outlast.Policy {
+	if a.waits != nil {
+		shortest := slices.Min(p.Waits)
+		w := a.waits[:min(len(a.waits), len(p.Waits))]
+		p.Waits = make([]time.Duration, len(w))
+		for i, d := range w {
+			p.Waits[i] = max(d, shortest)
+		}
+	}
+	if a.hasReserve {
+		floor := p.Reserve // p's reserve in force, as Policy reads it
+		switch {
+		case floor == 0:
+			floor = outlast.DefaultReserve
+		case floor < 0:
+			floor = 0
+		}
+		p.Reserve = parse.ZeroIsNone(max(a.reserve, floor))
+	}
+	if a.hasMaxAttempts && a.maxAttempts > 0 && (p.MaxAttempts == 0 || a.maxAttempts < p.MaxAttempts) {
+		p.MaxAttempts = a.maxAttempts
+	}
+	return p
+}
+
+// maxRunLen bounds Outlast-Run, which the record stores.
+const maxRunLen = 200
+
+// parseRun reads Outlast-Run, which the record keeps: at most maxRunLen
+// bytes of valid UTF-8, without control characters.
 func parseRun(v string) (string, error) {
 	v = strings.TrimSpace(v)
-	if len(v) > maxRunLen {
+	switch {
+	case len(v) > maxRunLen:
 		return "", fmt.Errorf("outlast: %s is %d bytes long; the most is %d", HeaderRun, len(v), maxRunLen)
-	}
-	for _, c := range v {
-		if c < 0x20 || c == 0x7f {
-			return "", fmt.Errorf("outlast: %s %q: control characters are not allowed", HeaderRun, v)
-		}
+	case !utf8.ValidString(v):
+		return "", fmt.Errorf("outlast: %s %q: not valid UTF-8", HeaderRun, v)
+	case strings.ContainsFunc(v, unicode.IsControl):
+		return "", fmt.Errorf("outlast: %s %q: control characters are not allowed", HeaderRun, v)
 	}
 	return v, nil
 }

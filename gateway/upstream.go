@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -54,6 +56,8 @@ func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger)
 		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): first-byte timeout %v is negative", i, u.Name, u.FirstByteTimeout)
 	case u.IdleTimeout < 0:
 		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): idle timeout %v is negative", i, u.Name, u.IdleTimeout)
+	case u.MaxTimeout < 0:
+		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): max timeout %v is negative", i, u.Name, u.MaxTimeout)
 	}
 	if u.Queue == 0 {
 		u.Queue = DefaultQueue
@@ -170,6 +174,22 @@ func (u *upstream) passThrough(w http.ResponseWriter, r *http.Request, path stri
 	io.Copy(w, resp.Body)
 }
 
+// slot checks v, a slot a client named (Outlast-Slot, or llama.cpp's
+// id_slot): one of the upstream's 0 to Slots-1. It returns the slot's
+// number as text.
+func (u *Upstream) slot(v string) (string, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	switch {
+	case err != nil || n < 0:
+		return "", errors.New("want a slot number, 0 or more")
+	case u.Slots == 0:
+		return "", errors.New("the upstream has no slots to name (its slots are 0: no bound)")
+	case n >= u.Slots:
+		return "", fmt.Errorf("the upstream's slots are 0 to %d", u.Slots-1)
+	}
+	return strconv.Itoa(n), nil
+}
+
 // slotKey carries a request's named slot in its attempts' context.
 type slotKey struct{}
 
@@ -186,7 +206,11 @@ func slotOf(r *http.Request) string {
 }
 
 // slotGates is the Gate of one upstream: the upstream's own bound, and one
-// slot of capacity 1 per named slot.
+// slot of capacity 1 per named slot. A request for a named slot waits for
+// its slot and then, holding it, for a place in the bound: llama.cpp
+// serves a named slot alone, and the bound holds whatever slots clients
+// name. No request waits for a named slot while it holds a place in the
+// bound, so the two cannot deadlock.
 type slotGates struct {
 	main  *gate.Gate // nil when the upstream has no bound
 	named *gate.Gate
@@ -200,31 +224,49 @@ func newSlotGates(slots, queue int) *slotGates {
 	return s
 }
 
-// Acquire takes the named slot for a key from slotOf, else a slot of the
-// upstream's bound, if it has one.
+// Acquire takes the named slot for a key from slotOf, if there is one,
+// and then a place in the upstream's bound, if it has one. queued is
+// called for the first wait only: the one the request joins first.
 func (s *slotGates) Acquire(ctx context.Context, key string, queued func(ahead int)) (func(), error) {
-	if key != "" {
-		return s.named.Acquire(ctx, key, queued)
+	if key == "" {
+		if s.main == nil {
+			return func() {}, nil
+		}
+		return s.main.Acquire(ctx, "", queued)
 	}
-	if s.main == nil {
-		return func() {}, nil
+	called := false
+	once := func(ahead int) {
+		if !called {
+			called = true
+			queued(ahead)
+		}
 	}
-	return s.main.Acquire(ctx, "", queued)
+	releaseSlot, err := s.named.Acquire(ctx, key, once)
+	if err != nil || s.main == nil {
+		return releaseSlot, err
+	}
+	releaseBound, err := s.main.Acquire(ctx, "", once)
+	if err != nil {
+		releaseSlot()
+		return nil, err
+	}
+	return func() { releaseBound(); releaseSlot() }, nil
 }
 
-// load returns the requests in flight and waiting, over the upstream's
-// bound and every named slot, and the waiting of each named slot by key.
+// load returns the requests in flight and waiting, and the waiting of
+// each named slot by key. Every request in flight holds a place in the
+// bound, named slot or not, so the bound's count is the upstream's; a
+// request waits either for its named slot or for the bound.
 func (s *slotGates) load() (inFlight, waiting int, named map[string]int) {
 	if s.main != nil {
 		inFlight, waiting = s.main.Load("")
 	}
 	for _, k := range s.named.Keys() {
-		f, w := s.named.Load(k)
+		_, w := s.named.Load(k)
 		if named == nil {
 			named = map[string]int{}
 		}
 		named[k] = w
-		inFlight += f
 		waiting += w
 	}
 	return inFlight, waiting, named

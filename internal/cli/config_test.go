@@ -55,8 +55,8 @@ func mustURL(t *testing.T, s string) *url.URL {
 
 // upstreamString prints an upstream with its URL and policy, not their pointers.
 func upstreamString(u gateway.Upstream) string {
-	return fmt.Sprintf("{%s %s %s slots %d queue %d policy %+v first byte %v idle %v status %q}",
-		u.Name, u.Prefix, u.URL, u.Slots, u.Queue, *u.Policy, u.FirstByteTimeout, u.IdleTimeout, u.StatusPaths)
+	return fmt.Sprintf("{%s %s %s slots %d queue %d policy %+v first byte %v idle %v status %q max timeout %v}",
+		u.Name, u.Prefix, u.URL, u.Slots, u.Queue, *u.Policy, u.FirstByteTimeout, u.IdleTimeout, u.StatusPaths, u.MaxTimeout)
 }
 
 func TestServeConfigExample(t *testing.T) {
@@ -70,7 +70,7 @@ func TestServeConfigExample(t *testing.T) {
 			RetryAfter: outlast.RetryAfterAtLeast,
 		},
 		Slots: 0, Queue: 16, FirstByteTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute,
-		StatusPaths: gateway.DefaultStatusPaths,
+		StatusPaths: gateway.DefaultStatusPaths, MaxTimeout: 30 * time.Minute,
 	}, {
 		Name: "llama", Prefix: "/llama", URL: mustURL(t, "http://127.0.0.1:8080"),
 		Policy: &outlast.Policy{
@@ -78,7 +78,7 @@ func TestServeConfigExample(t *testing.T) {
 			Reserve: 10 * time.Second,
 		},
 		Slots: 2, Queue: 8, FirstByteTimeout: 10 * time.Minute, IdleTimeout: 2 * time.Minute,
-		StatusPaths: []string{"/health", "/slots", "/props"},
+		StatusPaths: []string{"/health", "/slots", "/props"}, MaxTimeout: 10 * time.Minute,
 	}}
 	got := cfg.Gateway.Upstreams
 	if len(got) != len(want) {

@@ -88,7 +88,7 @@ var settings = []setting{
 			return nil
 		}},
 	{flag: "slots", key: "slots", scope: upstream, def: "0", arg: "N", example: "2",
-		help: "requests in flight to an upstream; the rest wait in arrival order. 0 means no bound",
+		help: "requests in flight to an upstream; the rest wait in arrival order. A request may name one of the slots 0 to N-1 (Outlast-Slot, or llama.cpp's id_slot) and waits for it alone, within the bound. 0 means no bound, and no slots",
 		set:  count(func(t target, n int) { t.up.Slots = n })},
 	{flag: "queue", key: "queue", scope: upstream, def: strconv.Itoa(gateway.DefaultQueue), arg: "N", example: "0",
 		help: "requests that may wait for a slot; more are refused at once with 503. 0 means none may wait",
@@ -106,6 +106,9 @@ var settings = []setting{
 	{flag: "max-attempts", key: "max_attempts", scope: upstream, def: "0", arg: "N", example: "3",
 		help: "caps a request's attempts, the first included. 0 means no cap",
 		set:  count(func(t target, n int) { t.up.Policy.MaxAttempts = n })},
+	{flag: "max-timeout", key: "max_timeout", scope: upstream, def: "10m", arg: "DURATION", example: "30m",
+		help: "caps the deadline a request asks for with Outlast-Timeout or Outlast-Deadline. 0 means no cap",
+		set:  duration(func(t target, d time.Duration) { t.up.MaxTimeout = d })},
 	{flag: "window", key: "window", scope: upstream, def: "0", arg: "DURATION", example: "10m",
 		help: "caps the time from a request's first attempt to the end of its last wait. 0 means no cap",
 		set:  duration(func(t target, d time.Duration) { t.up.Policy.Window = d })},
