@@ -35,11 +35,13 @@ type exchange struct {
 	rec  record.Request // what observers are told
 }
 
-func newExchange(g *Gateway, up *upstream, w http.ResponseWriter, r *http.Request, path string) *exchange {
+// newExchange starts the exchange of r, whose resolved path is resolved
+// and, with the upstream's prefix removed, path.
+func newExchange(g *Gateway, up *upstream, w http.ResponseWriter, r *http.Request, resolved, path string) *exchange {
 	return &exchange{g: g, up: up, r: r, path: path, out: newResponse(w), rec: record.Request{
 		ID:       outlast.NewCallID(),
 		Method:   r.Method,
-		Path:     keptText(r.URL.Path, maxPathLen),
+		Path:     keptText(resolved, maxPathLen),
 		Header:   g.observedHeader(r.Header),
 		Upstream: up.Name,
 		Start:    time.Now(),

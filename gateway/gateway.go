@@ -199,18 +199,30 @@ func New(cfg Config) (*Gateway, error) {
 // ServeHTTP proxies r, or serves the gateway's own endpoints under
 // /outlast/.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect {
+		// A proxy that tunnels is an open one: the gateway only forwards,
+		// and only to its upstreams.
+		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+		writeError(w, http.StatusMethodNotAllowed, apierr.Method, "outlast: CONNECT is not forwarded: the gateway is not a tunnel")
+		return
+	}
 	if r.URL.Path == "/outlast" || strings.HasPrefix(r.URL.Path, "/outlast/") {
 		g.serveOwn(w, r)
 		return
 	}
-	up, path := g.route(r.URL.Path)
+	resolved, err := resolvePath(r.URL.EscapedPath())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apierr.Invalid, err.Error())
+		return
+	}
+	up, path := g.route(resolved)
 	switch {
 	case up == nil:
-		writeError(w, http.StatusNotFound, apierr.NotFound, fmt.Sprintf("outlast: no upstream serves the path %q", r.URL.Path))
+		writeError(w, http.StatusNotFound, apierr.NotFound, fmt.Sprintf("outlast: no upstream serves the path %q", keptText(resolved, maxPathLen)))
 	case up.isStatus(r.Method, path):
 		up.passThrough(w, r, path)
 	default:
-		newExchange(g, up, w, r, path).serve()
+		newExchange(g, up, w, r, resolved, path).serve()
 	}
 }
 

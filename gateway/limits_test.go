@@ -1,8 +1,12 @@
 package gateway_test
 
 import (
+	"bufio"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -191,4 +195,66 @@ func TestRecordKeepsModelBounded(t *testing.T) {
 	if m := <-got; !utf8.ValidString(m) || strings.ContainsAny(m, "\x00\x1b") {
 		t.Errorf("a model with control characters: kept %q, want them replaced", m)
 	}
+}
+
+// Paths stay under the upstream's base: dot-segments are resolved, raw
+// and encoded, before the upstream is chosen, and what is forwarded is
+// the resolved path; a path that would climb out is refused, and nothing
+// is sent.
+func TestPathsStayUnderTheBase(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, status(200, "{}"))
+	u, _ := url.Parse(up.URL + "/base/v1")
+	g, err := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{{URL: u, Prefix: "/a"}}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewServer(g)
+	t.Cleanup(s.Close)
+	for _, c := range []struct {
+		path   string
+		status int
+		sent   string // the path the upstream saw, or "" for none
+	}{
+		{"/a/..%2f..%2fsecret", 400, ""},
+		{"/a/%2e%2e/%2e%2e/secret", 400, ""},
+		{"/a/../../secret", 400, ""},
+		{"/a/chat/./completions", 200, "/base/v1/chat/completions"},
+		{"/a/x/%2e%2e/models", 200, "/base/v1/models"},
+		// Resolved first, then routed: this is not /a's path at all.
+		{"/a/../b", 404, ""},
+	} {
+		before := up.attempts()
+		resp := rawRequest(t, s.URL, "GET "+c.path+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		if resp.StatusCode != c.status {
+			t.Errorf("%s: got %d, want %d", c.path, resp.StatusCode, c.status)
+		}
+		switch {
+		case c.sent == "" && up.attempts() != before:
+			t.Errorf("%s: the upstream saw %s, want nothing", c.path, up.request(before).URL.RawPath+up.request(before).URL.Path)
+		case c.sent != "" && (up.attempts() != before+1 || up.request(before).RequestURI != c.sent):
+			t.Errorf("%s: the upstream saw %d requests, the last %q; want one, %q", c.path, up.attempts()-before, up.request(up.attempts()-1).RequestURI, c.sent)
+		}
+	}
+}
+
+// rawRequest writes text to the server at base on a connection of its own
+// and reads one response: for requests that an HTTP client would clean up.
+func rawRequest(t *testing.T, base, text string) *http.Response {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, text); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%q: %v", text, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
 }
