@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+	"runtime"
 	"strings"
 
 	"github.com/outlast-llm/outlast"
@@ -58,6 +59,12 @@ type Health struct {
 	Upstreams []UpstreamHealth `json:"upstreams"`
 	// Journal is the journal's state, or nil when there is none.
 	Journal *JournalHealth `json:"journal,omitempty"`
+	// Goroutines counts the process's goroutines, for an operator to see
+	// that they do not grow.
+	Goroutines int `json:"goroutines"`
+	// Connections counts the connections Serve holds open now, or is -1
+	// when the gateway is served otherwise.
+	Connections int64 `json:"connections"`
 }
 
 // JournalHealth is the journal's part of Health.
@@ -91,7 +98,10 @@ type UpstreamHealth struct {
 
 // Health reports the gateway's upstreams and their load.
 func (g *Gateway) Health() Health {
-	h := Health{Version: outlast.Version, Upstreams: []UpstreamHealth{}}
+	h := Health{Version: outlast.Version, Upstreams: []UpstreamHealth{}, Goroutines: runtime.NumGoroutine(), Connections: -1}
+	if c := g.conns.Load(); c != nil {
+		h.Connections = c.open.Load()
+	}
 	for _, u := range g.upstreams {
 		inFlight, queued, named := u.gates.load()
 		h.Upstreams = append(h.Upstreams, UpstreamHealth{

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,13 @@ type exchange struct {
 	opts options
 	out  *response      // what the caller gets
 	rec  record.Request // what observers are told
+
+	// shut guards the state that the gateway's shutdown reads, from
+	// Serve's goroutine: the cancel that ends the attempts, and whether
+	// the exchange is waiting between them.
+	shut    sync.Mutex
+	cancel  context.CancelCauseFunc
+	waiting bool
 }
 
 // newExchange starts the exchange of r, whose resolved path is resolved
@@ -52,6 +60,15 @@ func newExchange(g *Gateway, up *upstream, w http.ResponseWriter, r *http.Reques
 // the Outlast-* headers and the body, sends the request through the
 // upstream's Transport, and forwards the answer.
 func (x *exchange) serve() {
+	if !x.g.live.add(x) {
+		x.out.closeAfter()
+		x.fail(http.StatusServiceUnavailable, apierr.Shutdown, "outlast: the gateway is shutting down: send the request again, to another gateway or once it is back", nil)
+		x.done()
+		return
+	}
+	// The record is handed on before the shutdown may count the exchange
+	// out and close the journal.
+	defer x.g.live.remove(x)
 	defer x.done()
 	var err error
 	if x.opts, err = parseOptions(x.r.Header, &x.up.Upstream, x.rec.Start); err != nil {
@@ -69,6 +86,7 @@ func (x *exchange) serve() {
 	}
 	ctx, cancel := x.context()
 	defer cancel(nil)
+	x.hold(cancel)
 	stop := x.startProgress()
 	resp, err := x.up.transport.RoundTrip(x.outbound(ctx, body))
 	stop()
@@ -76,11 +94,54 @@ func (x *exchange) serve() {
 		x.failed(ctx, err)
 		return
 	}
-	x.forward(resp, cancel)
+	x.forward(ctx, resp, cancel)
+}
+
+// hold keeps cancel, which ends the attempts, for the gateway's shutdown,
+// and uses it at once if the shutdown has already ended every exchange.
+func (x *exchange) hold(cancel context.CancelCauseFunc) {
+	x.shut.Lock()
+	x.cancel = cancel
+	x.shut.Unlock()
+	if x.g.live.isAborted() {
+		cancel(errShutdown)
+	}
+}
+
+// stop ends the exchange's attempts for the shutdown: a wait, an attempt
+// in flight, or a response being forwarded.
+func (x *exchange) stop() {
+	x.shut.Lock()
+	defer x.shut.Unlock()
+	if x.cancel != nil {
+		x.cancel(errShutdown)
+	}
+}
+
+// stopIfWaiting ends the exchange's attempts if it is waiting between
+// them: its last failure is its answer, now rather than after the wait.
+func (x *exchange) stopIfWaiting() {
+	x.shut.Lock()
+	defer x.shut.Unlock()
+	if x.waiting && x.cancel != nil {
+		x.cancel(errShutdown)
+	}
+}
+
+// setWaiting records whether the exchange is between attempts, and stops
+// it if it has come to wait while the gateway shuts down.
+func (x *exchange) setWaiting(waiting bool) {
+	x.shut.Lock()
+	x.waiting = waiting
+	x.shut.Unlock()
+	if waiting && x.g.live.shuttingDown() {
+		x.stopIfWaiting()
+	}
 }
 
 // readBody reads the request body for replay, refusing one over MaxBody
-// before anything is forwarded.
+// before anything is forwarded, one whose bytes stop coming, and one with
+// a trailer that could change how it is read or sent.
 func (x *exchange) readBody() ([]byte, bool) {
 	limit := x.g.cfg.MaxBody
 	if x.r.ContentLength > limit {
@@ -90,28 +151,28 @@ func (x *exchange) readBody() ([]byte, bool) {
 	if x.r.Body == nil || x.r.Body == http.NoBody {
 		return nil, true
 	}
-	body, err := readAll(x.r.Body, x.r.ContentLength, limit+1)
-	if err != nil {
+	// Memory follows the bytes received: the buffer grows as they come,
+	// whatever Content-Length announced.
+	body, err := io.ReadAll(io.LimitReader(x.out.slowBodyReader(x.r.Body, x.g.cfg.BodyTimeout), limit+1))
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		x.out.closeAfter()
+		x.fail(http.StatusRequestTimeout, apierr.TooSlow, fmt.Sprintf("outlast: the request body fell silent for %v (--body-timeout)", x.g.cfg.BodyTimeout), nil)
+		return nil, false
+	case err != nil:
+		x.out.closeAfter()
 		x.fail(http.StatusBadRequest, apierr.Invalid, "outlast: reading the request body: "+err.Error(), nil)
 		return nil, false
-	}
-	if int64(len(body)) > limit {
+	case int64(len(body)) > limit:
+		x.out.closeAfter()
 		x.fail(http.StatusRequestEntityTooLarge, apierr.TooLarge, fmt.Sprintf("outlast: the request body is over %d bytes (--max-body)", limit), nil)
 		return nil, false
 	}
-	return body, true
-}
-
-// readAll reads r up to limit bytes into a buffer sized from the request's
-// Content-Length when it gives one, so that a large body is not copied as
-// the buffer grows.
-func readAll(r io.Reader, contentLength, limit int64) ([]byte, error) {
-	if contentLength <= 0 || contentLength >= limit {
-		return io.ReadAll(io.LimitReader(r, limit))
+	if name := forbiddenTrailer(x.r.Trailer); name != "" {
+		x.fail(http.StatusBadRequest, apierr.Invalid, fmt.Sprintf("outlast: the request has a trailer %s, which only a header may be", name), nil)
+		return nil, false
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, contentLength+1))
-	_, err := buf.ReadFrom(io.LimitReader(r, limit))
-	return buf.Bytes(), err
+	return body, true
 }
 
 // inspect reads what the record and the gate need from a JSON body: the
@@ -217,6 +278,7 @@ func (x *exchange) queued(key string, ahead int) {
 }
 
 func (x *exchange) attemptStart(a outlast.Attempt) {
+	x.setWaiting(false)
 	if o := x.g.cfg.Observer.AttemptStart; o != nil {
 		o(&x.rec, record.NewAttempt(a))
 	}
@@ -231,6 +293,7 @@ func (x *exchange) attemptEnd(a outlast.Attempt) {
 	}
 	if a.RetryIn > 0 {
 		x.comment("retrying attempt=%d in=%v status=%d", a.N+1, a.RetryIn, a.Status)
+		x.setWaiting(true)
 	}
 }
 
@@ -271,7 +334,7 @@ func (x *exchange) comment(format string, args ...any) {
 
 // forward sends the committed response to the caller, chunk by chunk,
 // flushing each chunk of a stream as it arrives.
-func (x *exchange) forward(resp *http.Response, cancel context.CancelCauseFunc) {
+func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel context.CancelCauseFunc) {
 	defer resp.Body.Close()
 	x.rec.Status = resp.StatusCode
 	progressed := x.out.commit(resp.StatusCode, func(h http.Header) {
@@ -298,6 +361,14 @@ func (x *exchange) forward(resp *http.Response, cancel context.CancelCauseFunc) 
 	err := x.out.copyBody(resp.Body, stream, x.up.IdleTimeout, cancel, &x.rec.Committed, &x.rec.Bytes)
 	switch {
 	case err == nil:
+	case errors.Is(context.Cause(ctx), errShutdown):
+		// The grace period ran out with the answer half sent.
+		x.rec.Status, x.rec.Error = http.StatusServiceUnavailable, apierr.Shutdown
+		if stream {
+			x.out.errorEvent(apierr.Shutdown, fmt.Sprintf("outlast: the gateway is shutting down: the stream ends after %d bytes", x.rec.Bytes), nil)
+			return
+		}
+		panic(http.ErrAbortHandler) // a body cut short must not look complete
 	case errors.Is(err, errClientGone):
 		x.rec.Error = record.ErrorClientClosed
 	case stream:
@@ -331,6 +402,11 @@ func (x *exchange) failed(ctx context.Context, err error) {
 		class = x.rec.Attempts[n-1].Class
 	}
 	switch {
+	case errors.Is(context.Cause(ctx), errShutdown):
+		// Its wait, queue or attempt ended for the shutdown: the caller
+		// hears so at once, with what the last attempt got.
+		x.fail(http.StatusServiceUnavailable, apierr.Shutdown,
+			fmt.Sprintf("outlast: the gateway is shutting down; upstream %s's last answer: %s", x.up.Name, redact.Text(err.Error())), nil)
 	case x.r.Context().Err() != nil:
 		// The caller left; there is nobody to answer.
 		x.rec.Status, x.rec.Error = 499, record.ErrorClientClosed

@@ -29,6 +29,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/outlast-llm/outlast"
@@ -39,6 +40,7 @@ import (
 // Defaults for the zero values of Config and Upstream.
 const (
 	DefaultMaxBody          = 32 << 20
+	DefaultBodyTimeout      = 30 * time.Second
 	DefaultProgressInterval = 15 * time.Second
 	DefaultQueue            = 16
 )
@@ -113,8 +115,21 @@ type Config struct {
 	Upstreams []Upstream
 
 	// MaxBody is the largest request body accepted; a larger one gets 413
-	// and is never forwarded. Zero means DefaultMaxBody (32 MiB).
+	// and is never forwarded. Zero means DefaultMaxBody (32 MiB). The
+	// body is read into memory as it arrives, never ahead of its bytes.
 	MaxBody int64
+
+	// BodyTimeout bounds the silence between two reads of a request's
+	// body; a body that falls silent longer gets 408, and its connection
+	// is closed. Zero means DefaultBodyTimeout (30 s); a negative value
+	// means no bound.
+	BodyTimeout time.Duration
+
+	// Token, if set, must come with every request, /outlast/ included,
+	// in the Outlast-Token header; a request without it gets 401 and
+	// nothing is forwarded. It is compared in constant time, and never
+	// forwarded.
+	Token string
 
 	// Transport sends the attempts. If nil, a clone of
 	// http.DefaultTransport is used, with compression passed through
@@ -154,7 +169,10 @@ type Config struct {
 type Gateway struct {
 	cfg       Config
 	logger    *slog.Logger
-	upstreams []*upstream // longest prefix first
+	upstreams []*upstream               // longest prefix first
+	token     *token                    // nil when Config.Token is empty
+	live      liveSet                   // the exchanges in flight, for Serve's shutdown
+	conns     atomic.Pointer[connLimit] // Serve's listener, for health
 }
 
 // New returns a Gateway for cfg, or an error naming the first setting that
@@ -172,7 +190,13 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = DefaultProgressInterval
 	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
 	g := &Gateway{cfg: cfg, logger: cfg.Logger}
+	if cfg.Token != "" {
+		g.token = newToken(cfg.Token)
+	}
 	if g.logger == nil {
 		g.logger = slog.Default()
 	}
@@ -199,6 +223,19 @@ func New(cfg Config) (*Gateway, error) {
 // ServeHTTP proxies r, or serves the gateway's own endpoints under
 // /outlast/.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(r.TransferEncoding) > 0 {
+		// RFC 9112 §6.1: a request with both Transfer-Encoding and
+		// Content-Length may be read differently by the next hop, so its
+		// connection is closed after the answer. net/http drops the
+		// Content-Length before the handler sees it, so every chunked
+		// request's connection is closed: SDKs send Content-Length.
+		w.Header().Set("Connection", "close")
+	}
+	if g.token != nil && !g.token.admits(r.Header.Get(HeaderToken)) {
+		w.Header().Set("WWW-Authenticate", `Outlast-Token realm="outlast"`)
+		writeError(w, http.StatusUnauthorized, apierr.Token, "outlast: this gateway needs its token in the "+HeaderToken+" header")
+		return
+	}
 	if r.Method == http.MethodConnect {
 		// A proxy that tunnels is an open one: the gateway only forwards,
 		// and only to its upstreams.

@@ -569,7 +569,7 @@ func TestGracefulDrain(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- gateway.Serve(ctx, l, g, 10*time.Second) }()
+	go func() { served <- gateway.Serve(ctx, l, g, gateway.ServerConfig{Grace: 10 * time.Second}) }()
 	answer := make(chan string, 1)
 	go func() {
 		resp, body := send(t, http.MethodPost, "http://"+l.Addr().String()+"/v1/x", chat, nil)

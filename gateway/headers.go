@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"fmt"
 	"net/http"
 	"slices"
@@ -30,6 +32,8 @@ const (
 	HeaderRun         = "Outlast-Run"          // groups requests into a run in the record
 	HeaderSlot        = "Outlast-Slot"         // a slot to wait for alone, as llama.cpp's id_slot
 	HeaderProgress    = "Outlast-Progress"     // "sse": SSE comments while a stream waits
+
+	HeaderToken = "Outlast-Token" // the gateway's token, when it has one (Config.Token)
 
 	HeaderRequestID = "Outlast-Request-Id" // response: the request's ID in the record
 	HeaderAttempts  = "Outlast-Attempts"   // response: how many attempts were made
@@ -256,6 +260,33 @@ func removeHop(h http.Header) {
 	for _, k := range hopHeaders {
 		h.Del(k)
 	}
+}
+
+// token is the gateway's token, kept as its digest so that comparing a
+// request's with it takes the same time whatever either's length.
+type token struct{ sum [sha256.Size]byte }
+
+func newToken(s string) *token { return &token{sha256.Sum256([]byte(s))} }
+
+// admits reports, in constant time, whether s is the token.
+func (t *token) admits(s string) bool {
+	got := sha256.Sum256([]byte(s))
+	return subtle.ConstantTimeCompare(got[:], t.sum[:]) == 1
+}
+
+// forbiddenTrailer returns the name of a trailer that must come as a
+// header, if t has one (RFC 9110 §6.5.1): one that frames or routes the
+// message, or says how to read its content or who sends it. The gateway
+// forwards no trailer: it sends the body it buffered with its length.
+func forbiddenTrailer(t http.Header) string {
+	for k := range t {
+		switch http.CanonicalHeaderKey(k) {
+		case "Content-Length", "Transfer-Encoding", "Host", "Content-Type", "Content-Encoding",
+			"Content-Range", "Trailer", "Authorization", "Cookie", "Connection", "Te", "Upgrade":
+			return k
+		}
+	}
+	return ""
 }
 
 // observedHeader is the record's Request.Header: a copy of h without the

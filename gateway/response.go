@@ -76,6 +76,45 @@ func (o *response) errorEvent(kind, msg string, upstream []byte) {
 	o.rc.Flush()
 }
 
+// slowBodyReader returns body read with a deadline of timeout (none if it
+// is not positive) before each read, so that a body whose bytes stop
+// coming ends with os.ErrDeadlineExceeded rather than holding its
+// connection. The deadline is lifted at the body's end or failure: a
+// read deadline left on the connection would cut the response, which may
+// stream for an hour.
+func (o *response) slowBodyReader(body io.Reader, timeout time.Duration) io.Reader {
+	if timeout <= 0 {
+		return body
+	}
+	return &deadlineReader{r: body, rc: o.rc, timeout: timeout}
+}
+
+type deadlineReader struct {
+	r       io.Reader
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (d *deadlineReader) Read(p []byte) (int, error) {
+	// An error here means the connection cannot take deadlines (a test's
+	// recorder): the body is read without one.
+	d.rc.SetReadDeadline(time.Now().Add(d.timeout))
+	n, err := d.r.Read(p)
+	if err != nil {
+		d.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// closeAfter asks that the connection be closed once the response is
+// written: what follows on it cannot be trusted to start where the gateway
+// stopped reading.
+func (o *response) closeAfter() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.w.Header().Set("Connection", "close")
+}
+
 // write writes p to the committed response's body. Like copyBody, it runs
 // once progress comments have stopped, so it writes without mu.
 func (o *response) write(p []byte) {

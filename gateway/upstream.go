@@ -104,6 +104,7 @@ func (u *upstream) outbound(ctx context.Context, r *http.Request, path string) *
 	out.URL = u.target(path, r.URL.RawQuery)
 	out.Host = ""
 	out.Header = forwardHeader(r.Header)
+	out.Trailer = nil // see forbiddenTrailer
 	return out
 }
 

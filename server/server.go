@@ -11,6 +11,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,12 +53,18 @@ type Config struct {
 	Gateway gateway.Config
 
 	// Listen is the address ListenAndServe listens on. Empty means
-	// DefaultListen.
+	// DefaultListen, on loopback. Any other host needs Gateway.Token, or
+	// InsecureNoAuth.
 	Listen string
 
-	// Grace is how long requests in flight may finish once Serve's
-	// context ends. Zero means gateway.DefaultGrace.
-	Grace time.Duration
+	// InsecureNoAuth lets Listen be an address other hosts reach with no
+	// Gateway.Token: anyone who can connect may then send requests, on
+	// the callers' keys, and read the record.
+	InsecureNoAuth bool
+
+	// HTTP says how Serve holds connections: its timeouts, its caps and
+	// the shutdown's grace.
+	HTTP gateway.ServerConfig
 
 	// Journal is where the record is kept, as journal.Open takes it:
 	// "sqlite:PATH", a postgres:// URL, or "off". Empty means
@@ -131,6 +138,10 @@ type Server struct {
 // when done with the Server, to flush and close the journal.
 func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s := &Server{cfg: cfg, Tracer: cfg.Tracer}
+	if err := checkListen(cfg); err != nil {
+		s.Close(context.Background())
+		return nil, &ConfigError{err}
+	}
 	defer func() {
 		if err != nil {
 			s.Close(context.Background())
@@ -250,7 +261,7 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 }
 
 // Serve serves on l until ctx ends, pruning the journal meanwhile; then it
-// lets the requests in flight finish for up to Config.Grace and returns
+// shuts down as gateway.Serve does, within Config.HTTP.Grace, and returns
 // nil. The timeline page's event streams end when the drain starts, so
 // that open pages do not hold it up.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
@@ -259,7 +270,30 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	stop := context.AfterFunc(ctx, s.Feed.Close)
 	defer stop()
-	return gateway.Serve(ctx, l, s, s.cfg.Grace)
+	return gateway.Serve(ctx, l, s.Gateway, s.cfg.HTTP)
+}
+
+// checkListen refuses to serve other hosts without a token, unless told
+// to.
+func checkListen(cfg Config) error {
+	addr := cmp.Or(cfg.Listen, DefaultListen)
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen %q: %v", addr, err)
+	}
+	if loopback(host) || cfg.Gateway.Token != "" || cfg.InsecureNoAuth {
+		return nil
+	}
+	return fmt.Errorf("listen %q reaches other hosts, and the gateway has no token: give one (--token or OUTLAST_TOKEN), which callers send in %s, or --insecure-no-auth to serve anyone who connects", addr, gateway.HeaderToken)
+}
+
+// loopback reports whether host names only this machine.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Close ends the page's event streams, flushes what the journal's writer

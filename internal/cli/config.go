@@ -79,6 +79,13 @@ func (f *serveFlags) pick(s *setting, file fileValues, path string) (value, bool
 	if text, ok := f.given(s); ok {
 		return value{text, "--" + s.flag}, true, nil
 	}
+	if s.key == "token" && path == "" {
+		if env := os.Getenv("OUTLAST_TOKEN"); env != "" {
+			if _, inFile := file[s.key]; !inFile {
+				return value{env, "$OUTLAST_TOKEN"}, true, nil
+			}
+		}
+	}
 	if n, ok := file[s.key]; ok {
 		key := strings.TrimPrefix(path+"."+s.key, ".")
 		text, err := nodeText(s, n)
@@ -90,9 +97,13 @@ func (f *serveFlags) pick(s *setting, file fileValues, path string) (value, bool
 	return value{s.def, "the default of --" + s.flag}, s.def != "", nil
 }
 
-// apply sets s from v on t, naming v's origin in an error.
+// apply sets s from v on t, naming v's origin in an error, and its
+// value unless it is secret.
 func apply(s *setting, v value, t target) error {
 	if err := s.set(t, v.text); err != nil {
+		if s.secret {
+			return usagef("%s: %v", v.where, err)
+		}
 		return usagef("%s %q: %v", v.where, redact.Text(v.text), err)
 	}
 	return nil

@@ -89,8 +89,8 @@ func TestServeConfigExample(t *testing.T) {
 			t.Errorf("upstreams[%d]:\ngot  %s\nwant %s", i, upstreamString(got[i]), upstreamString(want[i]))
 		}
 	}
-	if cfg.Listen != "127.0.0.1:8700" || cfg.Gateway.MaxBody != 32<<20 || cfg.Grace != 30*time.Second {
-		t.Errorf("got listen %q, max body %d, grace %v; want 127.0.0.1:8700, %d, 30s", cfg.Listen, cfg.Gateway.MaxBody, cfg.Grace, 32<<20)
+	if cfg.Listen != "127.0.0.1:8700" || cfg.Gateway.MaxBody != 32<<20 || cfg.HTTP.Grace != 30*time.Second {
+		t.Errorf("got listen %q, max body %d, grace %v; want 127.0.0.1:8700, %d, 30s", cfg.Listen, cfg.Gateway.MaxBody, cfg.HTTP.Grace, 32<<20)
 	}
 	// The example must also make a gateway: prefixes and names are its to check.
 	if _, err := gateway.New(cfg.Gateway); err != nil {
@@ -197,14 +197,14 @@ func TestServeConfigFlags(t *testing.T) {
 		args: []string{"--upstream", "http://example.com", "--reserve", "10", "--grace", "10", "--waits", "5,1.5", "--journal-keep", "1d12h"},
 		check: func(c server.Config) (string, string) {
 			u := c.Gateway.Upstreams[0]
-			return line(u.Policy.Reserve, c.Grace, u.Policy.Waits, c.JournalKeep), "10s 10s [5s 1.5s] 36h0m0s"
+			return line(u.Policy.Reserve, c.HTTP.Grace, u.Policy.Waits, c.JournalKeep), "10s 10s [5s 1.5s] 36h0m0s"
 		},
 	}, {
 		// The top-level flags override the file's listen, max_body and grace.
 		name: "listen, max-body and grace override",
 		args: []string{"--config", exampleConfig, "--listen", ":9000", "--max-body", "10", "--grace", "1s"},
 		check: func(c server.Config) (string, string) {
-			return line(c.Listen, c.Gateway.MaxBody, c.Grace), ":9000 10 1s"
+			return line(c.Listen, c.Gateway.MaxBody, c.HTTP.Grace), ":9000 10 1s"
 		},
 	}, {
 		// --upstream alone proxies every path with the defaults, and names
@@ -241,7 +241,7 @@ func TestServeConfigFileWithoutUpstreams(t *testing.T) {
 	t.Parallel()
 	path := writeConfig(t, "listen: 127.0.0.1:9100\ngrace: 5s\n")
 	c := loadServe(t, "--config", path, "--upstream", "http://127.0.0.1:8080")
-	if got := line(c.Listen, c.Grace, len(c.Gateway.Upstreams)); got != "127.0.0.1:9100 5s 1" {
+	if got := line(c.Listen, c.HTTP.Grace, len(c.Gateway.Upstreams)); got != "127.0.0.1:9100 5s 1" {
 		t.Errorf("got %s, want 127.0.0.1:9100 5s 1", got)
 	}
 }
@@ -329,7 +329,7 @@ func TestServeConfigErrors(t *testing.T) {
 	}, {
 		name: "unknown top-level key",
 		yaml: ok + "listn: :8700\n",
-		want: "config.yaml line 3: the file: unknown key listn (want one of upstreams, listen, max_body,",
+		want: "config.yaml line 3: the file: unknown key listn (want one of upstreams, listen, token,",
 	}, {
 		// An upstream's setting does not go at the top level.
 		name: "upstream key at the top",

@@ -33,6 +33,9 @@ type setting struct {
 	list bool
 	// bool says the flag takes no value: --journal-headers alone is true.
 	bool bool
+	// secret says the value is never shown: not in --help, nor in an
+	// error.
+	secret bool
 	// example is a value other than the default, for the test that a
 	// value reaches the same place by flag and by file.
 	example string
@@ -68,6 +71,21 @@ var settings = []setting{
 			}
 			t.cfg.Listen = s
 			return nil
+		}},
+	{flag: "token", key: "token", scope: global, arg: "TOKEN", secret: true, example: "s3cret-token",
+		help: "a token every request must present in the Outlast-Token header, /outlast/ included; needed to listen beyond loopback. Default: $OUTLAST_TOKEN",
+		set: func(t target, s string) error {
+			if strings.ContainsFunc(s, func(r rune) bool { return r < 0x21 || r == 0x7f }) {
+				return errors.New("a token is printable characters, without spaces")
+			}
+			t.cfg.Gateway.Token = s
+			return nil
+		}},
+	{flag: "insecure-no-auth", key: "insecure_no_auth", scope: global, def: "false", bool: true, example: "true",
+		help: "listen beyond loopback with no token: anyone who can connect may send requests and read the record",
+		set: func(t target, s string) (err error) {
+			t.cfg.InsecureNoAuth, err = parseBool(s)
+			return err
 		}},
 	{flag: "upstream", key: "url", scope: identity, arg: "URL", example: "http://example.test:9/v1",
 		help: "the upstream to forward every path to, instead of a config file's upstreams; with a path, it is joined to each request's",
@@ -162,18 +180,30 @@ var settings = []setting{
 			return nil
 		}},
 	{flag: "grace", key: "grace", scope: global, def: "30s", arg: "DURATION", example: "5s",
-		help: "how long requests in flight may finish after SIGINT or SIGTERM",
+		help: "how long requests in flight may finish after SIGINT or SIGTERM; then each ends with a final error",
+		set:  positive(func(t target, d time.Duration) { t.cfg.HTTP.Grace = d })},
+	{flag: "read-header-timeout", key: "read_header_timeout", scope: global, def: "10s", arg: "DURATION", example: "3s",
+		help: "bounds the time a caller takes to send a request's line and headers",
+		set:  positive(func(t target, d time.Duration) { t.cfg.HTTP.ReadHeaderTimeout = d })},
+	{flag: "body-timeout", key: "body_timeout", scope: global, def: "30s", arg: "DURATION", example: "5s",
+		help: "bounds the silence between two reads of a request's body; a slower body gets 408 and its connection is closed",
+		set:  positive(func(t target, d time.Duration) { t.cfg.Gateway.BodyTimeout = d })},
+	{flag: "keepalive-timeout", key: "keepalive_timeout", scope: global, def: "2m", arg: "DURATION", example: "30s",
+		help: "how long an idle connection waits for its next request before it is closed",
+		set:  positive(func(t target, d time.Duration) { t.cfg.HTTP.KeepAliveTimeout = d })},
+	{flag: "max-header-bytes", key: "max_header_bytes", scope: global, def: strconv.Itoa(gateway.DefaultMaxHeaderBytes), arg: "BYTES", example: "8192",
+		help: "the largest request line and headers, in bytes; a larger one gets 431",
 		set: func(t target, s string) error {
-			d, err := parse.Duration(s)
-			switch {
-			case err != nil:
-				return err
-			case d <= 0:
-				return errors.New("want a positive duration, such as 30s")
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1024 {
+				return errors.New("want a whole number of bytes, 1024 or more, such as 65536")
 			}
-			t.cfg.Grace = d
+			t.cfg.HTTP.MaxHeaderBytes = n
 			return nil
 		}},
+	{flag: "max-conns", key: "max_conns", scope: global, def: strconv.Itoa(gateway.DefaultMaxConns), arg: "N", example: "100",
+		help: "the connections open at once; one more gets 503 and is closed. 0 means no bound",
+		set:  count(func(t target, n int) { t.cfg.HTTP.MaxConns = parse.ZeroIsNone(n) })},
 	{flag: "journal", key: "journal", scope: global, def: journal.DefaultSpec, arg: "SPEC", example: "off",
 		help: "where the record is kept: sqlite:PATH, a postgres:// URL for several replicas, or off",
 		set: func(t target, s string) error {
@@ -199,13 +229,9 @@ var settings = []setting{
 		set:  duration(func(t target, d time.Duration) { t.cfg.JournalKeep = d })},
 	{flag: "journal-headers", key: "journal_headers", scope: global, def: "false", bool: true, example: "true",
 		help: "keep each request's headers in the journal, credentials and --redact left out (they cost more than the rest of the record)",
-		set: func(t target, s string) error {
-			b, err := strconv.ParseBool(s)
-			if err != nil {
-				return errors.New("want true or false")
-			}
-			t.cfg.JournalHeaders = b
-			return nil
+		set: func(t target, s string) (err error) {
+			t.cfg.JournalHeaders, err = parseBool(s)
+			return err
 		}},
 	{flag: "redact", key: "redact", scope: global, arg: "HEADERS", list: true, example: "X-Org-Token,X-Trace",
 		help: "request headers, comma-separated, that the record must not keep, besides the credentials it never keeps",
@@ -228,6 +254,30 @@ func count(put func(target, int)) func(target, string) error {
 		put(t, n)
 		return nil
 	}
+}
+
+// positive returns a setting's set for a duration of more than 0.
+func positive(put func(target, time.Duration)) func(target, string) error {
+	return func(t target, s string) error {
+		d, err := parse.Duration(s)
+		switch {
+		case err != nil:
+			return err
+		case d <= 0:
+			return errors.New("want a positive duration, such as 30s")
+		}
+		put(t, d)
+		return nil
+	}
+}
+
+// parseBool reads a flag's or key's true or false.
+func parseBool(s string) (bool, error) {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, errors.New("want true or false")
+	}
+	return b, nil
 }
 
 // duration returns a setting's set for a duration of 0 or more.

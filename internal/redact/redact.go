@@ -21,6 +21,7 @@ var credentials = []string{
 	"X-Api-Key",      // Anthropic
 	"Api-Key",        // Azure OpenAI
 	"X-Goog-Api-Key", // Gemini
+	"Outlast-Token",  // the gateway's own
 }
 
 // Credentials returns the names of the headers that carry credentials, in

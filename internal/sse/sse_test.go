@@ -1,6 +1,7 @@
 package sse
 
 import (
+	"mime"
 	"net/http"
 	"testing"
 )
@@ -25,4 +26,29 @@ func TestIsStream(t *testing.T) {
 			t.Errorf("IsStream(%q) = %v, want %v", ct, got, want)
 		}
 	}
+}
+
+// FuzzIsStream checks IsStream's fast path against mime.ParseMediaType,
+// which its slow path and RFC 9110 §8.3.1 both follow: the media type,
+// case-insensitive, is text/event-stream, whatever its parameters.
+func FuzzIsStream(f *testing.F) {
+	for _, s := range []string{
+		"text/event-stream", "text/event-stream; charset=utf-8", "TEXT/EVENT-STREAM",
+		"text/event-stream ;charset=UTF-8", "application/json", "application/json; charset=utf-8",
+		"", " text/event-stream", "text/event-stream;", "text/event-stream; charset", "text/event-streamx",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ct string) {
+		h := http.Header{"Content-Type": {ct}}
+		mt, _, _ := mime.ParseMediaType(ct)
+		if got, want := IsStream(h), mt == "text/event-stream"; got != want {
+			t.Fatalf("IsStream(Content-Type %q) = %v, want %v (media type %q)", ct, got, want, mt)
+		}
+		// Only the first value counts, as http.Header.Get reads it.
+		h["Content-Type"] = append(h["Content-Type"], "text/event-stream")
+		if got, want := IsStream(h), mt == "text/event-stream"; got != want {
+			t.Fatalf("IsStream(Content-Type %q, text/event-stream) = %v, want %v", ct, got, want)
+		}
+	})
 }
