@@ -240,12 +240,17 @@ func forwardHeader(in http.Header) http.Header {
 }
 
 // copyHeader copies an upstream response's headers to the caller's,
-// less hop-by-hop headers.
+// less hop-by-hop headers; the caller's own hop-by-hop headers, such as
+// the gateway's Connection: close, stay.
 func copyHeader(dst, src http.Header) {
+	h := make(http.Header, len(src))
 	for k, v := range src {
-		dst[k] = append([]string(nil), v...)
+		h[k] = append([]string(nil), v...)
 	}
-	removeHop(dst)
+	removeHop(h)
+	for k, v := range h {
+		dst[k] = v
+	}
 }
 
 func removeHop(h http.Header) {

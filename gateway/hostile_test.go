@@ -1,0 +1,410 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
+)
+
+var updateDoc = flag.Bool("update", false, "rewrite the hostile-client table of docs/reliability.md")
+
+// hostile is a gateway served as outlast serve serves it, on a listener of
+// its own, in front of an upstream that counts what reaches it, and a
+// foreign host that must never be reached.
+type hostile struct {
+	addr     string
+	g        *gateway.Gateway
+	seen     atomic.Int64 // requests the upstream got
+	foreign  atomic.Int64 // requests the foreign host got
+	foreignU string
+	records  chan record.Request
+}
+
+func newHostile(t *testing.T, change func(*gateway.Config, *gateway.ServerConfig)) *hostile {
+	t.Helper()
+	h := &hostile{records: make(chan record.Request, 1024)}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		h.seen.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/fail") {
+			w.WriteHeader(http.StatusBadGateway)
+			io.WriteString(w, `{"error":"down"}`)
+			return
+		}
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	t.Cleanup(up.Close)
+	foreign := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.foreign.Add(1) }))
+	t.Cleanup(foreign.Close)
+	h.foreignU = foreign.URL
+	u, _ := url.Parse(up.URL + "/base")
+	cfg := gateway.Config{
+		Upstreams: []gateway.Upstream{{URL: u, Policy: &outlast.Policy{Waits: []time.Duration{time.Millisecond}}}},
+		Logger:    slog.New(slog.DiscardHandler),
+		Observer:  record.Observer{Done: func(r *record.Request) { h.records <- *r }},
+	}
+	var sc gateway.ServerConfig
+	if change != nil {
+		change(&cfg, &sc)
+	}
+	g, err := gateway.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.g = g
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.addr = l.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gateway.Serve(ctx, l, g, sc) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return h
+}
+
+// dial opens a raw connection to the gateway, which the caller closes.
+func (h *hostile) dial(t *testing.T) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// exchange writes text on a fresh connection and reads one response, and
+// then whether the connection was closed after it.
+func (h *hostile) exchange(t *testing.T, text string) (resp *http.Response, body string, closed bool) {
+	t.Helper()
+	c := h.dial(t)
+	defer c.Close()
+	if _, err := io.WriteString(c, text); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return nil, "", true
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	// A closed connection reads EOF at once; an open one, nothing until
+	// its keep-alive timeout.
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, err = br.ReadByte()
+	closed = err == io.EOF || (err != nil && !isTimeout(err))
+	return resp, string(b), closed
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+// growth measures what f adds to the heap, goroutines and descriptors, once
+// its work has been let go: what a hostile client could leave behind.
+type growth struct {
+	heap       int64
+	goroutines int
+	fds        int
+}
+
+func measure(f func()) growth {
+	before := snapshot()
+	f()
+	var after growth
+	// Goroutines that f's connections started end shortly after they
+	// close: wait for them to settle (each check is an event: the count
+	// changing), up to a second.
+	for i := 0; i < 100; i++ {
+		after = snapshot()
+		if after.goroutines <= before.goroutines+2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // settling after closes; no event to wait on
+	}
+	return growth{after.heap - before.heap, after.goroutines - before.goroutines, after.fds - before.fds}
+}
+
+func snapshot() growth {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	fds := -1
+	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+		fds = len(ents)
+	}
+	return growth{heap: int64(m.HeapInuse), goroutines: runtime.NumGoroutine(), fds: fds}
+}
+
+// hostileRow is one line of the hostile-client table.
+type hostileRow struct{ attack, answer, forwarded, left string }
+
+var hostileRows []hostileRow
+
+// The hostile clients of issue 12, as raw TCP where an HTTP client would
+// clean the request up. Each gets a clear 4xx, 5xx or a closed
+// connection, nothing reaches the upstream or any other host, and
+// nothing grows beyond a stated bound.
+func TestHostileClients(t *testing.T) {
+	const heapBound = 16 << 20 // what 40 hostile connections may leave on the heap
+	cases := []struct {
+		name   string
+		change func(*gateway.Config, *gateway.ServerConfig)
+		attack func(t *testing.T, h *hostile) string // returns the answer seen
+		sent   int64                                 // what the upstream may see
+	}{
+		{"40 connections announce 32 MiB bodies and send 1 byte each", func(c *gateway.Config, _ *gateway.ServerConfig) { c.BodyTimeout = 300 * time.Millisecond }, func(t *testing.T, h *hostile) string {
+			answers := make(chan string, 40)
+			for range 40 {
+				go func() {
+					c, err := net.Dial("tcp", h.addr)
+					if err != nil {
+						answers <- err.Error()
+						return
+					}
+					defer c.Close()
+					fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{", 32<<20)
+					c.SetReadDeadline(time.Now().Add(10 * time.Second))
+					resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+					if err != nil {
+						answers <- "no answer: " + err.Error()
+						return
+					}
+					answers <- fmt.Sprintf("%d %s", resp.StatusCode, resp.Header.Get("Outlast-Error"))
+				}()
+			}
+			seen := map[string]int{}
+			for range 40 {
+				seen[<-answers]++
+			}
+			if seen["408 too-slow"] != 40 {
+				t.Errorf("got %v, want 40 × 408 too-slow", seen)
+			}
+			return "408 too-slow, connection closed"
+		}, 0},
+		{"a header of 100 KiB", nil, func(t *testing.T, h *hostile) string {
+			resp, _, _ := h.exchange(t, "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 100<<10)+"\r\n\r\n")
+			if resp == nil || resp.StatusCode != 431 {
+				t.Errorf("got %v, want 431", resp)
+				return "?"
+			}
+			return "431"
+		}, 0},
+		{"headers that never end", func(_ *gateway.Config, s *gateway.ServerConfig) { s.ReadHeaderTimeout = 300 * time.Millisecond }, func(t *testing.T, h *hostile) string {
+			c := h.dial(t)
+			defer c.Close()
+			io.WriteString(c, "GET /v1/models HTTP/1.1\r\nHost: x\r\n")
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.ReadAll(c); err != nil && !strings.Contains(err.Error(), "reset") {
+				t.Errorf("got %v, want the connection closed", err)
+			}
+			return "connection closed"
+		}, 0},
+		{"an idle keep-alive connection", func(_ *gateway.Config, s *gateway.ServerConfig) { s.KeepAliveTimeout = 300 * time.Millisecond }, func(t *testing.T, h *hostile) string {
+			c := h.dial(t)
+			defer c.Close()
+			io.WriteString(c, "GET /outlast/health HTTP/1.1\r\nHost: x\r\n\r\n")
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Errorf("after the keep-alive timeout: got %v, want the connection closed", err)
+			}
+			return "connection closed"
+		}, 0},
+		{"one connection past --max-conns", func(_ *gateway.Config, s *gateway.ServerConfig) { s.MaxConns = 2 }, func(t *testing.T, h *hostile) string {
+			a, b := h.dial(t), h.dial(t)
+			defer a.Close()
+			defer b.Close()
+			// The two are open once the gateway counts them.
+			for h.g.Health().Connections < 2 {
+				time.Sleep(time.Millisecond) // the accept loop's count; no event to wait on
+			}
+			resp, body, closed := h.exchange(t, "GET /outlast/health HTTP/1.1\r\nHost: x\r\n\r\n")
+			if resp == nil || resp.StatusCode != 503 || resp.Header.Get("Outlast-Error") != "busy" || !closed || !strings.Contains(body, "--max-conns") {
+				t.Errorf("got %v %q (closed %v), want 503 busy naming --max-conns, closed", resp, body, closed)
+			}
+			return "503 busy, connection closed"
+		}, 0},
+		{"Content-Length and Transfer-Encoding, another request pipelined", nil, func(t *testing.T, h *hostile) string {
+			resp, _, closed := h.exchange(t, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\nPOST /v1/smuggled HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+			if resp == nil || !closed {
+				t.Errorf("got %v, closed %v; want an answer, then the connection closed", resp, closed)
+			}
+			return fmt.Sprintf("%d, then the connection closed", resp.StatusCode)
+		}, 1},
+		{"a trailer named Content-Length", nil, func(t *testing.T, h *hostile) string {
+			resp, body, _ := h.exchange(t, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nContent-Length: 99\r\n\r\n")
+			if resp == nil || resp.StatusCode != 400 || !strings.Contains(body, "Content-Length") {
+				t.Errorf("got %v %q, want 400 naming the trailer", resp, body)
+			}
+			return "400 invalid"
+		}, 0},
+		{"CONNECT", nil, func(t *testing.T, h *hostile) string {
+			resp, _, _ := h.exchange(t, "CONNECT "+strings.TrimPrefix(h.foreignU, "http://")+" HTTP/1.1\r\nHost: x\r\n\r\n")
+			if resp == nil || resp.StatusCode != 405 {
+				t.Errorf("got %v, want 405", resp)
+			}
+			return "405 method"
+		}, 0},
+		{"an absolute URI naming another host", nil, func(t *testing.T, h *hostile) string {
+			resp, _, _ := h.exchange(t, "GET "+h.foreignU+"/v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+			if resp == nil || resp.StatusCode != 200 {
+				t.Errorf("got %v, want the upstream's own answer", resp)
+			}
+			return "200 from the configured upstream"
+		}, 1},
+		{"a Host header naming another host", nil, func(t *testing.T, h *hostile) string {
+			resp, _, _ := h.exchange(t, "GET /v1/models HTTP/1.1\r\nHost: "+strings.TrimPrefix(h.foreignU, "http://")+"\r\n\r\n")
+			if resp == nil || resp.StatusCode != 200 {
+				t.Errorf("got %v, want the upstream's own answer", resp)
+			}
+			return "200 from the configured upstream"
+		}, 1},
+		{"a path that starts with another host", nil, func(t *testing.T, h *hostile) string {
+			resp, _, _ := h.exchange(t, "GET //"+strings.TrimPrefix(h.foreignU, "http://")+"/v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+			if resp == nil || resp.StatusCode != 200 {
+				t.Errorf("got %v, want the upstream's own answer", resp)
+			}
+			return "200 from the configured upstream, under its base"
+		}, 1},
+		{"an encoded dot-segment out of the base", nil, func(t *testing.T, h *hostile) string {
+			resp, _, _ := h.exchange(t, "GET /..%2f..%2fsecret HTTP/1.1\r\nHost: x\r\n\r\n")
+			if resp == nil || resp.StatusCode != 400 {
+				t.Errorf("got %v, want 400", resp)
+			}
+			return "400 invalid"
+		}, 0},
+		{"no token, with one configured", func(c *gateway.Config, _ *gateway.ServerConfig) { c.Token = "t0ken" }, func(t *testing.T, h *hostile) string {
+			for _, path := range []string{"/v1/chat/completions", "/outlast/health", "/outlast/requests"} {
+				resp, _, _ := h.exchange(t, "GET "+path+" HTTP/1.1\r\nHost: x\r\nOutlast-Token: t0kem\r\n\r\n")
+				if resp == nil || resp.StatusCode != 401 || resp.Header.Get("Outlast-Error") != "token" {
+					t.Errorf("%s with a wrong token: got %v, want 401 token", path, resp)
+				}
+			}
+			resp, _, _ := h.exchange(t, "GET /v1/models HTTP/1.1\r\nHost: x\r\nOutlast-Token: t0ken\r\n\r\n")
+			if resp == nil || resp.StatusCode != 200 {
+				t.Errorf("with the token: got %v, want 200", resp)
+			}
+			return "401 token; with it, 200"
+		}, 1},
+		{"a slot the operator did not configure", func(c *gateway.Config, _ *gateway.ServerConfig) { c.Upstreams[0].Slots = 1 }, func(t *testing.T, h *hostile) string {
+			resp, _, _ := h.exchange(t, "POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\n\r\n{\"id_slot\":49}")
+			if resp == nil || resp.StatusCode != 400 {
+				t.Errorf("got %v, want 400", resp)
+			}
+			return "400 invalid"
+		}, 0},
+		{"policy headers that loosen the operator's", func(c *gateway.Config, _ *gateway.ServerConfig) {
+			c.Upstreams[0].Policy = &outlast.Policy{Waits: []time.Duration{time.Millisecond}, MaxAttempts: 2}
+		}, func(t *testing.T, h *hostile) string {
+			// The upstream fails every attempt: only the operator's
+			// two may reach it, whatever the headers ask for.
+			resp, _, _ := h.exchange(t, "POST /v1/fail HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nOutlast-Max-Attempts: 0\r\nOutlast-Waits: 0\r\nOutlast-Reserve: 0\r\nOutlast-Timeout: 999999s\r\n\r\n{}")
+			if resp == nil || resp.StatusCode != 502 {
+				t.Fatalf("got %v, want 502", resp)
+			}
+			if n := h.seen.Load(); n != 2 {
+				t.Errorf("the upstream saw %d attempts, want the operator's 2", n)
+			}
+			return fmt.Sprintf("502 after %s attempts, the operator's maximum", resp.Header.Get("Outlast-Attempts"))
+		}, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHostile(t, c.change)
+			var answer string
+			g := measure(func() { answer = c.attack(t, h) })
+			if h.seen.Load() > c.sent {
+				t.Errorf("the upstream got %d requests, want %d at most", h.seen.Load(), c.sent)
+				close(h.records)
+				for r := range h.records {
+					t.Logf("recorded %s %s %d", r.Method, r.Path, r.Status)
+				}
+			}
+			if h.foreign.Load() != 0 {
+				t.Errorf("the foreign host got %d requests, want none", h.foreign.Load())
+			}
+			if g.heap > heapBound || g.goroutines > 8 || g.fds > 8 {
+				t.Errorf("left %d bytes of heap, %d goroutines and %d descriptors; want at most %d, 8 and 8", g.heap, g.goroutines, g.fds, heapBound)
+			}
+			forwarded := "nothing"
+			if c.sent > 0 {
+				forwarded = fmt.Sprintf("%d to the upstream, none elsewhere", c.sent)
+			}
+			hostileRows = append(hostileRows, hostileRow{c.name, answer, forwarded, "≤ 16 MiB heap, ≤ 8 goroutines, ≤ 8 descriptors"})
+		})
+	}
+	if !t.Failed() {
+		checkDoc(t, "hostile", hostileTable())
+	}
+}
+
+func hostileTable() string {
+	var b strings.Builder
+	b.WriteString("Written by `go test ./gateway -run TestHostileClients -update`; CI fails if a run's answers differ.\n\n")
+	b.WriteString("| attack | answer | forwarded | left behind, at most |\n| --- | --- | --- | --- |\n")
+	for _, r := range hostileRows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.attack, r.answer, r.forwarded, r.left)
+	}
+	return b.String()
+}
+
+// checkDoc rewrites the section of docs/reliability.md between the
+// section's markers with want, with -update; without it, it fails the
+// test if the committed section differs.
+func checkDoc(t *testing.T, section, want string) {
+	t.Helper()
+	const path = "../docs/reliability.md"
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin, end := "<!-- "+section+":begin -->\n", "<!-- "+section+":end -->"
+	i, j := strings.Index(string(doc), begin), strings.Index(string(doc), end)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no %s section", path, section)
+	}
+	got := string(doc[i+len(begin) : j])
+	if *updateDoc {
+		out := string(doc[:i+len(begin)]) + want + string(doc[j:])
+		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if got != want {
+		t.Errorf("%s's %s section is not this run's (run with -update if on purpose):\ngot:\n%s\nwant:\n%s", path, section, got, want)
+	}
+}
