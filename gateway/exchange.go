@@ -405,8 +405,11 @@ func (x *exchange) failed(ctx context.Context, err error) {
 	case errors.Is(context.Cause(ctx), errShutdown):
 		// Its wait, queue or attempt ended for the shutdown: the caller
 		// hears so at once, with what the last attempt got.
-		x.fail(http.StatusServiceUnavailable, apierr.Shutdown,
-			fmt.Sprintf("outlast: the gateway is shutting down; upstream %s's last answer: %s", x.up.Name, redact.Text(err.Error())), nil)
+		msg := fmt.Sprintf("outlast: the gateway is shutting down; upstream %s's last answer: %s", x.up.Name, redact.Text(err.Error()))
+		if errors.Is(err, errShutdown) {
+			msg = fmt.Sprintf("outlast: the gateway is shutting down; the attempt to upstream %s was stopped before it answered", x.up.Name)
+		}
+		x.fail(http.StatusServiceUnavailable, apierr.Shutdown, msg, nil)
 	case x.r.Context().Err() != nil:
 		// The caller left; there is nobody to answer.
 		x.rec.Status, x.rec.Error = 499, record.ErrorClientClosed

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +87,37 @@ func TestConfigErrors(t *testing.T) {
 				t.Errorf("got %v, want a *server.ConfigError", err)
 			}
 		})
+	}
+	// Only loopback is served without a token, unless the operator says
+	// otherwise in so many words.
+	for _, tt := range []struct {
+		listen, token string
+		insecure      bool
+		ok            bool
+	}{
+		{"", "", false, true}, // the default is loopback
+		{"127.0.0.1:0", "", false, true},
+		{"[::1]:0", "", false, true},
+		{"localhost:0", "", false, true},
+		{":8700", "", false, false},
+		{"0.0.0.0:8700", "", false, false},
+		{"[::]:8700", "", false, false},
+		{"192.0.2.1:8700", "", false, false},
+		{"example.com:8700", "", false, false},
+		{":8700", "t0ken", false, true},
+		{":8700", "", true, true},
+		{"no-port", "", false, false},
+	} {
+		cfg := server.Config{Gateway: gateway.Config{Upstreams: upstreams(), Token: tt.token}, Journal: "off", Listen: tt.listen, InsecureNoAuth: tt.insecure}
+		s, err := server.New(t.Context(), cfg)
+		if _, bad := errors.AsType[*server.ConfigError](err); bad == tt.ok || (err == nil) != tt.ok {
+			t.Errorf("listen %q, token %q, insecure %v: got %v, want ok %v", tt.listen, tt.token, tt.insecure, err, tt.ok)
+		}
+		if err == nil {
+			s.Close(t.Context())
+		} else if !tt.ok && tt.listen != "no-port" && !strings.Contains(err.Error(), "--token") {
+			t.Errorf("listen %q: the error %q does not say how to give a token", tt.listen, err)
+		}
 	}
 	// A journal that cannot be opened is not a setting's fault.
 	dir := filepath.Join(t.TempDir(), "no-such-dir", "j.db")
