@@ -48,7 +48,7 @@ type exchange struct {
 func newExchange(g *Gateway, up *upstream, w http.ResponseWriter, r *http.Request, resolved, path string) *exchange {
 	return &exchange{g: g, up: up, r: r, path: path, out: newResponse(w), rec: record.Request{
 		ID:       outlast.NewCallID(),
-		Method:   r.Method,
+		Method:   keptText(r.Method, maxMethodLen),
 		Path:     keptText(resolved, maxPathLen),
 		Header:   g.observedHeader(r.Header),
 		Upstream: up.Name,
@@ -198,11 +198,12 @@ func (x *exchange) inspect(body []byte) error {
 	return nil
 }
 
-// The bounds of what the record keeps of a request's body and path. The
+// The bounds of what the record keeps of a request's method, path and body. The
 // request forwarded upstream is never changed.
 const (
-	maxModelLen = 256
-	maxPathLen  = 2048
+	maxModelLen  = 256
+	maxPathLen   = 2048
+	maxMethodLen = 32
 )
 
 // keptText returns s as the record keeps it: at most max bytes of valid

@@ -216,7 +216,7 @@ func (s *Server) newGateway(logger *slog.Logger) (*gateway.Gateway, error) {
 		}
 	}
 	s.Metrics = metrics.New(names)
-	s.Feed = timeline.New(0)
+	s.Feed = timeline.New(0, 0)
 	obs := []record.Observer{s.Metrics.Observer(), s.Feed.Observer(), s.Tracer.Observer()}
 	endpoints := map[string]http.Handler{"metrics": s.Metrics.Handler()}
 	for k, h := range s.Feed.Endpoints() {

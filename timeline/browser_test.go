@@ -181,7 +181,7 @@ func testOutage(t *testing.T, tab context.Context) {
 	// that hold the one slot long enough for a queue to show.
 	mock := mockllm.NewServer("502x5,429:retry-after=1x2,ok:delay=300ms")
 	t.Cleanup(mock.Close)
-	feed := timeline.New(0)
+	feed := timeline.New(0, 0)
 	base := outageGateway(t, feed, mock.URL)
 
 	open(t, tab, base)
@@ -375,7 +375,7 @@ func testThousand(t *testing.T, tab context.Context) {
 	errs := jsErrors(t, tab)
 	up := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(up.Close)
-	feed := timeline.New(0)
+	feed := timeline.New(0, 0)
 	base, _ := serve(t, feed, up.URL)
 	inFlight := fill(feed, 1000, 20)
 

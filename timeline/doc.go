@@ -8,7 +8,7 @@
 // through the gateway's Observer, and serves the page, the event stream
 // and a JSON snapshot as the gateway's Endpoints:
 //
-//	feed := timeline.New(0)
+//	feed := timeline.New(0, 0)
 //	g, err := gateway.New(gateway.Config{
 //		Upstreams: upstreams,
 //		Observer:  feed.Observer(),

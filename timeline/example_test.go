@@ -24,7 +24,7 @@ func Example() {
 	defer mock.Close()
 	u, _ := url.Parse(mock.URL)
 
-	feed := timeline.New(0)
+	feed := timeline.New(0, 0)
 	// answered hears of each request's end after the feed does: the
 	// caller may read the last byte before the gateway records it.
 	answered := make(chan struct{}, 1)

@@ -11,8 +11,20 @@ import (
 	"github.com/outlast-llm/outlast/record"
 )
 
-// DefaultKeep is how many requests a Feed keeps when New is given 0.
-const DefaultKeep = 1000
+// A Feed's bounds, when New is given 0 for them.
+const (
+	// DefaultKeep is how many requests a Feed keeps.
+	DefaultKeep = 1000
+	// DefaultKeepBytes bounds the size of the requests a Feed keeps, as
+	// JSON: the body of GET /outlast/recent, and of the event stream's
+	// snapshot, is no larger.
+	DefaultKeepBytes = 4 << 20
+)
+
+// MaxAttempts is how many attempts a Request view holds at most: the
+// last ones, the one in flight included. Request.Elided counts the
+// earlier ones left out. The journal keeps them all.
+const MaxAttempts = 100
 
 // The event stream's event names, besides "snapshot" and "upstreams".
 const (
@@ -27,7 +39,8 @@ const (
 // streams. The zero Feed is not usable: make one with New. It is safe
 // for concurrent use.
 type Feed struct {
-	keep  int
+	keep      int // requests
+	keepBytes int // their views' size, as viewSize counts it
 	loads atomic.Pointer[func() []record.Load]
 
 	closeOnce sync.Once
@@ -37,6 +50,7 @@ type Feed struct {
 	// and never wait while holding it: sends to clients do not block.
 	mu      sync.Mutex
 	list    []*entry          // the kept requests, oldest first
+	bytes   int               // the sum of list's sizes
 	byID    map[string]*entry // list's requests by ID
 	queues  map[string][]*entry
 	clients map[*client]struct{}
@@ -52,16 +66,24 @@ type entry struct {
 	queuedAt time.Time
 	ahead    int
 	done     bool
+	size     int // viewSize(view)
 }
 
-// New returns a Feed that keeps the most recent keep requests; 0 or less
-// means DefaultKeep.
-func New(keep int) *Feed {
+// New returns a Feed that keeps the most recent requests: at most keep of
+// them, whose JSON is at most keepBytes long. 0 or less means
+// DefaultKeep and DefaultKeepBytes. The newest request is kept even if it
+// alone is larger, which a view's bounded fields make at most about
+// 40 KiB.
+func New(keep, keepBytes int) *Feed {
 	if keep <= 0 {
 		keep = DefaultKeep
 	}
+	if keepBytes <= 0 {
+		keepBytes = DefaultKeepBytes
+	}
 	return &Feed{
-		keep:    keep,
+		keep:      keep,
+		keepBytes: keepBytes,
 		closed:  make(chan struct{}),
 		byID:    map[string]*entry{},
 		queues:  map[string][]*entry{},
@@ -123,7 +145,7 @@ func (f *Feed) Snapshot() Snapshot {
 }
 
 func (f *Feed) snapshotLocked() Snapshot {
-	s := Snapshot{Now: millis(time.Now()), Keep: f.keep, Dropped: f.dropped, Requests: make([]Request, len(f.list))}
+	s := Snapshot{Now: millis(time.Now()), Keep: f.keep, KeepBytes: f.keepBytes, Dropped: f.dropped, Requests: make([]Request, len(f.list))}
 	for i, e := range f.list {
 		// The views' slices are never changed once made: sharing them
 		// is safe.
@@ -175,17 +197,20 @@ func (f *Feed) done(r *record.Request) {
 	f.update(eventDone, e, r, ended)
 }
 
+// attemptsOf returns the views of r's ended attempts that a Request view
+// holds: the last MaxAttempts-1, which leaves room for one in flight.
 func attemptsOf(r *record.Request) []Attempt {
-	v := make([]Attempt, len(r.Attempts), len(r.Attempts)+1)
-	for i, a := range r.Attempts {
+	as := r.Attempts[max(0, len(r.Attempts)-(MaxAttempts-1)):]
+	v := make([]Attempt, len(as), len(as)+1)
+	for i, a := range as {
 		v[i] = attemptOf(a)
 	}
 	return v
 }
 
-// entry returns r's entry, adding one, and dropping the oldest past keep,
-// if there is none. A request dropped while still in progress comes back
-// as the newest at its next change.
+// entry returns r's entry, adding one as the newest if there is none. A
+// request dropped while still in progress comes back as the newest at its
+// next change.
 func (f *Feed) entry(r *record.Request) *entry {
 	if e := f.byID[r.ID]; e != nil {
 		return e
@@ -193,16 +218,22 @@ func (f *Feed) entry(r *record.Request) *entry {
 	e := &entry{}
 	f.byID[r.ID] = e
 	f.list = append(f.list, e)
-	if len(f.list) > f.keep {
+	return e
+}
+
+// trim drops the oldest requests while more than keep are kept or their
+// size is over keepBytes, but never the last one.
+func (f *Feed) trim() {
+	for len(f.list) > 1 && (len(f.list) > f.keep || f.bytes > f.keepBytes) {
 		old := f.list[0]
 		f.list[0] = nil // let the array, which append reuses, forget it
 		f.list = f.list[1:]
+		f.bytes -= old.size
 		if f.byID[old.view.ID] == old {
 			delete(f.byID, old.view.ID)
 		}
 		f.dequeue(old.view.Upstream, old)
 	}
-	return e
 }
 
 // dequeue removes e from upstream's queue, if it is there.
@@ -237,6 +268,7 @@ func (f *Feed) update(name string, e *entry, r *record.Request, ended []Attempt)
 		Error:    r.Error,
 		Outcome:  requestOutcome(r, e.done),
 		Attempts: ended,
+		Elided:   len(r.Attempts) - len(ended),
 	}
 	if e.current != nil {
 		v.Attempts = append(v.Attempts, *e.current)
@@ -252,7 +284,23 @@ func (f *Feed) update(name string, e *entry, r *record.Request, ended []Attempt)
 		v.State = StateWaiting
 	}
 	e.view = v
+	size := viewSize(&v)
+	f.bytes += size - e.size
+	e.size = size
+	f.trim()
 	f.publish(event{name: name, req: v})
+}
+
+// viewSize is at least the length of v as JSON: its fields' names and
+// numbers take less than the fixed parts, and no string grows more than
+// sixfold when escaped (\u003c for <).
+func viewSize(v *Request) int {
+	n := 400 + 6*(len(v.ID)+len(v.Run)+len(v.Method)+len(v.Path)+len(v.Upstream)+len(v.Slot)+len(v.Model)+len(v.State)+len(v.Outcome)+len(v.Error))
+	for i := range v.Attempts {
+		a := &v.Attempts[i]
+		n += 320 + 6*(len(a.Key)+len(a.Outcome)+len(a.Error))
+	}
+	return n
 }
 
 // upstreams returns the state of the slots: the counts from the

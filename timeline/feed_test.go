@@ -2,9 +2,11 @@ package timeline_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,7 +18,7 @@ import (
 
 func TestFeedKeepsTheNewest(t *testing.T) {
 	t.Parallel()
-	f := timeline.New(3)
+	f := timeline.New(3, 0)
 	obs := f.Observer()
 	for i := range 5 {
 		r := request(fmt.Sprintf("r%d", i), "run")
@@ -36,9 +38,64 @@ func TestFeedKeepsTheNewest(t *testing.T) {
 	}
 }
 
+// The feed is bounded in bytes as well as in rows: requests whose fields
+// are as long as the gateway keeps them, and escape sixfold in JSON, make
+// a snapshot no longer than keepBytes; the newest are kept.
+func TestFeedKeepsBytes(t *testing.T) {
+	t.Parallel()
+	const keepBytes = 64 << 10
+	f := timeline.New(0, keepBytes)
+	obs := f.Observer()
+	for i := range 200 {
+		r := request(fmt.Sprintf("r%03d", i), strings.Repeat("<", 200))
+		r.Path = "/" + strings.Repeat("<", 2047)
+		r.Model = strings.Repeat("\u0001", 42)
+		obs.AttemptStart(r, attempt(1, 0, 0, 0, nil))
+		r.Attempts = append(r.Attempts, attempt(1, 0, time.Second, 200, nil))
+		obs.Done(r)
+	}
+	s := f.Snapshot()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > keepBytes+4096 { // the upstreams and the snapshot's own fields
+		t.Errorf("the snapshot is %d bytes, want at most %d", len(b), keepBytes)
+	}
+	if len(s.Requests) == 0 || s.Requests[len(s.Requests)-1].ID != "r199" || s.KeepBytes != keepBytes {
+		t.Errorf("kept %d requests, the last %v, keep_bytes %d; want the newest, and %d", len(s.Requests), s.Requests, s.KeepBytes, keepBytes)
+	}
+	if len(s.Requests) > 10 {
+		t.Errorf("kept %d requests of %d KiB JSON each in %d KiB", len(s.Requests), len(b)/len(s.Requests)>>10, keepBytes>>10)
+	}
+}
+
+// A request's view holds its last MaxAttempts attempts, the one in flight
+// included, and counts the others.
+func TestFeedBoundsAttempts(t *testing.T) {
+	t.Parallel()
+	f := timeline.New(0, 0)
+	obs := f.Observer()
+	r := request("r", "run")
+	const n = 1000
+	for i := 1; i <= n; i++ {
+		obs.AttemptStart(r, attempt(i, 0, 0, 0, nil))
+		r.Attempts = append(r.Attempts, attempt(i, 0, time.Millisecond, 503, nil))
+		obs.AttemptEnd(r, r.Attempts[i-1])
+	}
+	obs.AttemptStart(r, attempt(n+1, 0, 0, 0, nil))
+	v := f.Snapshot().Requests[0]
+	if len(v.Attempts) != timeline.MaxAttempts || v.Elided != n+1-timeline.MaxAttempts {
+		t.Fatalf("the view holds %d attempts and elides %d, want %d and %d", len(v.Attempts), v.Elided, timeline.MaxAttempts, n+1-timeline.MaxAttempts)
+	}
+	if first, last := v.Attempts[0], v.Attempts[len(v.Attempts)-1]; first.N != n+2-timeline.MaxAttempts || last.N != n+1 || last.Outcome != timeline.OutcomeInFlight {
+		t.Errorf("holds attempts %d to %d (last %s), want %d to %d, the last in flight", first.N, last.N, last.Outcome, n+2-timeline.MaxAttempts, n+1)
+	}
+}
+
 func TestNewDefaultKeep(t *testing.T) {
 	t.Parallel()
-	if got := timeline.New(0).Snapshot().Keep; got != timeline.DefaultKeep {
+	if got := timeline.New(0, 0).Snapshot().Keep; got != timeline.DefaultKeep {
 		t.Errorf("keep %d, want %d", got, timeline.DefaultKeep)
 	}
 }
@@ -94,7 +151,7 @@ func TestFeedAttemptOutcomes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			f := timeline.New(0)
+			f := timeline.New(0, 0)
 			obs := f.Observer()
 			r := request("r", "run")
 			obs.AttemptStart(r, c.a)
@@ -152,7 +209,7 @@ func TestFeedRequestOutcomes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			f := timeline.New(0)
+			f := timeline.New(0, 0)
 			r := request("r", "")
 			r.Status, r.Error, r.End = c.status, c.kind, t0.Add(time.Second)
 			f.Observer().Done(r)
@@ -166,7 +223,7 @@ func TestFeedRequestOutcomes(t *testing.T) {
 
 func TestFeedQueuePositions(t *testing.T) {
 	t.Parallel()
-	f := timeline.New(0)
+	f := timeline.New(0, 0)
 	obs := f.Observer()
 	rs := []*record.Request{request("a", "run-a"), request("b", "run-b"), request("c", "run-c"), request("d", "run-d")}
 	for i, r := range rs[:3] {

@@ -15,7 +15,7 @@ func TestPageThroughGateway(t *testing.T) {
 	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(up.Close)
-	base, _ := serve(t, timeline.New(0), up.URL)
+	base, _ := serve(t, timeline.New(0, 0), up.URL)
 	c := client(t)
 
 	cases := []struct {
@@ -81,7 +81,7 @@ func TestRecentHasNoSecrets(t *testing.T) {
 		io.WriteString(w, `{"ok":true}`)
 	}))
 	t.Cleanup(up.Close)
-	f := timeline.New(0)
+	f := timeline.New(0, 0)
 	base, done := serve(t, f, up.URL)
 
 	// An upstream that refuses: the transport's error text holds the URL.

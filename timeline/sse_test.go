@@ -46,7 +46,7 @@ func stream(t *testing.T, url string) *sseReader {
 
 func TestEventsSnapshotThenEvents(t *testing.T) {
 	t.Parallel()
-	f := timeline.New(0)
+	f := timeline.New(0, 0)
 	obs := f.Observer()
 	old := request("old", "earlier")
 	obs.Done(old)
@@ -82,7 +82,7 @@ func TestEventsSnapshotThenEvents(t *testing.T) {
 
 func TestEventsSendUpstreamsOnChange(t *testing.T) {
 	t.Parallel()
-	f := timeline.New(0)
+	f := timeline.New(0, 0)
 	var mu sync.Mutex
 	queued := 0
 	f.SetLoads(func() []record.Load {
@@ -112,7 +112,7 @@ func TestEventsSendUpstreamsOnChange(t *testing.T) {
 // Observer waited for the client, the loop would never end.
 func TestSlowClientNeverBlocksTheObserver(t *testing.T) {
 	t.Parallel()
-	f := timeline.New(50)
+	f := timeline.New(50, 0)
 	url := events(t, f)
 
 	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
@@ -150,7 +150,7 @@ func TestSlowClientNeverBlocksTheObserver(t *testing.T) {
 // that a graceful shutdown need not wait for them.
 func TestCloseEndsStreams(t *testing.T) {
 	t.Parallel()
-	f := timeline.New(0)
+	f := timeline.New(0, 0)
 	url := events(t, f)
 	s := stream(t, url)
 	if ev := s.nextNamed(t); ev.name != "snapshot" {
@@ -195,7 +195,7 @@ func (r *recorder) String() string {
 func TestEventsHeartbeat(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		f := timeline.New(0)
+		f := timeline.New(0, 0)
 		ctx, cancel := context.WithCancel(context.Background())
 		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/outlast/events", nil)
 		w := &recorder{header: http.Header{}}

@@ -32,8 +32,10 @@ const (
 type Snapshot struct {
 	// Now is when the snapshot was taken.
 	Now float64 `json:"now"`
-	// Keep is how many requests the feed keeps.
+	// Keep is how many requests the feed keeps at most.
 	Keep int `json:"keep"`
+	// KeepBytes bounds their size as JSON.
+	KeepBytes int `json:"keep_bytes"`
 	// Dropped counts the events not sent to slow clients since the feed
 	// was made.
 	Dropped int64 `json:"dropped"`
@@ -83,8 +85,10 @@ type Request struct {
 	// joined the queue.
 	Ahead int `json:"ahead,omitempty"`
 	// Attempts are the request's attempts, oldest first, the one in
-	// flight last.
+	// flight last: the last MaxAttempts of them.
 	Attempts []Attempt `json:"attempts"`
+	// Elided counts the earlier attempts that Attempts leaves out.
+	Elided int `json:"elided,omitempty"`
 }
 
 // Attempt is what the page shows of one attempt. Times and durations are

@@ -293,7 +293,7 @@
     const box = el("div", "run", { run: g.run });
     const head = el("div", "run-head");
     const failed = g.reqs.filter((r) => r.state === "done" && r.outcome !== "ok").length;
-    const attempts = g.reqs.reduce((n, r) => n + r.attempts.length, 0);
+    const attempts = g.reqs.reduce((n, r) => n + r.attempts.length + (r.elided || 0), 0);
     head.append(el("span", "run-name", null, g.run || "(no run)"),
       el("span", "run-meta", null, `${plural(g.reqs.length, "request")} · ${plural(attempts, "attempt")}` + (failed ? ` · ${failed} failed` : "")));
     box.append(head);
@@ -308,7 +308,7 @@
     label.append(el("span", "status", { outcome: r.outcome }, statusText),
       el("span", "method", null, r.method),
       el("span", "path", null, r.path),
-      el("span", "meta", null, [r.upstream, r.model, r.slot && "slot " + r.slot, plural(r.attempts.length, "attempt")].filter(Boolean).join(" · ")));
+      el("span", "meta", null, [r.upstream, r.model, r.slot && "slot " + r.slot, plural(r.attempts.length + (r.elided || 0), "attempt") + (r.elided ? ` (the last ${r.attempts.length} shown)` : "")].filter(Boolean).join(" · ")));
     label.title = `${r.id}\n${r.method} ${r.path}\nrun ${r.run || "(none)"} · upstream ${r.upstream}` +
       (r.model ? ` · model ${r.model}` : "") + (r.error ? `\ngateway error: ${r.error}` : "");
     row.append(label);
