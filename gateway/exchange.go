@@ -198,8 +198,8 @@ func (x *exchange) inspect(body []byte) error {
 	return nil
 }
 
-// The bounds of what the record keeps of a request's method, path and body. The
-// request forwarded upstream is never changed.
+// The bounds of what the record keeps of a request's method, path and
+// body. The request forwarded upstream is never changed.
 const (
 	maxModelLen  = 256
 	maxPathLen   = 2048

@@ -41,7 +41,7 @@ const (
 type Feed struct {
 	keep      int // requests
 	keepBytes int // their views' size, as viewSize counts it
-	loads atomic.Pointer[func() []record.Load]
+	loads     atomic.Pointer[func() []record.Load]
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed by Close, to end the event streams
@@ -84,10 +84,10 @@ func New(keep, keepBytes int) *Feed {
 	return &Feed{
 		keep:      keep,
 		keepBytes: keepBytes,
-		closed:  make(chan struct{}),
-		byID:    map[string]*entry{},
-		queues:  map[string][]*entry{},
-		clients: map[*client]struct{}{},
+		closed:    make(chan struct{}),
+		byID:      map[string]*entry{},
+		queues:    map[string][]*entry{},
+		clients:   map[*client]struct{}{},
 	}
 }
 
