@@ -22,9 +22,10 @@ import (
 )
 
 // TestMain lets the test binary be serve's journal writer, as the outlast
-// binary is.
+// binary is, and serve itself, for the restart test.
 func TestMain(m *testing.M) {
 	server.RunJournalWriter()
+	runServeIfAsked()
 	os.Exit(m.Run())
 }
 
