@@ -338,15 +338,32 @@ func (x *exchange) comment(format string, args ...any) {
 func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel context.CancelCauseFunc) {
 	defer resp.Body.Close()
 	x.rec.Status = resp.StatusCode
-	progressed := x.out.commit(resp.StatusCode, func(h http.Header) {
+	stream := x.rec.Stream || sse.IsStream(resp.Header)
+	// A stream whose first event is an error is a failure under a 200:
+	// the policy has been applied to it too, and the record says so.
+	errorEvent := false
+	if n := len(x.rec.Attempts); n > 0 && x.rec.Attempts[n-1].Class == outlast.ClassErrorEvent {
+		errorEvent = true
+		x.rec.Error = record.ErrorUpstreamError
+	}
+	setHeader := func(h http.Header) {
 		copyHeader(h, resp.Header)
 		x.ownHeaders(h)
-		if resp.StatusCode >= 400 && x.retried() {
+		if (resp.StatusCode >= 400 || errorEvent) && x.retried() {
 			// The gateway has applied its policy to this failure: a
 			// client that retried it would multiply the attempts.
 			h.Set(headerShouldRetry, "false")
 		}
-	})
+	}
+	// A stream's status line goes at once; another's waits for the
+	// body's first byte, so that an upstream that breaks off first is
+	// answered with an error rather than a 200 with nothing after it.
+	var progressed bool
+	if stream {
+		progressed = x.out.commit(resp.StatusCode, setHeader)
+	} else {
+		progressed = x.out.hold(resp.StatusCode, setHeader)
+	}
 	if progressed && (resp.StatusCode >= 300 || !sse.IsStream(resp.Header)) {
 		// The caller was promised an event stream; the upstream's answer
 		// is something else, and comes as an error event. The record
@@ -358,10 +375,13 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		x.out.errorEvent(record.ErrorUpstreamError, fmt.Sprintf("outlast: upstream %s answered %s", x.up.Name, resp.Status), readSnippet(resp.Body))
 		return
 	}
-	stream := x.rec.Stream || sse.IsStream(resp.Header)
 	err := x.out.copyBody(resp.Body, stream, x.up.IdleTimeout, cancel, &x.rec.Committed, &x.rec.Bytes)
 	switch {
 	case err == nil:
+	case !errors.Is(err, errClientGone) && x.out.retract():
+		// Nothing of the answer was sent: the caller gets an error in
+		// its place.
+		x.failedBeforeBody(ctx, err)
 	case errors.Is(context.Cause(ctx), errShutdown):
 		// The grace period ran out with the answer half sent.
 		x.rec.Status, x.rec.Error = http.StatusServiceUnavailable, apierr.Shutdown
@@ -369,6 +389,7 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 			x.out.errorEvent(apierr.Shutdown, fmt.Sprintf("outlast: the gateway is shutting down: the stream ends after %d bytes", x.rec.Bytes), nil)
 			return
 		}
+		x.out.rc.Flush()            // what the record counts reaches the caller
 		panic(http.ErrAbortHandler) // a body cut short must not look complete
 	case errors.Is(err, errClientGone):
 		x.rec.Error = record.ErrorClientClosed
@@ -377,9 +398,27 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		x.out.errorEvent(record.ErrorUpstreamError, fmt.Sprintf("outlast: upstream %s broke off the stream after %d bytes: %v", x.up.Name, x.rec.Bytes, err), nil)
 	default:
 		// A body cut short must not look complete: abort the connection
-		// so that the caller sees the failure (net/http's convention).
+		// so that the caller sees the failure (net/http's convention),
+		// once the bytes the record counts have reached it.
 		x.rec.Error = record.ErrorUpstreamBroke
+		x.out.rc.Flush()
 		panic(http.ErrAbortHandler)
+	}
+}
+
+// failedBeforeBody answers for a response that is not a stream whose body
+// failed before its first byte, in place of its held status line.
+func (x *exchange) failedBeforeBody(ctx context.Context, err error) {
+	switch {
+	case errors.Is(context.Cause(ctx), errShutdown):
+		x.fail(http.StatusServiceUnavailable, apierr.Shutdown,
+			fmt.Sprintf("outlast: the gateway is shutting down; upstream %s had answered %d, and sent none of its body", x.up.Name, x.rec.Status), nil)
+	case errors.Is(err, errIdle):
+		x.fail(http.StatusGatewayTimeout, apierr.Timeout,
+			fmt.Sprintf("outlast: upstream %s answered %d, and then sent nothing of its body for %v", x.up.Name, x.rec.Status, x.up.IdleTimeout), x.noRetryIfRetried())
+	default:
+		x.fail(http.StatusBadGateway, apierr.Broke,
+			fmt.Sprintf("outlast: upstream %s answered %d, and then broke off before its body: %s", x.up.Name, x.rec.Status, redact.Text(err.Error())), x.noRetryIfRetried())
 	}
 }
 

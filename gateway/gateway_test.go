@@ -411,6 +411,71 @@ func TestStreamRetriedBeforeFirstByte(t *testing.T) {
 	}
 }
 
+// A body that is not a stream, broken off by the upstream, is never
+// passed off as complete. Before its first byte, which the Transport does
+// not wait for without a first-byte timeout, the caller gets a 502 with
+// Outlast-Error: upstream-broke in place of the status line that was held
+// for it; after it, the caller has the 200 and every byte the record
+// counts, and then a cut connection. The record says which.
+func TestBodyBrokenOff(t *testing.T) {
+	t.Parallel()
+	// brokeAfter answers 200 with a Content-Length of 100, sends n bytes
+	// of it, and closes the connection.
+	brokeAfter := func(n int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(200)
+			io.WriteString(w, strings.Repeat("x", n))
+			w.(http.Flusher).Flush()
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close()
+		}
+	}
+	for _, c := range []struct {
+		name      string
+		n         int
+		status    int
+		kind      string
+		committed bool
+	}{
+		{"before the first byte", 0, 502, "upstream-broke", false},
+		{"after 10 bytes", 10, 200, "", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			obs, records := doneRecords()
+			base, _ := gwObserved(t, newUpstream(t, brokeAfter(c.n)), func(u *gateway.Upstream) { u.FirstByteTimeout = 0 }, obs)
+			resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(chat))
+			if err != nil {
+				t.Fatalf("got %v, want a status line", err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.status || resp.Header.Get("Outlast-Error") != c.kind || resp.Header.Get("Outlast-Request-Id") == "" {
+				t.Errorf("got %d with Outlast-Error %q, want %d with %q and the gateway's headers", resp.StatusCode, resp.Header.Get("Outlast-Error"), c.status, c.kind)
+			}
+			if c.committed && (err == nil || string(body) != strings.Repeat("x", c.n)) {
+				t.Errorf("got %q, error %v; want the first %d bytes and then an error", body, err, c.n)
+			}
+			if !c.committed && (err != nil || resp.Header.Get("Content-Length") == "100" || !strings.Contains(string(body), "broke off before its body")) {
+				t.Errorf("got %q, error %v, Content-Length %q; want a whole JSON error", body, err, resp.Header.Get("Content-Length"))
+			}
+			r := <-records
+			if r.Status != c.status || r.Error != "upstream-broke" || r.Committed != c.committed || r.Bytes != int64(c.n) {
+				t.Errorf("recorded %d %q, committed %v, %d bytes; want %d upstream-broke, %v, %d", r.Status, r.Error, r.Committed, r.Bytes, c.status, c.committed, c.n)
+			}
+		})
+	}
+}
+
+// doneRecords returns an observer that sends each finished record on the
+// channel it returns.
+func doneRecords() (record.Observer, chan record.Request) {
+	ch := make(chan record.Request, 16)
+	return record.Observer{Done: func(r *record.Request) { ch <- *r }}, ch
+}
+
 // A stream that fails after its first byte is not retried: it ends with
 // an error event carrying JSON.
 func TestStreamFailsAfterFirstByte(t *testing.T) {
@@ -714,6 +779,9 @@ func TestShouldRetryFalse(t *testing.T) {
 		// An outer outlast layer retries: it must be free to.
 		{"outer layer", []http.HandlerFunc{status(503, "{}")}, map[string]string{"Outlast-Attempt": "1"}, 503, ""},
 		{"success", []http.HandlerFunc{status(200, "{}")}, nil, 200, ""},
+		// A 200 stream that opens with an error is a failure the policy
+		// has judged too.
+		{"error event first, retried to the bound", []http.HandlerFunc{sse("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n")}, nil, 200, "false"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

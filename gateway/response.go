@@ -22,9 +22,10 @@ type response struct {
 	w  http.ResponseWriter
 	rc *http.ResponseController
 
-	mu         sync.Mutex // guards w, committed and progressed
+	mu         sync.Mutex // guards w, committed, progressed and pending
 	committed  bool       // the status line has been written
 	progressed bool       // by a progress comment: the caller has a 200 event stream
+	pending    int        // a status line held for the body's first byte (see hold)
 }
 
 func newResponse(w http.ResponseWriter) *response {
@@ -44,6 +45,46 @@ func (o *response) commit(status int, setHeader func(http.Header)) (progressed b
 	o.w.WriteHeader(status)
 	o.committed = true
 	return false
+}
+
+// hold is commit for a response that is not a stream: its status line and
+// headers wait for the body's first byte, which copyBody sends with them,
+// so that an upstream that breaks off before it can still be answered with
+// an error (see retract). It reports whether progress comments came first,
+// as commit does; then nothing is held.
+func (o *response) hold(status int, setHeader func(http.Header)) (progressed bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.progressed {
+		return true
+	}
+	setHeader(o.w.Header())
+	o.pending = status
+	return false
+}
+
+// release writes the status line that hold keeps, if any.
+func (o *response) release() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pending != 0 {
+		o.w.WriteHeader(o.pending)
+		o.pending, o.committed = 0, true
+	}
+}
+
+// retract drops the status line and headers that hold keeps, and reports
+// whether it did: nothing has been sent, and an error can take their
+// place.
+func (o *response) retract() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pending == 0 {
+		return false
+	}
+	clear(o.w.Header())
+	o.pending = 0
+	return true
 }
 
 // comment writes the SSE comment ": outlast " and line. The first commits
@@ -130,9 +171,10 @@ var errIdle = errors.New("outlast: the upstream response fell silent for longer 
 // bufPool holds the buffers that response bodies are copied through.
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// copyBody copies body to the committed response, flushing each chunk
-// when flush is set. It sets *started before it writes the first byte and
-// adds to *sent what reached the caller. With idle positive, a silence of
+// copyBody copies body to the response, flushing each chunk when flush is
+// set, and the first in any case; a status line that hold keeps goes with
+// the first byte, or at the end of an empty body. It sets *started before
+// it writes the first byte and adds to *sent what reached the caller. With idle positive, a silence of
 // the body longer than it calls cancel, which ends the upstream response.
 // It returns nil at the body's end, errClientGone when the caller left,
 // errIdle after such a silence, and the body's error otherwise.
@@ -157,12 +199,19 @@ func (o *response) copyBody(body io.Reader, flush bool, idle time.Duration, canc
 			if timer != nil {
 				timer.Stop()
 			}
+			first := !*started
+			if first {
+				o.release()
+			}
 			*started = true
 			if _, werr := o.w.Write(buf[:n]); werr != nil {
 				return errClientGone
 			}
 			*sent += int64(n)
-			if flush && o.rc.Flush() != nil {
+			// The first bytes go at once, with the status line, even if
+			// the rest is buffered: a response recorded as committed has
+			// reached the caller, and one cut short shows it.
+			if (flush || first) && o.rc.Flush() != nil {
 				return errClientGone
 			}
 			if timer != nil && !silent.Load() {
@@ -171,6 +220,7 @@ func (o *response) copyBody(body io.Reader, flush bool, idle time.Duration, canc
 		}
 		switch {
 		case err == io.EOF:
+			o.release() // an empty body
 			return nil
 		case err != nil && silent.Load():
 			return errIdle

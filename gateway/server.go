@@ -111,8 +111,12 @@ func Serve(ctx context.Context, l net.Listener, g *Gateway, cfg ServerConfig) er
 		// The grace period ran out: end the requests still in flight,
 		// each with its final error, and then what is left.
 		g.live.abort()
+		// Shutdown again waits for each handler to return and its
+		// response to be flushed, not just for its exchange to end: the
+		// error it wrote last must reach the caller before the
+		// connection closes.
 		final, cancel := context.WithTimeout(context.Background(), finalWait)
-		g.live.wait(final)
+		srv.Shutdown(final)
 		cancel()
 		srv.Close()
 	}

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"sync"
 )
@@ -16,9 +15,8 @@ var errShutdown = errors.New("outlast: the gateway is shutting down")
 type liveSet struct {
 	mu       sync.Mutex // guards the fields below
 	all      map[*exchange]struct{}
-	draining bool          // no new exchange; no wait between attempts
-	aborted  bool          // every exchange ends now
-	empty    chan struct{} // closed once draining and all is empty
+	draining bool // no new exchange; no wait between attempts
+	aborted  bool // every exchange ends now
 }
 
 // add adds x, and reports false when the gateway is shutting down and x
@@ -40,10 +38,6 @@ func (l *liveSet) remove(x *exchange) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.all, x)
-	if l.draining && len(l.all) == 0 && l.empty != nil {
-		close(l.empty)
-		l.empty = nil
-	}
 }
 
 // shuttingDown reports whether drain has been called: a request that
@@ -66,11 +60,6 @@ func (l *liveSet) isAborted() bool {
 func (l *liveSet) drain() {
 	l.mu.Lock()
 	l.draining = true
-	l.empty = make(chan struct{})
-	if len(l.all) == 0 {
-		close(l.empty)
-		l.empty = nil
-	}
 	xs := l.list()
 	l.mu.Unlock()
 	for _, x := range xs {
@@ -96,18 +85,4 @@ func (l *liveSet) list() []*exchange {
 		xs = append(xs, x)
 	}
 	return xs
-}
-
-// wait waits until every exchange is done, or ctx ends.
-func (l *liveSet) wait(ctx context.Context) {
-	l.mu.Lock()
-	empty := l.empty
-	l.mu.Unlock()
-	if empty == nil {
-		return
-	}
-	select {
-	case <-empty:
-	case <-ctx.Done():
-	}
 }

@@ -188,13 +188,16 @@ func TestShutdownAtGraceEnd(t *testing.T) {
 		check   func(t *testing.T, a callAnswer)
 	}{
 		{"nothing sent yet", hang, chat, false, func(t *testing.T, a callAnswer) {
-			if a.err != nil || a.resp.StatusCode != 503 || a.resp.Header.Get("Outlast-Error") != "shutdown" || !strings.Contains(a.body, `"outlast_shutdown"`) || !strings.Contains(a.body, "stopped before it answered") {
+			if a.err != nil {
+				t.Fatalf("got %v, want a JSON 503 shutdown", a.err)
+			}
+			if a.resp.StatusCode != 503 || a.resp.Header.Get("Outlast-Error") != "shutdown" || !strings.Contains(a.body, `"outlast_shutdown"`) || !strings.Contains(a.body, "stopped before it answered") {
 				t.Errorf("got %v %q, error %v; want a JSON 503 shutdown", a.resp.Status, a.body, a.err)
 			}
 		}},
 		{"a stream under way", partial("text/event-stream", "data: {\"n\":1}\n\n"), `{"model":"m","stream":true}`, true, func(t *testing.T, a callAnswer) {
 			if a.err != nil || a.resp.StatusCode != 200 {
-				t.Fatalf("got %v, error %v; want the stream's 200", a.resp.Status, a.err)
+				t.Fatalf("got %v, error %v; want the stream's 200, whole", a.resp, a.err)
 			}
 			sc := bufio.NewScanner(strings.NewReader(a.body))
 			var events []string

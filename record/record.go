@@ -79,13 +79,17 @@ type Request struct {
 // The kinds of Request.Error that are not an Outlast-Error of the
 // gateway's own answer.
 const (
-	// ErrorUpstreamError is an upstream's failure sent to a caller whose
-	// 200 event stream progress comments had already committed: as an
-	// error event, which Request.Status stands for.
+	// ErrorUpstreamError is an upstream's failure sent as an error
+	// event: to a caller whose 200 event stream progress comments had
+	// already committed, with the upstream's status in Request.Status;
+	// or as the first event of the upstream's own 200 stream, the last
+	// attempt's answer, forwarded as it came.
 	ErrorUpstreamError = "upstream-error"
-	// ErrorUpstreamBroke is a response the upstream broke off after its
-	// first byte had reached the caller: a stream ends with an error
-	// event, any other body with a cut connection.
+	// ErrorUpstreamBroke is a response the upstream broke off. After its
+	// first byte had reached the caller, a stream ends with an error
+	// event and any other body with a cut connection, and Status is the
+	// upstream's; before it, the caller got a 502 with Outlast-Error:
+	// upstream-broke.
 	ErrorUpstreamBroke = "upstream-broke"
 	// ErrorClientClosed is a caller that left before its answer was
 	// done; Status is 499 if it left before the answer began.

@@ -212,8 +212,9 @@ func requestOutcome(r *record.Request, done bool) string {
 		return OutcomeBusy
 	case r.Error == apierr.Unreachable, r.Error == apierr.Timeout, r.Error == apierr.Deadline, r.Status == 499:
 		return OutcomeNetwork
-	case r.Error == record.ErrorUpstreamBroke:
-		// The caller got a 200 and part of the answer: the rest is lost.
+	case r.Error == record.ErrorUpstreamBroke, r.Error == record.ErrorUpstreamError:
+		// The caller got a 200 and part of the answer, or an error
+		// event under it.
 		return Outcome5xx
 	case r.Status >= 500:
 		return Outcome5xx

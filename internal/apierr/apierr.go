@@ -22,18 +22,19 @@ const Header = "Outlast-Error"
 
 // The kinds of error, in Outlast-Error.
 const (
-	Invalid     = "invalid"     // 400: a bad Outlast-* header, body or query parameter
-	NotFound    = "not-found"   // 404: no upstream, endpoint or record for the path
-	Method      = "method"      // 405: the endpoint does not take the method
-	TooSlow     = "too-slow"    // 408: the body came too slowly
-	TooLarge    = "too-large"   // 413: the body is over the gateway's limit
-	Internal    = "internal"    // 500: the gateway failed, as in reading its journal
-	Unreachable = "unreachable" // 502: the upstream could not be reached
-	Busy        = "busy"        // 503: the slot's queue, or the gateway's connections, are full
-	Shutdown    = "shutdown"    // 503: the gateway is shutting down
-	Timeout     = "timeout"     // 504: no first byte from the upstream in time
-	Deadline    = "deadline"    // 504: the request's deadline passed
-	Token       = "token"       // 401: the request lacks the gateway's token
+	Invalid     = "invalid"        // 400: a bad Outlast-* header, body or query parameter
+	NotFound    = "not-found"      // 404: no upstream, endpoint or record for the path
+	Method      = "method"         // 405: the endpoint does not take the method
+	TooSlow     = "too-slow"       // 408: the body came too slowly
+	TooLarge    = "too-large"      // 413: the body is over the gateway's limit
+	Internal    = "internal"       // 500: the gateway failed, as in reading its journal
+	Unreachable = "unreachable"    // 502: the upstream could not be reached
+	Broke       = "upstream-broke" // 502: the upstream broke off its answer before the body's first byte
+	Busy        = "busy"           // 503: the slot's queue, or the gateway's connections, are full
+	Shutdown    = "shutdown"       // 503: the gateway is shutting down
+	Timeout     = "timeout"        // 504: no first byte from the upstream in time
+	Deadline    = "deadline"       // 504: the request's deadline passed
+	Token       = "token"          // 401: the request lacks the gateway's token
 )
 
 // Type returns the JSON error type of kind: "outlast_too_large" for
