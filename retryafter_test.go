@@ -1,7 +1,9 @@
 package outlast_test
 
 import (
+	"math/big"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,6 +127,12 @@ func FuzzRetryAfter(f *testing.F) {
 	for _, c := range raCases {
 		f.Add(c.retryAfter, c.ms)
 	}
+	// Decimals that float64 cannot hold exactly, and ones just under the
+	// cap, for the reference's exact arithmetic.
+	f.Add("0.3", "0.000001")
+	f.Add("1.000000001", "")
+	f.Add("3153599999.999999999", "3153599999999.99")
+	f.Add("", "0."+strings.Repeat("0", 30)+"1")
 	f.Fuzz(func(t *testing.T, retryAfter, msValue string) {
 		h := raHeader(retryAfter, msValue)
 		d, ok := outlast.RetryAfter(h, raNow)
@@ -151,7 +159,112 @@ func FuzzRetryAfter(f *testing.F) {
 				t.Fatalf("RetryAfter(%q, %q): got (%v, %v), want (%v, true)", retryAfter, msValue, d, ok, want)
 			}
 		}
+		// Whatever the values, RetryAfter agrees with the doc comment read
+		// literally, in exact arithmetic: float64 may cost it a nanosecond
+		// or a part in 2^50, never a digit.
+		if raHuge(retryAfter) || raHuge(msValue) {
+			return // FuzzRetryAfterUnbounded: a known bug
+		}
+		want, wantOK := raReference(h, raNow)
+		if ok != wantOK || !raClose(d, want) {
+			t.Fatalf("RetryAfter(%q, %q): got (%v, %v), want (%v, %v) as the reference reads it", retryAfter, msValue, d, ok, want, wantOK)
+		}
 	})
+}
+
+// FuzzRetryAfterUnbounded checks the delays too long for a float64: RFC
+// 9110's delay-seconds is 1*DIGIT, unbounded, and the doc caps delays at
+// 100 years, so digits of any number are a delay of at most a century,
+// never ignored.
+func FuzzRetryAfterUnbounded(f *testing.F) {
+	outlast.KnownBug(f, "retryafter.go parseDelay: strconv.ParseFloat fails with ErrRange past 1.8e308, "+
+		"so a delay of 310 digits or more is ignored, not capped at 100 years")
+	f.Add("9", uint16(39), false)
+	f.Add("1", uint16(309), false)
+	f.Add("25", uint16(400), true)
+	f.Fuzz(func(t *testing.T, digits string, zeros uint16, ms bool) {
+		// The value is digits, with anything else dropped, then zeros
+		// zeros, so that the fuzzer reaches long values at once.
+		digits = strings.Map(func(r rune) rune {
+			if r >= '0' && r <= '9' || r == '.' {
+				return r
+			}
+			return -1
+		}, digits)
+		v := digits + strings.Repeat("0", int(zeros%2000))
+		if !raDecimal.MatchString(v) {
+			return
+		}
+		h, unit := raHeader(v, ""), time.Second
+		if ms {
+			h, unit = raHeader("", v), time.Millisecond
+		}
+		want, _ := raExact(v, unit)
+		if d, ok := outlast.RetryAfter(h, raNow); !ok || !raClose(d, want) {
+			t.Fatalf("RetryAfter(%v) with %d digits: got (%v, %v), want (%v, true)", h, len(v), d, ok, want)
+		}
+	})
+}
+
+// raHuge reports whether s is a decimal past float64's range, which
+// FuzzRetryAfterUnbounded covers.
+func raHuge(s string) bool {
+	s = strings.TrimSpace(s)
+	whole, _, _ := strings.Cut(s, ".")
+	return raDecimal.MatchString(s) && len(strings.TrimLeft(whole, "0")) > 308
+}
+
+// raDecimal is the grammar that both headers take: digits, with at most
+// one dot, between digits.
+var raDecimal = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+
+// raReference is RetryAfter as its doc comment says, written
+// independently: a valid retry-after-ms wins; else Retry-After is a
+// decimal of seconds or an HTTP-date, measured from now and at least 0;
+// every delay is capped at a century, computed exactly with big.Rat.
+func raReference(h http.Header, now time.Time) (time.Duration, bool) {
+	if d, ok := raExact(strings.TrimSpace(h.Get("Retry-After-Ms")), time.Millisecond); ok {
+		return d, true
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if d, ok := raExact(v, time.Second); ok {
+		return d, true
+	}
+	if v == "" {
+		return 0, false
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return min(max(t.Sub(now), 0), century), true
+}
+
+// raExact reads s as a decimal number of units, exactly.
+func raExact(s string, unit time.Duration) (time.Duration, bool) {
+	if !raDecimal.MatchString(s) {
+		return 0, false
+	}
+	r, ok := new(big.Rat).SetString(s)
+	if !ok {
+		return 0, false
+	}
+	r.Mul(r, new(big.Rat).SetInt64(int64(unit)))
+	if r.Cmp(new(big.Rat).SetInt64(int64(century))) >= 0 {
+		return century, true
+	}
+	n := new(big.Int).Quo(r.Num(), r.Denom()) // r >= 0: truncation is floor
+	return time.Duration(n.Int64()), true
+}
+
+// raClose reports whether got is want up to float64's rounding: a
+// nanosecond, or a part in 2^50 of a long delay.
+func raClose(got, want time.Duration) bool {
+	diff := got - want
+	if diff < 0 {
+		diff = -diff
+	}
+	return diff <= max(time.Nanosecond, want>>50)
 }
 
 // raHeader returns a header with the two values, leaving out empty ones.

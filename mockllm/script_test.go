@@ -2,9 +2,11 @@ package mockllm_test
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/outlast-llm/outlast/mockllm"
 )
@@ -123,8 +125,10 @@ func TestParseScriptErrors(t *testing.T) {
 	}
 }
 
-// FuzzParseScript checks that the parser never panics, and that what it
-// parses prints in a form that parses back to the same script.
+// FuzzParseScript checks that the parser never panics; that what it
+// parses prints as one line that parses back to the same script; and
+// that an error is one line naming a step that is in the source, where
+// it starts.
 func FuzzParseScript(f *testing.F) {
 	for _, tc := range validScripts {
 		f.Add(tc.src)
@@ -141,13 +145,13 @@ func FuzzParseScript(f *testing.F) {
 	f.Fuzz(func(t *testing.T, src string) {
 		s, err := mockllm.ParseScript(src)
 		if err != nil {
-			var se *mockllm.ScriptError
-			if !errors.As(err, &se) {
-				t.Fatalf("got %T, want a *ScriptError", err)
-			}
+			checkScriptError(t, src, err)
 			return
 		}
 		out := s.String()
+		if strings.ContainsAny(out, "\r\n") {
+			t.Fatalf("%q: String %q, want one line", src, out)
+		}
 		again, err := mockllm.ParseScript(out)
 		if err != nil {
 			t.Fatalf("%q parsed, but its String %q does not: %v", src, out, err)
@@ -156,4 +160,31 @@ func FuzzParseScript(f *testing.F) {
 			t.Fatalf("%q: String %q parses to %q, a different script", src, out, again.String())
 		}
 	})
+}
+
+// checkScriptError checks that err, from parsing src, is a *ScriptError
+// whose position is in src, whose text is the source's at that position,
+// and whose message is one line.
+func checkScriptError(t *testing.T, src string, err error) {
+	t.Helper()
+	var se *mockllm.ScriptError
+	if !errors.As(err, &se) {
+		t.Fatalf("ParseScript(%q): got %T, want a *ScriptError", src, err)
+	}
+	lines := strings.Split(src, "\n")
+	if se.Step < 1 || se.Line < 1 || se.Line > len(lines) || se.Column < 1 || se.Column > utf8.RuneCountInString(lines[se.Line-1])+1 {
+		t.Fatalf("ParseScript(%q): got step %d at line %d, column %d, want a position in the source", src, se.Step, se.Line, se.Column)
+	}
+	text, cut := strings.CutSuffix(se.Text, "…")
+	at := lines[se.Line-1]
+	for range se.Column - 1 { // columns count characters, an invalid byte as one
+		_, n := utf8.DecodeRuneInString(at)
+		at = at[n:]
+	}
+	if len(text) > 40 || cut && len(text) != 40 || !strings.HasPrefix(strings.TrimSpace(at), text) {
+		t.Fatalf("ParseScript(%q): got text %q at line %d, column %d, want the step's first 40 bytes there, %q", src, se.Text, se.Line, se.Column, at)
+	}
+	if msg := err.Error(); strings.ContainsAny(msg, "\r\n") || !strings.HasPrefix(msg, fmt.Sprintf("mockllm: script step %d ", se.Step)) {
+		t.Fatalf("ParseScript(%q): got %q, want one line that names step %d", src, msg, se.Step)
+	}
 }
