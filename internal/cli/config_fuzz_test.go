@@ -140,7 +140,7 @@ func secrets(data []byte) []string {
 // error about it is one line, as main prints it (usageError's promise).
 func FuzzServeConfigOneLine(f *testing.F) {
 	knownBug(f, "internal/cli: a newline in a key or value reaches the message unquoted: readMapping's "+
-		"\"unknown key %s\", --prefix's \"such as /%s\", checkListen's \"such as %s:8700\", "+
+		"\"unknown key %s\", the \"such as /%s\" of --prefix and --status-paths, checkListen's \"such as %s:8700\", "+
 		"and pgx's parse error for a postgres:// journal")
 	addConfigSeeds(f)
 	path := filepath.Join(f.TempDir(), "config.yaml")
