@@ -173,6 +173,7 @@ var hostileRows []hostileRow
 // connection, nothing reaches the upstream or any other host, and
 // nothing grows beyond a stated bound.
 func TestHostileClients(t *testing.T) {
+	hostileRows = nil // each run, under -count, writes its own table
 	const heapBound = 16 << 20 // what 40 hostile connections may leave on the heap
 	cases := []struct {
 		name   string
@@ -405,6 +406,20 @@ func checkDoc(t *testing.T, section, want string) {
 		return
 	}
 	if got != want {
-		t.Errorf("%s's %s section is not this run's (run with -update if on purpose):\ngot:\n%s\nwant:\n%s", path, section, got, want)
+		committed, run := strings.Split(got, "\n"), strings.Split(want, "\n")
+		var diff []string
+		for k := range max(len(committed), len(run)) {
+			var c, r string
+			if k < len(committed) {
+				c = committed[k]
+			}
+			if k < len(run) {
+				r = run[k]
+			}
+			if c != r {
+				diff = append(diff, fmt.Sprintf("committed: %s\nthis run:  %s", c, r))
+			}
+		}
+		t.Errorf("%s's %s section is not this run's (run with -update if on purpose):\n%s", path, section, strings.Join(diff, "\n"))
 	}
 }
