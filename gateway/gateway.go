@@ -68,9 +68,9 @@ type Upstream struct {
 	URL *url.URL
 
 	// Policy is the retry policy. A request's Outlast-* headers may only
-	// tighten it: fewer attempts, a larger reserve, waits no shorter than
-	// its shortest and no more of them. Nil means no retries, which no
-	// header can add.
+	// tighten it: fewer attempts, a larger reserve, and each retry's wait
+	// no shorter than this policy's before the same retry. Nil means no
+	// retries, which no header can add.
 	Policy *outlast.Policy
 
 	// MaxTimeout bounds the deadline a request asks for with

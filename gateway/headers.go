@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,7 +64,7 @@ func parseOptions(h http.Header, u *Upstream, now time.Time) (options, error) {
 	if o.deadline, err = parseDeadline(h, now, u.MaxTimeout); err != nil {
 		return o, err
 	}
-	if o.policy, err = parsePolicy(h, u.Policy); err != nil {
+	if o.policy, err = parsePolicy(h, u.Policy, !o.deadline.IsZero()); err != nil {
 		return o, err
 	}
 	if o.outer {
@@ -117,9 +116,10 @@ func parseDeadline(h http.Header, now time.Time, max time.Duration) (time.Time, 
 }
 
 // parsePolicy applies the policy headers to base, the operator's policy,
-// which they may only tighten (see tighten). Without a base policy there
-// is nothing to tighten, and the headers cannot add retries.
-func parsePolicy(h http.Header, base *outlast.Policy) (*outlast.Policy, error) {
+// which they may only tighten (see tighten), for a request with a deadline
+// or without. Without a base policy there is nothing to tighten, and the
+// headers cannot add retries.
+func parsePolicy(h http.Header, base *outlast.Policy, hasDeadline bool) (*outlast.Policy, error) {
 	switch v := strings.ToLower(strings.TrimSpace(h.Get(HeaderRetry))); v {
 	case "", "on":
 	case "off":
@@ -152,7 +152,7 @@ func parsePolicy(h http.Header, base *outlast.Policy) (*outlast.Policy, error) {
 	if base == nil || (ask.waits == nil && !ask.hasReserve && !ask.hasMaxAttempts) {
 		return base, nil
 	}
-	p := tighten(*base, ask)
+	p := tighten(*base, ask, hasDeadline)
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("outlast: the Outlast-* policy headers: %w", err)
 	}
@@ -170,18 +170,26 @@ type asked struct {
 // tighten returns p with what a request asked for, but never looser than
 // p: whatever a client sends, the upstream sees no more attempts, and no
 // sooner, than the operator's policy allows.
-//   - Each wait is at least p's shortest, and there are no more of them
-//     than p has: without a deadline, their number bounds the retries.
+//   - Retry k waits at least what p waits before retry k, both lists read
+//     as a Policy reads them (past the end, the last entry repeats, as it
+//     does under a deadline), and there are as many waits as p has:
+//     without a deadline, their number bounds the retries.
+//   - Without a deadline (hasDeadline false), a shorter list than p's
+//     means fewer retries: MaxAttempts is at most one more than its
+//     length.
 //   - The reserve is at least p's; 0, none, is p's.
 //   - MaxAttempts is at most p's cap, if it has one; 0, no cap, is p's.
-func tighten(p outlast.Policy, a asked) outlast.Policy {
+func tighten(p outlast.Policy, a asked, hasDeadline bool) outlast.Policy {
 	if a.waits != nil {
-		shortest := slices.Min(p.Waits)
-		w := a.waits[:min(len(a.waits), len(p.Waits))]
-		p.Waits = make([]time.Duration, len(w))
-		for i, d := range w {
-			p.Waits[i] = max(d, shortest)
+		at := func(w []time.Duration, k int) time.Duration { return w[min(k, len(w)-1)] }
+		waits := make([]time.Duration, len(p.Waits))
+		for k := range waits {
+			waits[k] = max(at(a.waits, k), p.Waits[k])
 		}
+		if !hasDeadline && len(a.waits) < len(p.Waits) {
+			a.maxAttempts, a.hasMaxAttempts = capAttempts(a, len(a.waits)+1), true
+		}
+		p.Waits = waits
 	}
 	if a.hasReserve {
 		floor := p.Reserve // p's reserve in force, as Policy reads it
@@ -197,6 +205,14 @@ func tighten(p outlast.Policy, a asked) outlast.Policy {
 		p.MaxAttempts = a.maxAttempts
 	}
 	return p
+}
+
+// capAttempts returns the smaller of n and the cap a asked for, if any.
+func capAttempts(a asked, n int) int {
+	if a.hasMaxAttempts && a.maxAttempts > 0 {
+		return min(a.maxAttempts, n)
+	}
+	return n
 }
 
 // maxRunLen bounds Outlast-Run, which the record stores.

@@ -173,7 +173,7 @@ var hostileRows []hostileRow
 // connection, nothing reaches the upstream or any other host, and
 // nothing grows beyond a stated bound.
 func TestHostileClients(t *testing.T) {
-	hostileRows = nil // each run, under -count, writes its own table
+	hostileRows = nil          // each run, under -count, writes its own table
 	const heapBound = 16 << 20 // what 40 hostile connections may leave on the heap
 	cases := []struct {
 		name   string

@@ -82,6 +82,48 @@ func TestPolicyHeadersOnlyTighten(t *testing.T) {
 	}
 }
 
+// Under a deadline a policy's last wait repeats: a short list of waits
+// must not repeat a short wait where the operator's would wait longer.
+// Each attempt of the request comes no sooner than the operator's own, and
+// there are no more of them (an attacker once made 37 where the default
+// policy makes 5).
+func TestPolicyHeadersUnderADeadline(t *testing.T) {
+	operator := &outlast.Policy{Waits: []time.Duration{15 * time.Second, 45 * time.Second, 120 * time.Second, 240 * time.Second}}
+	// starts returns when each attempt was sent, from the first.
+	starts := func(t *testing.T, header map[string]string) []time.Duration {
+		var at []time.Duration
+		var start time.Time
+		obs := record.Observer{AttemptStart: func(r *record.Request, a record.Attempt) {
+			if start.IsZero() {
+				start = a.Start
+			}
+			at = append(at, a.Start.Sub(start))
+		}}
+		f := &fakeUpstream{script: []func() *http.Response{answer(503, "application/json", "{}")}}
+		serve(observedGateway(t, f, operator, obs), chat, header)
+		return at
+	}
+	synctest.Test(t, func(t *testing.T) {
+		want := starts(t, map[string]string{"Outlast-Timeout": "10m"})
+		for _, waits := range []string{"15s", "0", "1s,1s,1s,1s,1s,1s,1s,1s", "15s,15s"} {
+			got := starts(t, map[string]string{"Outlast-Timeout": "10m", "Outlast-Waits": waits})
+			if len(got) > len(want) {
+				t.Errorf("Outlast-Waits %s: %d attempts, want %d at most, the operator's", waits, len(got), len(want))
+				continue
+			}
+			for k := range got {
+				if got[k] < want[k] {
+					t.Errorf("Outlast-Waits %s: attempt %d at %v, want %v at the soonest", waits, k+1, got[k], want[k])
+				}
+			}
+		}
+		// A longer wait asked for is kept: fewer attempts.
+		if got := starts(t, map[string]string{"Outlast-Timeout": "10m", "Outlast-Waits": "300s"}); len(got) != 2 {
+			t.Errorf("Outlast-Waits 300s: %d attempts at %v, want 2: one wait of 300s leaves no room under 10m", len(got), got)
+		}
+	})
+}
+
 // A deadline header cannot reach past the operator's MaxTimeout.
 func TestMaxTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
