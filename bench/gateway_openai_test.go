@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -96,5 +97,48 @@ func TestGatewayWithOpenAISDK(t *testing.T) {
 	}
 	if seen.Load() != 2 || calls.Load() != 2 {
 		t.Errorf("streaming: the API saw %d attempts and the gateway %d calls, want 2 and 2", seen.Load(), calls.Load())
+	}
+}
+
+// A gateway with a token: openai-go sends it with option.WithHeader, as
+// the README says, and its Authorization passes through untouched; without
+// the token the SDK gets the gateway's 401, and nothing is forwarded.
+func TestGatewayTokenWithOpenAISDK(t *testing.T) {
+	var seen atomic.Int32
+	var auth atomic.Value
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth.Store(r.Header.Get("Authorization") + "|" + r.Header.Get("Outlast-Token"))
+		fakeOpenAI(0, &seen)(w, r)
+	}))
+	defer api.Close()
+	u, _ := url.Parse(api.URL)
+	g, err := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{{URL: u}},
+		Token:     "gw-token",
+		Logger:    slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := httptest.NewServer(g)
+	defer gw.Close()
+	params := openai.ChatCompletionNewParams{Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	without := openai.NewClient(option.WithBaseURL(gw.URL+"/v1"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
+	_, err = without.Chat.Completions.New(ctx, params)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnauthorized || seen.Load() != 0 {
+		t.Fatalf("without the token: got %v with %d forwarded, want a 401 and nothing forwarded", err, seen.Load())
+	}
+	with := openai.NewClient(option.WithBaseURL(gw.URL+"/v1"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0),
+		option.WithHeader("Outlast-Token", "gw-token"))
+	out, err := with.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Choices[0].Message.Content != "hello" || auth.Load() != "Bearer sk-test|" {
+		t.Errorf("with the token: got %q, the API saw Authorization|Outlast-Token %q; want hello, the key and no token", out.Choices[0].Message.Content, auth.Load())
 	}
 }

@@ -126,9 +126,10 @@ type Config struct {
 	BodyTimeout time.Duration
 
 	// Token, if set, must come with every request, /outlast/ included,
-	// in the Outlast-Token header; a request without it gets 401 and
-	// nothing is forwarded. It is compared in constant time, and never
-	// forwarded.
+	// in the Outlast-Token header (for /outlast/, also as the password of
+	// HTTP Basic authentication, as a browser sends it); a request
+	// without it gets 401 and nothing is forwarded. It is compared in
+	// constant time, and never forwarded.
 	Token string
 
 	// Transport sends the attempts. If nil, a clone of
@@ -231,8 +232,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// request's connection is closed: SDKs send Content-Length.
 		w.Header().Set("Connection", "close")
 	}
-	if g.token != nil && !g.token.admits(r.Header.Get(HeaderToken)) {
-		w.Header().Set("WWW-Authenticate", `Outlast-Token realm="outlast"`)
+	own := r.URL.Path == "/outlast" || strings.HasPrefix(r.URL.Path, "/outlast/")
+	if g.token != nil && !g.admits(r, own) {
+		if own {
+			// A browser asks for the token, as a password, and sends it
+			// with the page's own requests.
+			w.Header().Set("WWW-Authenticate", `Basic realm="outlast", charset="UTF-8"`)
+		} else {
+			w.Header().Set("WWW-Authenticate", `Outlast-Token realm="outlast"`)
+		}
 		writeError(w, http.StatusUnauthorized, apierr.Token, "outlast: this gateway needs its token in the "+HeaderToken+" header")
 		return
 	}
@@ -243,7 +251,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, apierr.Method, "outlast: CONNECT is not forwarded: the gateway is not a tunnel")
 		return
 	}
-	if r.URL.Path == "/outlast" || strings.HasPrefix(r.URL.Path, "/outlast/") {
+	if own {
 		g.serveOwn(w, r)
 		return
 	}
@@ -261,6 +269,20 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		newExchange(g, up, w, r, resolved, path).serve()
 	}
+}
+
+// admits reports whether r presents the gateway's token: in Outlast-Token,
+// or, for the gateway's own endpoints (own), which are never forwarded, as
+// the password of HTTP Basic authentication, which is how a browser sends
+// it to the timeline page.
+func (g *Gateway) admits(r *http.Request, own bool) bool {
+	if g.token.admits(r.Header.Get(HeaderToken)) {
+		return true
+	}
+	if _, password, ok := r.BasicAuth(); ok && own {
+		return g.token.admits(password)
+	}
+	return false
 }
 
 // route returns the upstream for path, and the path to forward.

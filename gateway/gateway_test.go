@@ -881,3 +881,46 @@ func TestStatusPaths(t *testing.T) {
 		t.Errorf("no status paths: got %d after %d attempts, want 503 after 3", resp.StatusCode, up2.attempts())
 	}
 }
+
+// With a token, a browser reaches the timeline page by HTTP Basic
+// authentication, the token as the password: it is asked for it on
+// /outlast/ alone. Basic authentication never admits a request that is
+// forwarded, whose Authorization is the provider's.
+func TestTokenByBasicAuthForThePage(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, status(200, "{}"))
+	u, _ := url.Parse(up.URL)
+	g, err := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{{URL: u}}, Token: "t0ken", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewServer(g)
+	t.Cleanup(s.Close)
+	for _, c := range []struct {
+		path, user, password string
+		status               int
+		challenge            string
+	}{
+		{"/outlast/health", "", "", 401, "Basic"},
+		{"/outlast/health", "anyone", "t0ken", 200, ""},
+		{"/outlast/health", "anyone", "t0kem", 401, "Basic"},
+		{"/v1/models", "", "", 401, "Outlast-Token"},
+		{"/v1/models", "anyone", "t0ken", 401, "Outlast-Token"},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, s.URL+c.path, nil)
+		if c.user != "" {
+			req.SetBasicAuth(c.user, c.password)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if challenge, _, _ := strings.Cut(resp.Header.Get("WWW-Authenticate"), " "); resp.StatusCode != c.status || challenge != c.challenge {
+			t.Errorf("%s as %q:%q: got %d, challenge %q; want %d, %q", c.path, c.user, c.password, resp.StatusCode, resp.Header.Get("WWW-Authenticate"), c.status, c.challenge)
+		}
+	}
+	if up.attempts() != 0 {
+		t.Errorf("the upstream got %d requests, want none", up.attempts())
+	}
+}

@@ -92,9 +92,34 @@ func TestServeConfigExample(t *testing.T) {
 	if cfg.Listen != "127.0.0.1:8700" || cfg.Gateway.MaxBody != 32<<20 || cfg.HTTP.Grace != 30*time.Second {
 		t.Errorf("got listen %q, max body %d, grace %v; want 127.0.0.1:8700, %d, 30s", cfg.Listen, cfg.Gateway.MaxBody, cfg.HTTP.Grace, 32<<20)
 	}
+	if h := cfg.HTTP; h.ReadHeaderTimeout != 10*time.Second || cfg.Gateway.BodyTimeout != 30*time.Second || h.KeepAliveTimeout != 2*time.Minute || h.MaxHeaderBytes != 64<<10 || h.MaxConns != 1024 {
+		t.Errorf("got read-header %v, body %v, keep-alive %v, header bytes %d, conns %d; want the defaults the file states", h.ReadHeaderTimeout, cfg.Gateway.BodyTimeout, h.KeepAliveTimeout, h.MaxHeaderBytes, h.MaxConns)
+	}
 	// The example must also make a gateway: prefixes and names are its to check.
 	if _, err := gateway.New(cfg.Gateway); err != nil {
 		t.Errorf("got %v, want the example to make a gateway", err)
+	}
+}
+
+// The README shows the example config as it is, line for line.
+func TestREADMEShowsTheExample(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile(exampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(example), "\n")
+	_, block, ok := strings.Cut(string(readme), "```yaml\n"+first+"\n")
+	block, _, closed := strings.Cut(block, "```")
+	if !ok || !closed {
+		t.Fatalf("README.md has no yaml block starting %q", first)
+	}
+	if got := first + "\n" + block; got != string(example) {
+		t.Errorf("README.md's example config differs from %s:\n%s", exampleConfig, got)
 	}
 }
 
@@ -325,20 +350,52 @@ func TestServeConfigErrors(t *testing.T) {
 		// Strict decoding: a typo is refused with its line, not ignored.
 		name: "unknown key",
 		yaml: "upstreams:\n  - url: http://x\n    prefix: /a\n    slotz: 2\n",
-		want: "config.yaml line 4: upstreams[0]: unknown key slotz (want one of url, name, prefix, slots,",
+		want: `config.yaml line 4: upstreams[0]: unknown key "slotz" (want one of url, name, prefix, slots,`,
 	}, {
 		name: "unknown top-level key",
 		yaml: ok + "listn: :8700\n",
-		want: "config.yaml line 3: the file: unknown key listn (want one of upstreams, listen, token,",
+		want: `config.yaml line 3: the file: unknown key "listn" (want one of upstreams, listen, token,`,
 	}, {
 		// An upstream's setting does not go at the top level.
 		name: "upstream key at the top",
 		yaml: ok + "slots: 2\n",
-		want: "config.yaml line 3: the file: unknown key slots",
+		want: `config.yaml line 3: the file: unknown key "slots"`,
 	}, {
 		name: "key twice",
 		yaml: "upstreams:\n  - url: http://x\n    slots: 1\n    slots: 2\n",
-		want: "config.yaml line 4: upstreams[0]: key slots is given twice (first on line 3)",
+		want: `config.yaml line 4: upstreams[0]: key "slots" is given twice (first on line 3)`,
+	}, {
+		// A key or value is quoted wherever an error shows it, so that a
+		// line break in it cannot split the one line main prints.
+		name: "unknown key with a line break",
+		yaml: ok + "\"a\\nb\": 1\n",
+		want: `config.yaml line 3: the file: unknown key "a\nb" (want one of`,
+	}, {
+		name: "prefix with a line break",
+		yaml: ok + "    prefix: \"a\\nb\"\n",
+		want: `config.yaml line 3: upstreams[0].prefix "a\nb": want a path that starts with /, such as "/a\nb"`,
+	}, {
+		name: "status path with a line break",
+		yaml: ok + "    status_paths: [\"a\\nb\"]\n",
+		want: `upstreams[0].status_paths "a\nb": path "a\nb": want a path that starts with /, such as "/a\nb"`,
+	}, {
+		// The example keeps the host, joined as the listener would take it.
+		name: "listen host with a line break",
+		yaml: ok + "listen: \"a\\nb:99999\"\n",
+		want: `config.yaml line 3: listen "a\nb:99999": port "99999": want a number from 0 to 65535, such as "a\nb:8700"`,
+	}, {
+		name: "listen IPv6 port",
+		args: []string{"--upstream", "http://x", "--listen", "[::1]:99999"},
+		want: `serve: --listen "[::1]:99999": port "99999": want a number from 0 to 65535, such as "[::1]:8700"`,
+	}, {
+		// pgx shows the spec raw; the password stays hidden.
+		name: "postgres journal with a line break",
+		yaml: ok + "journal: \"postgres://u:hunter22@h/db?sslmode=\\n\"\n",
+		want: `journal "postgres://h/db\n": cannot parse "postgres://u:xxxxx@h/db?sslmode=\n": failed to configure TLS (sslmode is invalid)`,
+	}, {
+		name: "postgres journal reason with a line break",
+		args: []string{"--upstream", "http://x", "--journal", "postgres://h/db?target_session_attrs=%0A"},
+		want: `serve: --journal "postgres://h/db": cannot parse "postgres://h/db?target_session_attrs=%0A": "unknown target_session_attrs value: \n"`,
 	}, {
 		name: "wrong type",
 		yaml: "upstreams:\n  - url: http://x\n    slots: two\n",
