@@ -6,6 +6,3 @@ import "time"
 func JitterAt(j Jitter, w time.Duration, serverSet bool, u float64) time.Duration {
 	return j.at(w, serverSet, u)
 }
-
-// KnownBug is knownBug, for the black-box fuzz targets.
-var KnownBug = knownBug

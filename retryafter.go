@@ -1,6 +1,7 @@
 package outlast
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -48,9 +49,9 @@ func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 }
 
 // parseDelay parses a non-negative decimal number of units, of any
-// length (RFC 9110's delay-seconds is 1*DIGIT, unbounded). It refuses
-// signs, exponents, hex, "Inf" and "NaN", which strconv.ParseFloat would
-// otherwise take.
+// length (RFC 9110's delay-seconds is 1*DIGIT, unbounded), capped at
+// maxDelay. It refuses signs, exponents, hex, "Inf" and "NaN", which
+// strconv.ParseFloat would otherwise take.
 func parseDelay(s string, unit time.Duration) (time.Duration, bool) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -66,8 +67,12 @@ func parseDelay(s string, unit time.Duration) (time.Duration, bool) {
 			return 0, false
 		}
 	}
+	// s is digits with at most one dot, so ParseFloat's only error is
+	// ErrRange, for a number past float64's range (310 digits or more),
+	// and then f is +Inf: a valid delay, capped below like any other
+	// past maxDelay, not ignored.
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(f) || f < 0 {
+	if (err != nil && !errors.Is(err, strconv.ErrRange)) || math.IsNaN(f) || f < 0 {
 		return 0, false
 	}
 	d := f * float64(unit)

@@ -88,11 +88,15 @@ func closedEarly(err error) error {
 	return fmt.Errorf("%w: %w", ErrClosedEarly, err)
 }
 
-// maxFirstEvent bounds how much of an event stream is read before commit.
+// maxFirstEvent bounds how much of an event stream is read before commit,
+// comments and other blocks that are not dispatched before the first event
+// included.
 const maxFirstEvent = 64 << 10
 
 // peek reads the first byte of the body into head, and with sse the rest
-// of the first event, up to maxFirstEvent.
+// of the first event, up to maxFirstEvent. The first event is the one
+// eventEnded looks for. The scan keeps its place between reads, so that a
+// stream that comes a byte a read is scanned once, not once a read.
 func (b *body) peek(sse bool) error {
 	n, err := readSome(b.rc, b.one[:])
 	b.head = b.one[:n]
@@ -100,7 +104,8 @@ func (b *body) peek(sse bool) error {
 		return err
 	}
 	buf := append(make([]byte, 0, 512), b.head...)
-	for !eventEnded(buf) && len(buf) < maxFirstEvent {
+	var ev eventScan
+	for !ev.scan(buf) && len(buf) < maxFirstEvent {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}

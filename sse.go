@@ -14,10 +14,13 @@ import (
 // judges it like the status that the event's error type stands for.
 var ErrErrorEvent = errors.New("outlast: the stream's first event is an error")
 
-// eventEnded reports whether b holds a whole server-sent event: one ended
-// by a blank line (WHATWG HTML, "Interpreting an event stream").
+// eventEnded reports whether b holds the stream's first event whole:
+// the first one a blank line dispatches (WHATWG HTML, "Interpreting an
+// event stream"). Blocks of comments alone, or of fields without data,
+// are not dispatched, so they come before it.
 func eventEnded(b []byte) bool {
-	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\r\n\r\n")) || bytes.Contains(b, []byte("\r\r"))
+	var s eventScan
+	return s.scan(b)
 }
 
 // firstEventError returns a *StatusError if the first event in b is an
@@ -49,23 +52,96 @@ func firstEventError(b []byte, h http.Header) error {
 }
 
 // firstEvent returns the first event's name and its data lines joined.
+// If b ends before a blank line dispatches one, they are those of the
+// event still being read, its last line too if b ends inside it.
 func firstEvent(b []byte) (name string, data []byte) {
-	b = bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n"))
-	if i := bytes.Index(b, []byte("\n\n")); i >= 0 {
-		b = b[:i]
+	var s eventScan
+	if !s.scan(b) {
+		s.field(s.tail(b))
 	}
-	var lines [][]byte
-	for line := range bytes.SplitSeq(b, []byte("\n")) {
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "event":
-			name = string(value)
-		case "data":
-			lines = append(lines, value)
+	return string(s.name), bytes.Join(s.data, []byte("\n"))
+}
+
+// utf8BOM is the byte order mark that WHATWG strips, once, from the start
+// of an event stream.
+var utf8BOM = []byte("\ufeff")
+
+// eventScan reads the opening of an event stream a line at a time, as
+// WHATWG HTML's "Interpreting an event stream" does, up to the end of its
+// first dispatched event. It keeps its place, so that peek can give it the
+// stream each time a read grows it without rescanning what came before,
+// and its result is the same however the stream was split.
+type eventScan struct {
+	off   int      // where in the stream the next line starts
+	cr    bool     // the last line ended at a CR, which an LF may follow as one CRLF
+	name  []byte   // the event type buffer
+	data  [][]byte // the data buffer, a line a field
+	ended bool     // a blank line dispatched the event in name and data
+}
+
+// scan reads the lines of b, the stream so far, that it has not read, and
+// reports whether the first event has ended. Only whole lines are read:
+// the rest waits for the bytes that end it.
+func (s *eventScan) scan(b []byte) bool {
+	for !s.ended && s.off < len(b) {
+		if s.cr {
+			// A line ends at CRLF, LF or CR: an LF right after a CR is the
+			// same line ending, even when the CR came in an earlier read.
+			s.cr = false
+			if b[s.off] == '\n' {
+				s.off++
+				continue
+			}
 		}
+		rest := s.tail(b)
+		i := bytes.IndexAny(rest, "\r\n")
+		if i < 0 {
+			break
+		}
+		s.cr = rest[i] == '\r'
+		s.off = len(b) - len(rest) + i + 1
+		s.line(rest[:i])
 	}
-	return name, bytes.Join(lines, []byte("\n"))
+	return s.ended
+}
+
+// tail returns what of b scan has not read. A leading byte order mark is
+// not part of the first line.
+func (s *eventScan) tail(b []byte) []byte {
+	if s.off == 0 {
+		return bytes.TrimPrefix(b, utf8BOM)
+	}
+	return b[s.off:]
+}
+
+// line takes one line of the stream, without its line ending.
+func (s *eventScan) line(l []byte) {
+	if len(l) > 0 {
+		s.field(l)
+		return
+	}
+	// A blank line dispatches the event, unless its data buffer is empty:
+	// then the event type is reset and nothing is dispatched, so a block
+	// of comments (": ping", a proxy's keep-alive) is not the first event.
+	if len(s.data) > 0 {
+		s.ended = true
+		return
+	}
+	s.name = nil
+}
+
+// field takes a line that is not blank: a comment (a line starting with a
+// colon, whose field name is empty) or a field, of which only event and
+// data matter here.
+func (s *eventScan) field(l []byte) {
+	name, value, _ := bytes.Cut(l, []byte(":"))
+	value = bytes.TrimPrefix(value, []byte(" "))
+	switch string(name) {
+	case "event":
+		s.name = value
+	case "data":
+		s.data = append(s.data, value)
+	}
 }
 
 // errorTypeStatus maps an API error type to the status that the same

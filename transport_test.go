@@ -690,6 +690,11 @@ func TestTransportFirstEventError(t *testing.T) {
 		// A request error is not retried; the caller reads it as sent,
 		// with CRLF line ends kept.
 		{"invalid request", invalid, 400, 1, invalid},
+		// A keep-alive comment dispatches no event (WHATWG), so the peek
+		// reads past it to the error event, which is the first.
+		{"comment then overloaded", ": ping\n\n" + overloaded, 529, 2, "data: ok\n\n"},
+		// Lines may end at a lone CR (WHATWG): still an error event.
+		{"overloaded with CR endings", strings.ReplaceAll(overloaded, "\n", "\r"), 529, 2, "data: ok\n\n"},
 		// An ordinary first event is the answer.
 		{"ordinary", "event: message_start\ndata: {\"type\":\"message_start\"}\n\n", 200, 1, "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"},
 	}
