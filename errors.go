@@ -18,8 +18,8 @@ import (
 var ErrBusy error = busyError{}
 
 // ErrStalled is the failure of an attempt whose response did not produce its
-// first body byte within [Transport.FirstByteTimeout]. It is retryable: no
-// byte reached the caller.
+// first body byte, or for an event stream its first event with data, within
+// [Transport.FirstByteTimeout]. It is retryable: no byte reached the caller.
 var ErrStalled = errors.New("outlast: no first byte before the timeout")
 
 // ErrClosedEarly is the failure of an attempt whose response body failed, or

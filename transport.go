@@ -96,11 +96,15 @@ type Transport struct {
 
 	// FirstByteTimeout, if positive, makes each attempt wait for the first
 	// body byte of a successful response before committing, for at most
-	// this long from when the attempt is sent. An attempt that gets no byte
-	// in time fails with ErrStalled; an event stream (text/event-stream)
-	// that ends, or a body that fails, before its first byte fails with
-	// ErrClosedEarly. A clean empty body of any other type is a complete
-	// answer. Zero commits at the response headers.
+	// this long from when the attempt is sent; for an event stream
+	// (text/event-stream), for its first event with data, so that an
+	// error event after keep-alive comments is still seen and retried
+	// (WHATWG dispatches no event without data; what is read before the
+	// commit is bounded at 64 KiB). An attempt that gets neither in time
+	// fails with ErrStalled; an event stream that ends, or a body that
+	// fails, before it fails with ErrClosedEarly. A clean empty body of
+	// any other type is a complete answer. Zero commits at the response
+	// headers.
 	FirstByteTimeout time.Duration
 
 	// MaxBufferedBody is the largest request body without GetBody that is

@@ -91,8 +91,9 @@ type Upstream struct {
 	Queue int
 
 	// FirstByteTimeout bounds the time from sending an attempt to its first
-	// body byte (for an event stream, its first event). An attempt that
-	// takes longer is retried. Zero means no bound.
+	// body byte (for an event stream, its first event with data, past any
+	// keep-alive comments). An attempt that takes longer is retried. Zero
+	// means no bound.
 	FirstByteTimeout time.Duration
 
 	// IdleTimeout bounds the silence between two reads of a response body
