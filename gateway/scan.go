@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"bytes"
+	"encoding/json"
 	"strconv"
+	"unicode/utf8"
 )
 
 // bodyFields are what the gateway reads from a JSON request body.
@@ -50,24 +53,41 @@ func scanBody(b []byte) (f bodyFields, ok bool) {
 	}
 }
 
-// set records the value of a field the gateway reads.
-func (f *bodyFields) set(key string, v []byte) {
-	switch key {
+// set records the value of a field the gateway reads. As in
+// encoding/json, the last of a repeated key wins, even when its value is
+// not of the field's type: that value counts as none.
+func (f *bodyFields) set(key []byte, v []byte) {
+	switch string(key) {
 	case "model":
+		f.model = ""
 		if len(v) >= 2 && v[0] == '"' {
-			if m, err := strconv.Unquote(string(v)); err == nil {
-				f.model = m
-			} else {
-				f.model = string(v[1 : len(v)-1])
-			}
+			f.model = jsonString(v)
 		}
 	case "stream":
 		f.stream = string(v) == "true"
 	case "id_slot":
+		f.slot = -1
 		if n, err := strconv.Atoi(string(v)); err == nil && n >= 0 {
 			f.slot = n
 		}
 	}
+}
+
+// jsonString decodes the string token v, quotes included, by JSON's
+// rules, which are not Go's: JSON has \/ and writes a rune beyond the
+// BMP as a UTF-16 surrogate pair of \u escapes. A string without escapes
+// in valid UTF-8, the common case, is copied without decoding. A string
+// that is not valid JSON yields its raw contents: the upstream judges it.
+func jsonString(v []byte) string {
+	raw := v[1 : len(v)-1]
+	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		return string(raw)
+	}
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		return string(raw)
+	}
+	return s
 }
 
 // scanner walks a JSON text without decoding it.
@@ -105,14 +125,15 @@ func (s *scanner) next(c byte) bool {
 }
 
 // str reads a string and returns its raw contents: only keys are read
-// this way, and the keys the gateway wants have no escapes.
-func (s *scanner) str() (string, bool) {
+// this way, and the keys the gateway wants have no escapes. The contents
+// are not copied, since most keys are only compared and dropped.
+func (s *scanner) str() ([]byte, bool) {
 	s.space()
 	start := s.i
 	if !s.skipString() {
-		return "", false
+		return nil, false
 	}
-	return string(s.b[start+1 : s.i-1]), true
+	return s.b[start+1 : s.i-1], true
 }
 
 // skipString skips a string, escapes included.

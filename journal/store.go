@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outlast-llm/outlast/record"
@@ -141,10 +143,30 @@ func CheckSpec(spec string) error {
 	case strings.HasPrefix(spec, "sqlite:"):
 		return checkSQLitePath(strings.TrimPrefix(spec, "sqlite:"))
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		if _, err := pgxpool.ParseConfig(spec); err != nil {
-			return fmt.Errorf("journal: %w", err) // pgx's parse errors hide the password
+		_, err := pgxpool.ParseConfig(spec)
+		if err == nil {
+			return nil
 		}
-		return nil
+		// pgx's message hides the password, but shows the rest of the
+		// spec raw in backquotes, line breaks and all, and its reason
+		// may hold a value of the spec raw. Keep pgx's redacted spec,
+		// cut out of "cannot parse `SPEC`: REASON" with the reason that
+		// a copy without the spec gives; quote it, and the reason if it
+		// holds a line break, so that the message is one line.
+		var pe *pgconn.ParseConfigError
+		if errors.As(err, &pe) {
+			bare := *pe
+			bare.ConnString = ""
+			reason, rok := strings.CutPrefix(bare.Error(), "cannot parse ``: ")
+			shown, sok := strings.CutSuffix(pe.Error(), "`: "+reason)
+			if shown, pok := strings.CutPrefix(shown, "cannot parse `"); rok && sok && pok {
+				if strings.ContainsAny(reason, "\r\n") {
+					reason = strconv.Quote(reason)
+				}
+				return fmt.Errorf("journal: cannot parse %q: %s", shown, reason)
+			}
+		}
+		return fmt.Errorf("journal: %q", err.Error()) // pgx's message of another shape, quoted whole
 	}
 	return fmt.Errorf("journal: spec %q: want off, sqlite:PATH or postgres://…", redactSpec(spec))
 }

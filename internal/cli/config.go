@@ -280,11 +280,11 @@ func (f *serveFlags) readMapping(n *yaml.Node, path string, sc scope, put func(s
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if line, ok := seen[k.Value]; ok {
-			return usagef("%s line %d: %s: key %s is given twice (first on line %d)", f.config, k.Line, cmp.Or(path, "the file"), k.Value, line)
+			return usagef("%s line %d: %s: key %q is given twice (first on line %d)", f.config, k.Line, cmp.Or(path, "the file"), k.Value, line)
 		}
 		seen[k.Value] = k.Line
 		if !(sc == global && k.Value == "upstreams") && !hasKey(sc, k.Value) {
-			return usagef("%s line %d: %s: unknown key %s (want one of %s)", f.config, k.Line, cmp.Or(path, "the file"), k.Value, keysOf(sc))
+			return usagef("%s line %d: %s: unknown key %q (want one of %s)", f.config, k.Line, cmp.Or(path, "the file"), k.Value, keysOf(sc))
 		}
 		if err := put(k.Value, v); err != nil {
 			return err

@@ -36,6 +36,7 @@ var configSeeds = []string{
 	"journal: \"postgres://u:p@h/db?sslmode=\\n\"\nupstreams:\n  - url: http://x\n",
 	"journal: postgres://u:hunter22@h:99999999/db\nupstreams:\n  - url: http://x\n",
 	"journal: postgres://h/db?password=hunter22&sslmode=bad\nupstreams:\n  - url: http://x\n",
+	"journal: postgres://h/db?target_session_attrs=%0A\nupstreams:\n  - url: http://x\n",
 	"upstreams:\n  - url: https://user:hunter22@api.example.com/v1\n",
 	"upstreams:\n  - url: \"http://h\\u0000\"\n",
 	"a: 1\n---\nb: 2\n",
@@ -139,9 +140,6 @@ func secrets(data []byte) []string {
 // FuzzServeConfigOneLine checks that whatever the config file holds, an
 // error about it is one line, as main prints it (usageError's promise).
 func FuzzServeConfigOneLine(f *testing.F) {
-	knownBug(f, "internal/cli: a newline in a key or value reaches the message unquoted: readMapping's "+
-		"\"unknown key %s\", the \"such as /%s\" of --prefix and --status-paths, checkListen's \"such as %s:8700\", "+
-		"and pgx's parse error for a postgres:// journal")
 	addConfigSeeds(f)
 	path := filepath.Join(f.TempDir(), "config.yaml")
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -149,14 +147,4 @@ func FuzzServeConfigOneLine(f *testing.F) {
 			t.Fatalf("config %q: got %q, want one line", data, err)
 		}
 	})
-}
-
-// knownBug skips a fuzz target whose property a known bug in the code
-// breaks, so that go test stays green while the failing inputs wait in
-// testdata/fuzz for the fix. OUTLAST_FUZZ_KNOWN_BUGS=1 runs it.
-func knownBug(f *testing.F, bug string) {
-	f.Helper()
-	if os.Getenv("OUTLAST_FUZZ_KNOWN_BUGS") == "" {
-		f.Skipf("known bug (OUTLAST_FUZZ_KNOWN_BUGS=1 runs it): %s", bug)
-	}
 }

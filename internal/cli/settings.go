@@ -100,7 +100,7 @@ var settings = []setting{
 		help: "the path prefix of the requests that go to the upstream, removed before forwarding",
 		set: func(t target, s string) error {
 			if !strings.HasPrefix(s, "/") {
-				return fmt.Errorf("want a path that starts with /, such as /%s", s)
+				return fmt.Errorf("want a path that starts with /, such as %q", "/"+s)
 			}
 			t.up.Prefix = s
 			return nil
@@ -163,7 +163,7 @@ var settings = []setting{
 			paths := splitList(s)
 			for _, p := range paths {
 				if !strings.HasPrefix(p, "/") {
-					return fmt.Errorf("path %q: want a path that starts with /, such as /%s", p, p)
+					return fmt.Errorf("path %q: want a path that starts with /, such as %q", p, "/"+p)
 				}
 			}
 			t.up.StatusPaths = append([]string{}, paths...) // empty, not nil: none
@@ -306,7 +306,7 @@ func checkListen(s string) error {
 		return errors.New("want host:port, such as 127.0.0.1:8700, or :8700 for other hosts too")
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("port %q: want a number from 0 to 65535, such as %s:8700", port, host)
+		return fmt.Errorf("port %q: want a number from 0 to 65535, such as %q", port, net.JoinHostPort(host, "8700"))
 	}
 	return nil
 }
