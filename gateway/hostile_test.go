@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
 	"github.com/outlast-llm/outlast/record"
+	"github.com/outlast-llm/outlast/timeline"
 )
 
 var updateDoc = flag.Bool("update", false, "rewrite the hostile-client table of docs/reliability.md")
@@ -32,6 +34,7 @@ type hostile struct {
 	addr     string
 	g        *gateway.Gateway
 	seen     atomic.Int64 // requests the upstream got
+	upBytes  atomic.Int64 // the body bytes it got
 	foreign  atomic.Int64 // requests the foreign host got
 	foreignU string
 	records  chan record.Request
@@ -41,7 +44,8 @@ func newHostile(t *testing.T, change func(*gateway.Config, *gateway.ServerConfig
 	t.Helper()
 	h := &hostile{records: make(chan record.Request, 1024)}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
+		n, _ := io.Copy(io.Discard, r.Body)
+		h.upBytes.Add(n)
 		h.seen.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		if strings.HasSuffix(r.URL.Path, "/fail") {
@@ -174,6 +178,7 @@ var hostileRows []hostileRow
 // nothing grows beyond a stated bound.
 func TestHostileClients(t *testing.T) {
 	hostileRows = nil          // each run, under -count, writes its own table
+	var feed *timeline.Feed    // the page's feed, in the cases that have one
 	const heapBound = 16 << 20 // what 40 hostile connections may leave on the heap
 	cases := []struct {
 		name   string
@@ -320,6 +325,34 @@ func TestHostileClients(t *testing.T) {
 			}
 			return "401 token; with it, 200"
 		}, 1},
+		{"3 requests with an 8 MiB model, then /outlast/recent", func(c *gateway.Config, _ *gateway.ServerConfig) {
+			feed = timeline.New(0, 0)
+			c.Endpoints = feed.Endpoints()
+			c.Observer = record.Observers(c.Observer, feed.Observer())
+		}, func(t *testing.T, h *hostile) string {
+			body := `{"model":"` + strings.Repeat("x", 8<<20) + `","messages":[]}`
+			for range 3 {
+				resp, _, _ := h.exchange(t, fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+				if resp == nil || resp.StatusCode != 200 {
+					t.Fatalf("got %v, want 200: the upstream takes such a model", resp)
+				}
+			}
+			if h.upBytes.Load() != int64(3*len(body)) {
+				t.Errorf("the upstream got %d body bytes, want %d: the body is forwarded unchanged", h.upBytes.Load(), 3*len(body))
+			}
+			resp, recent, _ := h.exchange(t, "GET /outlast/recent HTTP/1.1\r\nHost: x\r\n\r\n")
+			var snap timeline.Snapshot
+			if resp == nil || json.Unmarshal([]byte(recent), &snap) != nil || len(snap.Requests) != 3 {
+				t.Fatalf("/outlast/recent: got %v %.200q, want the 3 requests", resp, recent)
+			}
+			if m := snap.Requests[0].Model; len(m) > 256 || !strings.HasSuffix(m, "…") {
+				t.Errorf("the feed keeps a model of %d bytes, %.20q…; want 256 at most, cut with …", len(m), m)
+			}
+			if len(recent) > 16<<10 {
+				t.Errorf("/outlast/recent is %d bytes, want 16 KiB at most", len(recent))
+			}
+			return "200, forwarded unchanged; the record keeps 256 bytes of each model; /outlast/recent under 16 KiB"
+		}, 3},
 		{"a slot the operator did not configure", func(c *gateway.Config, _ *gateway.ServerConfig) { c.Upstreams[0].Slots = 1 }, func(t *testing.T, h *hostile) string {
 			resp, _, _ := h.exchange(t, "POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\n\r\n{\"id_slot\":49}")
 			if resp == nil || resp.StatusCode != 400 {
