@@ -214,8 +214,8 @@ func keptText(s string, max int) string {
 	if len(s) <= max && utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) {
 		return s // the common case, without an allocation
 	}
-	var b strings.Builder
-	for _, c := range strings.ToValidUTF8(s, "\uFFFD") {
+	var b strings.Builder // range reads an invalid byte as U+FFFD, without a copy of s
+	for _, c := range s {
 		if unicode.IsControl(c) {
 			c = utf8.RuneError
 		}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 )
 
 // scanBody reads the three fields the gateway needs, as encoding/json
@@ -190,5 +192,32 @@ func BenchmarkScanBody(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestKeptText checks what the record keeps of a model, a path or a
+// method: valid UTF-8 without control characters, cut at a character
+// with a marker, so that a log line or the page shows it as it is.
+func TestKeptText(t *testing.T) {
+	for _, c := range []struct {
+		name, in string
+		max      int
+		want     string
+	}{
+		{"short", "gpt-4o", 256, "gpt-4o"},
+		{"exactly max", "abcd", 4, "abcd"},
+		{"cut", "abcdefgh", 6, "abc…"},
+		{"cut before a character that would not fit", "ab" + "é" + "cdef", 6, "ab…"},
+		{"invalid byte", "a\xffb", 256, "a\uFFFDb"},
+		{"control characters", "a\nb\x1b[31mc\u0085", 256, "a\uFFFDb\uFFFD[31mc\uFFFD"},
+		{"invalid and long", strings.Repeat("\xff", 300), 256, strings.Repeat("\uFFFD", (256-len("…"))/3) + "…"},
+	} {
+		got := keptText(c.in, c.max)
+		if got != c.want {
+			t.Errorf("%s: keptText(%.40q, %d) = %q, want %q", c.name, c.in, c.max, got, c.want)
+		}
+		if len(got) > c.max || !utf8.ValidString(got) || strings.ContainsFunc(got, unicode.IsControl) {
+			t.Errorf("%s: keptText(%.40q, %d) = %q: longer than %d, not UTF-8, or with a control character", c.name, c.in, c.max, got, c.max)
+		}
 	}
 }
