@@ -24,6 +24,13 @@ type Attempt struct {
 	Ahead int
 	// GateWait is how long the attempt waited at the gate.
 	GateWait time.Duration
+	// AdmissionWait is how long the attempt waited for its upstream at
+	// an [Admission], before the gate, while the upstream was down or
+	// recovering.
+	AdmissionWait time.Duration
+	// Probe reports that the attempt was its upstream's one probe, sent
+	// while an Admission held the key down.
+	Probe bool
 	// Start is when the attempt was sent, after the gate.
 	Start time.Time
 	// End is when its response (or its first body byte, with

@@ -34,12 +34,13 @@ const (
 	ClassTimeout                  // a timeout that was not the caller's, such as a response header timeout
 	ClassCanceled                 // the caller's context ended: its cancellation or its deadline
 	ClassOther                    // anything else, a status outside 400–599 among them
+	ClassDown                     // an Admission sent it away: the upstream is down and no chance to send came in time (ErrUpstreamDown)
 	numClasses
 )
 
 var classNames = [numClasses]string{
 	"", "rate_limited", "overloaded", "status_4xx", "status_5xx", "error_event", "busy",
-	"stalled", "closed_early", "refused", "reset", "timeout", "canceled", "other",
+	"stalled", "closed_early", "refused", "reset", "timeout", "canceled", "other", "upstream_down",
 }
 
 // Classes returns every Class, ClassNone first, in the order of the
@@ -90,6 +91,8 @@ func Classify(err error) Class {
 		return ClassNone
 	case errors.Is(err, ErrErrorEvent):
 		return ClassErrorEvent
+	case errors.Is(err, ErrUpstreamDown):
+		return ClassDown // before the last failure it wraps
 	}
 	if se, ok := errors.AsType[*StatusError](err); ok {
 		return StatusClass(se.StatusCode)

@@ -23,12 +23,13 @@ import (
 //   - ErrStalled and ErrClosedEarly.
 //
 // It refuses every other 4xx, the caller's own cancellation or deadline
-// (context.Canceled, context.DeadlineExceeded), a busy gate (ErrBusy), and
+// (context.Canceled, context.DeadlineExceeded), a busy gate (ErrBusy), an
+// upstream that an Admission judged down for the request (ErrUpstreamDown), and
 // anything it does not know. A response header "x-should-retry: true" or
 // "false" overrides the status, as the OpenAI and Anthropic SDKs let the
 // server decide.
 func IsRetryable(err error) bool {
-	if err == nil || isBusy(err) || isCallerDone(err) {
+	if err == nil || isBusy(err) || isCallerDone(err) || errors.Is(err, ErrUpstreamDown) {
 		return false
 	}
 	var se *StatusError
@@ -45,7 +46,7 @@ func IsRetryable(err error) bool {
 // the same host, where any other status would fail again. Use it as
 // [Policy.Retryable].
 func ServerGone(err error) bool {
-	if err == nil || isBusy(err) || isCallerDone(err) {
+	if err == nil || isBusy(err) || isCallerDone(err) || errors.Is(err, ErrUpstreamDown) {
 		return false
 	}
 	var se *StatusError

@@ -197,3 +197,62 @@ func TestTransportGateWaitKeepsReserve(t *testing.T) {
 		}
 	})
 }
+
+// Do around a gated Transport: the outer retry's wait at the inner gate
+// stops where the outer policy's reserve begins, as the Transport's own
+// retry does, rather than running to the deadline as a first attempt may.
+func TestDoAroundGateKeepsTheReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Header.Get("X-Id") == "hog" {
+				t := time.NewTimer(time.Minute)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-r.Context().Done():
+					return nil, r.Context().Err()
+				}
+				return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+			}
+			return &http.Response{StatusCode: 503, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+		})
+		tr := &outlast.Transport{Base: base, Gate: gate.New(1, 4)}
+		p := &outlast.Policy{Waits: []time.Duration{time.Second}, Reserve: 10 * time.Second}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		start := time.Now()
+		hogDone := make(chan struct{})
+		n := 0
+		err := outlast.Do(ctx, p, func(ctx context.Context) error {
+			n++
+			if n == 2 { // the slot is taken while the outer layer waits
+				go func() {
+					defer close(hogDone)
+					req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://model.test/", nil)
+					req.Header.Set("X-Id", "hog")
+					if resp, err := tr.RoundTrip(req); err == nil {
+						resp.Body.Close()
+					}
+				}()
+				synctest.Wait()
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://model.test/", nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			return &outlast.StatusError{StatusCode: resp.StatusCode}
+		})
+		if !errors.Is(err, outlast.ErrNoTime) {
+			t.Errorf("got %v, want ErrNoTime: the retry's wait at the gate reached the reserve", err)
+		}
+		if d := time.Since(start); d != 20*time.Second {
+			t.Errorf("Do returned after %v, want 20 s: the 30 s deadline less the 10 s reserve", d)
+		}
+		if n != 2 {
+			t.Errorf("%d attempts, want 2", n)
+		}
+		<-hogDone
+	})
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/outlast-llm/outlast/internal/redact"
@@ -15,10 +17,59 @@ import (
 // retries in each of two nested layers make k+1 attempts, not (k+1)².
 type markKey struct{}
 
-func marked(ctx context.Context) bool { return ctx.Value(markKey{}) != nil }
+// markCtx is a marked context. It carries what an inner layer needs to
+// wait as the outer one would: the outer policy's reserve, and the number
+// of the outer attempt under way, so that a wait at an inner gate or
+// admission before an outer retry stops where the outer reserve begins.
+// It is its own context type, so that marking costs one allocation.
+type markCtx struct {
+	context.Context
+	reserve time.Duration
+	n       atomic.Int32 // the outer layer's attempt under way
+}
 
-func mark(ctx context.Context) context.Context {
-	return context.WithValue(ctx, markKey{}, true)
+func (m *markCtx) Value(key any) any {
+	if key == (markKey{}) {
+		return m
+	}
+	return m.Context.Value(key)
+}
+
+// markOf returns ctx's mark, or nil if it has none.
+func markOf(ctx context.Context) *markCtx {
+	m, _ := ctx.Value(markKey{}).(*markCtx)
+	return m
+}
+
+func marked(ctx context.Context) bool { return markOf(ctx) != nil }
+
+// mark marks ctx for a layer that retries under p.
+func mark(ctx context.Context, p *Policy) *markCtx {
+	return &markCtx{Context: ctx, reserve: p.reserve()}
+}
+
+// waitBound returns the latest time a wait before an attempt may end,
+// and whether there is one: for a retry of a request with a deadline, the
+// deadline less the reserve, whichever layer retries it. own says this
+// layer retries the request, and retry that this attempt is a retry, under
+// reserve; an inner layer reads the outer layer's attempt and reserve from
+// the mark. A first attempt may use the whole deadline.
+func waitBound(ctx context.Context, own, retry bool, reserve time.Duration) (time.Time, bool) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}, false
+	}
+	if !own {
+		m := markOf(ctx)
+		if m == nil {
+			return deadline, false
+		}
+		retry, reserve = m.n.Load() > 1, m.reserve
+	}
+	if !retry {
+		return deadline, false
+	}
+	return deadline.Add(-reserve), true
 }
 
 // Do calls attempt until it succeeds, p says to stop, or ctx ends, waiting
@@ -48,9 +99,11 @@ func Do(ctx context.Context, p *Policy, attempt func(ctx context.Context) error)
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	ctx = mark(ctx)
+	m := mark(ctx, p)
+	ctx = m
 	s := schedule{p: p}
 	for n := 1; ; n++ {
+		m.n.Store(int32(min(n, math.MaxInt32)))
 		wait, retry, err := doOnce(ctx, n, hooks, attempt, &s)
 		if !retry {
 			return err

@@ -285,3 +285,68 @@ func smallInt(s string) (int64, bool) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	return n, err == nil
 }
+
+var rlCases = []struct {
+	name   string
+	header map[string]string
+	want   time.Duration
+	ok     bool
+}{
+	{"openai none left", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "6m0s"}, 6 * time.Minute, true},
+	{"openai milliseconds", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "120ms"}, 120 * time.Millisecond, true},
+	{"openai fractional", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "1.5s"}, 1500 * time.Millisecond, true},
+	{"openai some left", map[string]string{"X-Ratelimit-Remaining-Requests": "3", "X-Ratelimit-Reset-Requests": "6m0s"}, 0, false},
+	{"openai no reset", map[string]string{"X-Ratelimit-Remaining-Requests": "0"}, 0, false},
+	{"openai malformed reset", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "soon"}, 0, false},
+	{"openai negative reset", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "-1s"}, 0, false},
+	{"openai huge reset", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "2562047h"}, century, true},
+	{"anthropic none left", map[string]string{"Anthropic-Ratelimit-Requests-Remaining": "0", "Anthropic-Ratelimit-Requests-Reset": raNow.Add(30 * time.Second).Format(time.RFC3339)}, 30 * time.Second, true},
+	{"anthropic past reset", map[string]string{"Anthropic-Ratelimit-Requests-Remaining": "0", "Anthropic-Ratelimit-Requests-Reset": raNow.Add(-time.Minute).Format(time.RFC3339)}, 0, true},
+	{"anthropic some left", map[string]string{"Anthropic-Ratelimit-Requests-Remaining": "10", "Anthropic-Ratelimit-Requests-Reset": raNow.Add(30 * time.Second).Format(time.RFC3339)}, 0, false},
+	{"anthropic malformed", map[string]string{"Anthropic-Ratelimit-Requests-Remaining": "0", "Anthropic-Ratelimit-Requests-Reset": "tomorrow"}, 0, false},
+	{"the tokens limit is not the requests'", map[string]string{"X-Ratelimit-Remaining-Tokens": "0", "X-Ratelimit-Reset-Tokens": "1s"}, 0, false},
+	{"nothing", map[string]string{}, 0, false},
+}
+
+func TestRateLimitReset(t *testing.T) {
+	for _, c := range rlCases {
+		h := http.Header{}
+		for k, v := range c.header {
+			h.Set(k, v)
+		}
+		if d, ok := outlast.RateLimitReset(h, raNow); d != c.want || ok != c.ok {
+			t.Errorf("%s: RateLimitReset = (%v, %v), want (%v, %v)", c.name, d, ok, c.want, c.ok)
+		}
+	}
+	h := http.Header{"X-Ratelimit-Remaining-Requests": {"0"}, "X-Ratelimit-Reset-Requests": {"6m0s"}}
+	if n := testing.AllocsPerRun(100, func() { outlast.RateLimitReset(h, raNow) }); n != 0 {
+		t.Errorf("RateLimitReset allocates %v times, want 0: it runs on every success under an Admission", n)
+	}
+}
+
+// FuzzRateLimitReset checks that any header values give a delay in
+// [0, 100 years], or none, and that requests remaining give none.
+func FuzzRateLimitReset(f *testing.F) {
+	for _, c := range rlCases {
+		f.Add(c.header["X-Ratelimit-Remaining-Requests"], c.header["X-Ratelimit-Reset-Requests"],
+			c.header["Anthropic-Ratelimit-Requests-Remaining"], c.header["Anthropic-Ratelimit-Requests-Reset"])
+	}
+	f.Fuzz(func(t *testing.T, oRemaining, oReset, aRemaining, aReset string) {
+		h := http.Header{
+			"X-Ratelimit-Remaining-Requests":         {oRemaining},
+			"X-Ratelimit-Reset-Requests":             {oReset},
+			"Anthropic-Ratelimit-Requests-Remaining": {aRemaining},
+			"Anthropic-Ratelimit-Requests-Reset":     {aReset},
+		}
+		d, ok := outlast.RateLimitReset(h, raNow)
+		if ok && (d < 0 || d > century) {
+			t.Fatalf("RateLimitReset(%q): got (%v, true), want a delay in [0, %v]", h, d, century)
+		}
+		if !ok && d != 0 {
+			t.Fatalf("RateLimitReset(%q): got (%v, false), want 0", h, d)
+		}
+		if ok && strings.TrimSpace(oRemaining) != "0" && strings.TrimSpace(aRemaining) != "0" {
+			t.Fatalf("RateLimitReset(%q): got (%v, true) with requests remaining, want none", h, d)
+		}
+	})
+}

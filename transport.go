@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -84,8 +85,15 @@ type Transport struct {
 	Gate Gate
 
 	// GateKey names the gate key for a request. If nil, the request's
-	// host is the key.
+	// host is the key. An Admission is keyed by it too.
 	GateKey func(*http.Request) string
+
+	// Admission, if not nil, treats an outage as the upstream's: while a
+	// key is down, one probe is sent and the other requests wait their
+	// turn before the gate (see Admission). Share one Admission between
+	// the Transports that reach the same upstream. It costs one atomic
+	// load a request while every key is healthy.
+	Admission *Admission
 
 	// Hooks are told of every attempt.
 	Hooks Hooks
@@ -165,7 +173,8 @@ func (t *Transport) newCall(req *http.Request) (call, error) {
 	}
 	c.retry = true
 	c.sched = schedule{p: p, once: c.body != nil && c.getBody == nil}
-	c.ctx = mark(ctx)
+	c.mark = mark(ctx, p)
+	c.ctx = c.mark
 	return c, nil
 }
 
@@ -175,11 +184,13 @@ type call struct {
 	t     *Transport
 	req   *http.Request
 	ctx   context.Context // req's context, marked when it may retry
+	mark  *markCtx        // the mark, when this layer retries
 	hooks callHooks
 	retry bool     // under a policy, with no outer layer retrying: attempts carry AttemptHeader
 	sched schedule // the retry decisions; its zero value never retries
 	n     int      // the attempts made so far
 
+	seq     uint64                        // the request's arrival at an Admission, once it has waited
 	last    error                         // the last attempt's failure, once one has failed
 	getBody func() (io.ReadCloser, error) // replays the body; nil when it cannot be
 	body    io.ReadCloser                 // the first attempt's body
@@ -201,17 +212,23 @@ type result struct {
 // caller's context, or a body that could not be replayed.
 func (c *call) attempt() (result, error) {
 	c.n++
+	if c.mark != nil {
+		c.mark.n.Store(int32(min(c.n, math.MaxInt32)))
+	}
 	res := result{at: Attempt{N: c.n}}
 	r, err := c.attemptRequest(c.n)
 	if err != nil {
 		return res, err
 	}
+	tok, err := c.admit(r, &res.at)
+	if err != nil {
+		closeBody(r)
+		return res, err
+	}
 	release, err := c.acquire(r, &res.at)
 	if err != nil {
-		// RoundTrip must close the body, even on an error (http.RoundTripper).
-		if r.Body != nil {
-			r.Body.Close()
-		}
+		tok.release()
+		closeBody(r)
 		return res, err
 	}
 	active := c.hooks.active()
@@ -246,13 +263,94 @@ func (c *call) attempt() (result, error) {
 	default:
 		res.resp = resp
 		res.at.Status = resp.StatusCode
+		c.admitted(r, tok, &res)
 		if active {
 			c.hooks.end(res.at)
 		}
 		return res, nil
 	}
 	res.at.Err, res.at.Class = res.fail, Classify(res.fail)
+	c.admitted(r, tok, &res)
 	return res, nil
+}
+
+// closeBody closes r's body: RoundTrip must, even on an error
+// (http.RoundTripper).
+func closeBody(r *http.Request) {
+	if r.Body != nil {
+		r.Body.Close()
+	}
+}
+
+// admit waits at the Transport's Admission, if it has one and r's key is
+// not healthy, until the attempt may be sent, recording the wait on at.
+// The wait is bounded by the deadline less the policy's reserve.
+func (c *call) admit(r *http.Request, at *Attempt) (*admToken, error) {
+	a := c.t.Admission
+	if a == nil || a.troubled.Load() == 0 {
+		return nil, nil // every key healthy: the success path's one atomic load
+	}
+	key := c.t.gateKey(r)
+	// Every wait here, the first attempt's too, counts against the
+	// deadline less the reserve of the layer that retries.
+	bound, ok := c.ctx.Deadline()
+	if ok {
+		reserve := c.reserve()
+		if m := markOf(c.ctx); !c.retry && m != nil {
+			reserve = m.reserve
+		}
+		bound = bound.Add(-reserve)
+	}
+	hooks := c.hooks
+	tok, waited, err := a.admit(c.ctx, key, &c.seq, bound, func(n int) { hooks.queued(key, n) })
+	at.AdmissionWait, at.Probe = waited, tok != nil && tok.probe
+	return tok, err
+}
+
+// admitted tells the Admission of the attempt's result and gives back what
+// it held: at once for a failure, and for a response returned to the
+// caller when its body ends, as the gate is.
+func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
+	a := c.t.Admission
+	if a == nil {
+		return
+	}
+	var pause time.Duration
+	if res.resp != nil {
+		pause = rateLimitPause(res.resp.Header)
+	}
+	if tok == nil && res.fail == nil && pause == 0 && a.troubled.Load() == 0 {
+		return
+	}
+	a.report(c.t.gateKey(r), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
+	if tok == nil {
+		return
+	}
+	if res.fail == nil && res.resp.StatusCode != http.StatusSwitchingProtocols {
+		res.resp.Body = &admBody{ReadCloser: res.resp.Body, tok: tok}
+		return
+	}
+	tok.release()
+}
+
+// admBody gives back an Admission's hold when a response's body ends.
+type admBody struct {
+	io.ReadCloser
+	tok *admToken
+}
+
+func (b *admBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.tok.release()
+	}
+	return n, err
+}
+
+func (b *admBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.tok.release()
+	return err
 }
 
 // attemptRequest returns the request for attempt n: the caller's own when
@@ -326,6 +424,9 @@ func (c *call) acquire(r *http.Request, at *Attempt) (release func(), err error)
 	case ctx.Err() != nil && c.ctx.Err() == nil:
 		// The reserve's edge came first: the caller's deadline is not
 		// over, but what is left of it is the caller's, not this run's.
+		if c.last == nil { // an outer layer's retry: it knows the failure
+			return nil, ErrNoTime
+		}
 		return nil, fmt.Errorf("%w (the last attempt: %w)", ErrNoTime, c.last)
 	}
 	return nil, errBusyGate(key, err)
@@ -333,14 +434,24 @@ func (c *call) acquire(r *http.Request, at *Attempt) (release func(), err error)
 
 // gateContext bounds a retry's wait at the gate, under a deadline, by the
 // deadline less the reserve: no wait before a retry may eat into the
-// reserve, and the gate's queue is such a wait. The first attempt, like
-// the first attempt without a gate, may use the whole deadline.
+// reserve, and the gate's queue is such a wait. That holds for an outer
+// layer's retry too (Do around this Transport), with the outer reserve.
+// The first attempt, like the first attempt without a gate, may use the
+// whole deadline.
 func (c *call) gateContext() (context.Context, context.CancelFunc) {
-	deadline, ok := c.ctx.Deadline()
-	if !c.retry || c.last == nil || !ok {
+	bound, ok := waitBound(c.ctx, c.retry, c.last != nil, c.reserve())
+	if !ok {
 		return c.ctx, func() {}
 	}
-	return context.WithDeadline(c.ctx, deadline.Add(-c.sched.p.reserve()))
+	return context.WithDeadline(c.ctx, bound)
+}
+
+// reserve returns the reserve of this layer's policy, or 0 without one.
+func (c *call) reserve() time.Duration {
+	if !c.retry {
+		return 0
+	}
+	return c.sched.p.reserve()
 }
 
 // errBusyGate wraps a gate's refusal so that its text names the key.

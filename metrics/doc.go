@@ -30,7 +30,8 @@
 // An outcome, and a retry's reason, is the attempt's outlast.Class, as the
 // record carries it: rate_limited (429), overloaded (529), status_4xx,
 // status_5xx, error_event, busy, stalled, closed_early, refused, reset,
-// timeout, canceled or other, or ok for an attempt that did not fail; a
+// timeout, canceled, upstream_down (an Admission sent the request away) or
+// other, or ok for an attempt that did not fail; a
 // reason is never ok. They are the journal's error_class values, so a
 // dashboard and the record name a failure alike.
 //

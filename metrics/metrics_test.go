@@ -27,7 +27,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // outlast.Class's name, or ok for none.
 var (
 	outcomes = []string{"ok", "rate_limited", "overloaded", "status_4xx", "status_5xx", "error_event",
-		"busy", "stalled", "closed_early", "refused", "reset", "timeout", "canceled", "other"}
+		"busy", "stalled", "closed_early", "refused", "reset", "timeout", "canceled", "other", "upstream_down"}
 	reasons = outcomes[1:] // every outcome but ok
 	codes   = []string{"200", "499", "502", "503", "504"}
 )

@@ -1,0 +1,649 @@
+package outlast
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrUpstreamDown is wrapped, with the last failure that the upstream gave
+// any request, by the error of a request that an [Admission] sends away
+// while its upstream is down: the next chance to send it, a probe or the
+// server's not-before time, comes too late for its deadline less its
+// reserve. It is never retried: waiting has already been judged not to fit.
+var ErrUpstreamDown = errors.New("outlast: the upstream is down")
+
+// Admission's defaults.
+const (
+	// DefaultDownAfter is how many outage failures in a row mark a key down.
+	DefaultDownAfter = 3
+	// DefaultAdmissionQueue is how many requests per key may wait.
+	DefaultAdmissionQueue = 1024
+	// DefaultMaxLimit is the limit at which a recovering key is healthy.
+	DefaultMaxLimit = 64
+)
+
+// DefaultProbeWaits are the waits between probes of a down key: 1 s after
+// the failure that marked it down, then 2 s, then every 4 s. A probe costs
+// the upstream one attempt, not one per waiting request, so it can afford to
+// probe often: a request waiting behind a 30 s outage is sent at most 4 s
+// after the upstream is back, where its own backoff would have waited up to
+// its longest wait.
+var DefaultProbeWaits = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
+
+// An UpstreamState is what an [Admission] knows of a key's upstream.
+type UpstreamState uint8
+
+// The states. A key is healthy until DownAfter outage failures come in a
+// row, or a server sets a not-before time; it is then down, and probing
+// while its one probe is in flight; once a probe is answered it is
+// recovering, under a limit that grows while attempts succeed, and healthy
+// again when the limit reaches MaxLimit with nobody waiting.
+const (
+	Healthy UpstreamState = iota
+	Down
+	Probing
+	Recovering
+)
+
+var stateNames = [...]string{"healthy", "down", "probing", "recovering"}
+
+// String returns the state's name, such as "down".
+func (s UpstreamState) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("UpstreamState(%d)", uint8(s))
+}
+
+// Admission treats an outage as a property of the upstream, not of each
+// request: all requests of a [Transport] (Transport.Admission) share it,
+// keyed like the gate (Transport.GateKey, the host by default).
+//
+// While a key is healthy it costs one atomic load a request and no lock or
+// allocation. When DownAfter outage failures come in a row (a connection
+// refused or reset, a 5xx, a 529, no first byte in time), or a 429 or 503
+// names a delay (Retry-After, retry-after-ms), the key is down:
+//
+//   - new requests and retries are not sent; they wait in one FIFO queue
+//     per key, by the order in which their requests first arrived, at most
+//     MaxQueue of them (past it, ErrBusy);
+//   - exactly one probe is in flight at a time, and it is a real request:
+//     the front of the queue's attempt, sent on the ProbeWaits schedule and
+//     never before the not-before time that a server set;
+//   - a waiting request leaves at once, with an error that wraps
+//     ErrUpstreamDown and the last failure, when the next probe or the
+//     not-before time comes after its deadline less its policy's reserve.
+//
+// When a probe is answered the key recovers: the queue is released under a
+// limit of requests in flight, which starts at 2, grows by one with each
+// success (doubling each round trip, as TCP's slow start does), halves on a
+// 429 or 529, and ends at MaxLimit, where the key is healthy again. A 429
+// without a delay on a healthy key is left to the request's own policy: it
+// is rate limiting, not an outage.
+//
+// The zero value is ready to use with the defaults. An Admission is safe for
+// concurrent use and must not be copied after first use.
+type Admission struct {
+	// DownAfter is how many outage failures in a row, with no success
+	// between them, mark a key down. Zero means DefaultDownAfter.
+	DownAfter int
+
+	// ProbeWaits are the waits between probes of a down key: the first
+	// after the failure that marked it down, the last repeated. Nil means
+	// DefaultProbeWaits.
+	ProbeWaits []time.Duration
+
+	// MaxQueue bounds the requests per key that wait to be sent while it
+	// is down or recovering. Zero means DefaultAdmissionQueue.
+	MaxQueue int
+
+	// MaxLimit is the limit of requests in flight at which a recovering
+	// key is healthy again. Set it to the upstream's capacity, a gate's
+	// capacity when there is one. Zero means DefaultMaxLimit.
+	MaxLimit int
+
+	// OnState, if not nil, is called when a key's state changes, without
+	// a lock held, in the goroutine that changed it.
+	OnState func(key string, from, to UpstreamState)
+
+	// troubled counts the keys in keys: those not healthy, or with an
+	// outage failure not yet followed by a success. While it is zero,
+	// nothing is locked.
+	troubled atomic.Int64
+	mu       sync.Mutex
+	keys     map[string]*admKey
+}
+
+// AdmissionState is a snapshot of one key of an [Admission].
+type AdmissionState struct {
+	State UpstreamState
+	// NotBefore is the not-before time a server set, if it is still ahead.
+	NotBefore time.Time
+	// NextProbe is when the next probe may go, while the key is down.
+	NextProbe time.Time
+	// Limit is the limit of requests in flight while recovering, else 0.
+	Limit int
+	// InFlight counts the requests sent under the limit or as the probe.
+	InFlight int
+	// Waiting counts the requests in the queue.
+	Waiting int
+}
+
+// State returns a snapshot of key.
+func (a *Admission) State(key string) AdmissionState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := a.keys[key]
+	if k == nil {
+		return AdmissionState{}
+	}
+	s := AdmissionState{State: k.state, InFlight: k.inFlight, Waiting: len(k.q)}
+	if time.Now().Before(k.notBefore) {
+		s.NotBefore = k.notBefore
+	}
+	if k.state == Down {
+		s.NextProbe = k.nextProbe
+	}
+	if k.state == Recovering {
+		s.Limit = int(k.limit)
+	}
+	return s
+}
+
+// admKey is one troubled key.
+type admKey struct {
+	key       string
+	state     UpstreamState
+	streak    int       // outage failures in a row
+	probes    int       // failed probes since the key went down
+	nextProbe time.Time // Down: when the next probe may go
+	notBefore time.Time // the latest not-before time a server set
+	limit     float64   // Recovering: the limit of requests in flight
+	inFlight  int       // sent as the probe or under the limit, not yet released
+	q         []*admWaiter
+	last      error // the last outage failure
+	timer     *time.Timer
+}
+
+// admWaiter is one request waiting to be sent.
+type admWaiter struct {
+	seq   uint64    // its request's arrival, for the queue's order
+	bound time.Time // its deadline less its reserve; zero for none
+	ready chan struct{}
+	// Set under the lock before ready is closed.
+	tok *admToken
+	err error
+}
+
+// admToken is a request sent while its key was troubled: the probe, or
+// one of those under the limit. Its release is idempotent.
+type admToken struct {
+	a        *Admission
+	k        *admKey
+	probe    bool
+	released bool
+}
+
+// transition records a state change for OnState, called once the lock is
+// released.
+type transition struct {
+	key      string
+	from, to UpstreamState
+}
+
+func (a *Admission) downAfter() int { return cmpOr(a.DownAfter, DefaultDownAfter) }
+func (a *Admission) maxQueue() int  { return cmpOr(a.MaxQueue, DefaultAdmissionQueue) }
+func (a *Admission) maxLimit() int  { return cmpOr(a.MaxLimit, DefaultMaxLimit) }
+
+func cmpOr(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// probeWait returns the wait before probe n+1, n probes having failed.
+func (a *Admission) probeWait(n int) time.Duration {
+	w := a.ProbeWaits
+	if len(w) == 0 {
+		w = DefaultProbeWaits
+	}
+	return w[min(n, len(w)-1)]
+}
+
+// arrivals numbers requests as they first reach an Admission, so that a
+// retry keeps the place its request's arrival gave it.
+var arrivals atomic.Uint64
+
+// admit lets a request's attempt be sent, or waits until it may be. seq is
+// the request's arrival (0 to take one now); bound is its deadline less its
+// reserve, zero for none. A nil token with a nil error means the key is
+// healthy: nothing is held. waited is how long it waited; ahead is reported
+// once through queued if it must wait.
+func (a *Admission) admit(ctx context.Context, key string, seq *uint64, bound time.Time, queued func(ahead int)) (tok *admToken, waited time.Duration, err error) {
+	if a.troubled.Load() == 0 {
+		return nil, 0, nil
+	}
+	if *seq == 0 {
+		*seq = arrivals.Add(1)
+	}
+	now := time.Now()
+	var changes []transition
+	a.mu.Lock()
+	k := a.keys[key]
+	if k == nil || k.state == Healthy {
+		a.mu.Unlock()
+		return nil, 0, nil
+	}
+	if tok := a.grantNow(k, now, &changes); tok != nil {
+		a.mu.Unlock()
+		a.notify(changes)
+		return tok, 0, nil
+	}
+	if err := a.tooLate(k, bound, now); err != nil {
+		a.mu.Unlock()
+		return nil, 0, err
+	}
+	if len(k.q) >= a.maxQueue() {
+		a.mu.Unlock()
+		return nil, 0, fmt.Errorf("outlast: admission %q: %w", key, ErrBusy)
+	}
+	w := &admWaiter{seq: *seq, bound: bound, ready: make(chan struct{})}
+	ahead := k.enqueue(w) + k.inFlight
+	a.arm(k, now)
+	a.mu.Unlock()
+	if queued != nil {
+		queued(ahead)
+	}
+	wctx, stop := ctx, context.CancelFunc(func() {})
+	if !bound.IsZero() {
+		wctx, stop = context.WithDeadline(ctx, bound)
+	}
+	defer stop()
+	select {
+	case <-w.ready:
+	case <-wctx.Done():
+		a.mu.Lock()
+		select {
+		case <-w.ready: // granted or sent away meanwhile
+		default:
+			k.remove(w)
+			last := k.last
+			a.mu.Unlock()
+			if ctx.Err() != nil {
+				return nil, time.Since(now), ctx.Err()
+			}
+			return nil, time.Since(now), fmt.Errorf("%w: admission %q: no chance to send before the deadline's reserve (the last failure: %w)", ErrUpstreamDown, key, last)
+		}
+		a.mu.Unlock()
+		if w.tok != nil && ctx.Err() != nil {
+			w.tok.release()
+			return nil, time.Since(now), ctx.Err()
+		}
+	}
+	return w.tok, time.Since(now), w.err
+}
+
+// grantNow returns a token for a request that may go at once, if one may,
+// with the queue empty: the probe of a down key whose probe is due, or a
+// request under a recovering key's limit.
+func (a *Admission) grantNow(k *admKey, now time.Time, changes *[]transition) *admToken {
+	if len(k.q) > 0 {
+		return nil
+	}
+	switch k.state {
+	case Down:
+		if now.Before(k.nextProbe) || now.Before(k.notBefore) {
+			return nil
+		}
+		a.setState(k, Probing, changes)
+		k.inFlight++
+		return &admToken{a: a, k: k, probe: true}
+	case Recovering:
+		if k.inFlight >= int(k.limit) || now.Before(k.notBefore) {
+			return nil
+		}
+		k.inFlight++
+		return &admToken{a: a, k: k}
+	}
+	return nil
+}
+
+// tooLate returns the error for a request that cannot wait: its key is
+// down, and the next chance to send comes after bound.
+func (a *Admission) tooLate(k *admKey, bound, now time.Time) error {
+	if bound.IsZero() || k.state == Probing || k.state == Recovering {
+		return nil
+	}
+	next := k.nextChance(now)
+	if !next.After(bound) {
+		return nil
+	}
+	return fmt.Errorf("%w: admission %q: the next chance to send, in %v, is after the deadline's reserve (the last failure: %w)",
+		ErrUpstreamDown, k.key, next.Sub(now).Round(time.Millisecond), k.last)
+}
+
+// nextChance returns when a down key may next send: its next probe, or
+// the not-before time a server set, whichever is later.
+func (k *admKey) nextChance(now time.Time) time.Time {
+	next := now
+	if k.state == Down && k.nextProbe.After(next) {
+		next = k.nextProbe
+	}
+	if k.notBefore.After(next) {
+		next = k.notBefore
+	}
+	return next
+}
+
+// enqueue puts w in k's queue by its arrival and returns how many wait
+// ahead of it. A retry, whose request arrived earlier, goes ahead of later
+// arrivals.
+func (k *admKey) enqueue(w *admWaiter) int {
+	i := len(k.q)
+	for i > 0 && k.q[i-1].seq > w.seq {
+		i--
+	}
+	k.q = append(k.q, nil)
+	copy(k.q[i+1:], k.q[i:])
+	k.q[i] = w
+	return i
+}
+
+// remove takes w out of k's queue, if it is there.
+func (k *admKey) remove(w *admWaiter) {
+	for i, x := range k.q {
+		if x == w {
+			k.q = append(k.q[:i], k.q[i+1:]...)
+			return
+		}
+	}
+}
+
+// arm sets k's timer for the next time a waiter may go: the probe of a
+// down key, or the end of a not-before time of any key.
+func (a *Admission) arm(k *admKey, now time.Time) {
+	if len(k.q) == 0 {
+		return
+	}
+	d := k.nextChance(now).Sub(now)
+	if d <= 0 && k.state != Down {
+		return // a recovering key's waiters go as places free up
+	}
+	if k.timer == nil {
+		k.timer = time.AfterFunc(d, func() { a.wake(k) })
+		return
+	}
+	k.timer.Reset(d)
+}
+
+// wake runs when k's timer fires: it grants what may go now.
+func (a *Admission) wake(k *admKey) {
+	var changes []transition
+	a.mu.Lock()
+	a.grantQueued(k, time.Now(), &changes)
+	a.mu.Unlock()
+	a.notify(changes)
+}
+
+// grantQueued hands out what k allows now to the front of its queue.
+func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition) {
+	for len(k.q) > 0 {
+		var tok *admToken
+		switch k.state {
+		case Down:
+			if now.Before(k.nextProbe) || now.Before(k.notBefore) {
+				a.arm(k, now)
+				return
+			}
+			a.setState(k, Probing, changes)
+			tok = &admToken{a: a, k: k, probe: true}
+		case Recovering:
+			if k.inFlight >= int(k.limit) {
+				return
+			}
+			if now.Before(k.notBefore) {
+				a.arm(k, now)
+				return
+			}
+			tok = &admToken{a: a, k: k}
+		default:
+			return
+		}
+		k.inFlight++
+		w := k.q[0]
+		k.q = k.q[1:]
+		w.tok = tok
+		close(w.ready)
+	}
+	if k.state == Recovering && int(k.limit) >= a.maxLimit() && len(k.q) == 0 {
+		a.setState(k, Healthy, changes)
+	}
+	if k.state == Healthy && k.streak == 0 {
+		a.forget(k)
+	}
+}
+
+// sendAway sends away the waiters of down key k that the next chance to
+// send comes too late for.
+func (a *Admission) sendAway(k *admKey, now time.Time) {
+	kept := k.q[:0]
+	for _, w := range k.q {
+		if err := a.tooLate(k, w.bound, now); err != nil {
+			w.err = err
+			close(w.ready)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(k.q[len(kept):])
+	k.q = kept
+}
+
+// release ends a token's hold on its key: the probe or a place under the
+// limit passes to the next waiter.
+func (t *admToken) release() {
+	if t == nil {
+		return
+	}
+	a := t.a
+	var changes []transition
+	a.mu.Lock()
+	if !t.released {
+		t.released = true
+		k := t.k
+		k.inFlight--
+		if t.probe && k.state == Probing {
+			// The probe ended without a result (its caller gave up):
+			// the next waiter may probe at once.
+			a.setState(k, Down, &changes)
+		}
+		a.grantQueued(k, time.Now(), &changes)
+	}
+	a.mu.Unlock()
+	a.notify(changes)
+}
+
+// report tells a of an attempt's result at key. tok is the attempt's token,
+// or nil if it went while the key was healthy; the caller releases it after
+// report, so that a failed probe's end is judged as a failure, not as a
+// probe abandoned. delay is the delay its server asked for on a failed
+// status, if any; pause is how long until the rate limit that the
+// response reports spent lets a request through (RateLimitReset).
+func (a *Admission) report(key string, tok *admToken, class Class, status int, delay, pause time.Duration, err error) {
+	if tok == nil && class == ClassNone && pause == 0 && a.troubled.Load() == 0 {
+		return // the success path: nothing is troubled
+	}
+	if class == ClassCanceled || class == ClassBusy || class == ClassDown {
+		return // says nothing of the upstream
+	}
+	now := time.Now()
+	var changes []transition
+	a.mu.Lock()
+	k := a.keys[key]
+	outage := isOutage(class)
+	if !(status == 429 || status == 503 || status == 529) {
+		delay = 0 // a delay paces the key only on these
+	}
+	delay = max(delay, pause)
+	paced := delay > 0
+	if k == nil {
+		if !outage && !paced {
+			a.mu.Unlock()
+			return
+		}
+		k = a.troubledKey(key)
+	}
+	if paced {
+		// Jittered upward, by up to a tenth, never earlier.
+		nb := now.Add(delay + time.Duration(rand.Int64N(int64(delay/10)+1)))
+		if nb.After(k.notBefore) {
+			k.notBefore = nb
+		}
+	}
+	probe := tok != nil && tok.probe && tok.k == k && k.state == Probing
+	switch {
+	case class == ClassNone || (!outage && !paced && class != ClassRateLimited):
+		// An answer: the upstream is up, whatever it thought of the
+		// request.
+		k.streak = 0
+		switch {
+		case probe, k.state == Down, k.state == Probing:
+			// The probe, or a request sent before the key went down,
+			// was answered.
+			k.probes = 0
+			k.limit = 2
+			a.setState(k, Recovering, &changes)
+		case k.state == Recovering:
+			k.limit = min(k.limit+1, float64(a.maxLimit()))
+		}
+	case class == ClassRateLimited && !paced:
+		// Rate limiting, not an outage: a recovering key halves its
+		// limit; a probe says the upstream is back, but busy.
+		k.streak = 0
+		switch {
+		case probe:
+			k.probes = 0
+			k.limit = 1
+			a.setState(k, Recovering, &changes)
+		case k.state == Recovering:
+			k.limit = max(1, k.limit/2)
+		}
+	default: // an outage failure, or a delay a server set
+		if outage {
+			k.streak++
+			k.last = err
+		}
+		if k.last == nil {
+			k.last = err
+		}
+		switch {
+		case probe:
+			k.probes++
+			k.nextProbe = now.Add(a.probeWait(k.probes))
+			a.setState(k, Down, &changes)
+		case k.state == Recovering && class == ClassOverloaded:
+			k.limit = max(1, k.limit/2)
+			fallthrough
+		case k.state == Recovering || k.state == Healthy:
+			if k.streak >= a.downAfter() || paced {
+				k.probes = 0
+				k.nextProbe = now.Add(a.probeWait(0))
+				if paced {
+					k.nextProbe = k.notBefore
+				}
+				a.setState(k, Down, &changes)
+			}
+		}
+		if k.state == Down {
+			a.sendAway(k, now)
+			a.arm(k, now)
+		}
+	}
+	if pause > 0 && class == ClassNone {
+		// Answered, but with no request left until the limit's reset:
+		// the key holds until then, and a probe goes first.
+		k.nextProbe = k.notBefore
+		a.setState(k, Down, &changes)
+		a.sendAway(k, now)
+		a.arm(k, now)
+	}
+	if probe && k.state != Probing {
+		tok.probe = false // the key's state moved on; release frees only the place
+	}
+	a.grantQueued(k, now, &changes)
+	a.mu.Unlock()
+	a.notify(changes)
+}
+
+// isOutage reports whether an attempt's class says that the whole upstream
+// is failing, rather than this request.
+func isOutage(c Class) bool {
+	switch c {
+	case ClassStatus5xx, ClassOverloaded, ClassRefused, ClassReset, ClassStalled, ClassClosedEarly, ClassTimeout, ClassErrorEvent:
+		return true
+	}
+	return false
+}
+
+// troubledKey returns key's state, adding it as a healthy key.
+func (a *Admission) troubledKey(key string) *admKey {
+	if k := a.keys[key]; k != nil {
+		return k
+	}
+	if a.keys == nil {
+		a.keys = make(map[string]*admKey)
+	}
+	k := &admKey{key: key}
+	a.keys[key] = k
+	a.troubled.Add(1)
+	return k
+}
+
+// forget drops a healthy key with nothing left to track.
+func (a *Admission) forget(k *admKey) {
+	if len(k.q) > 0 || k.inFlight > 0 || k.state != Healthy || k.streak > 0 {
+		return
+	}
+	if a.keys[k.key] == k {
+		delete(a.keys, k.key)
+		a.troubled.Add(-1)
+	}
+	if k.timer != nil {
+		k.timer.Stop()
+	}
+}
+
+// setState moves k to state s, noting the change for OnState.
+func (a *Admission) setState(k *admKey, s UpstreamState, changes *[]transition) {
+	if k.state == s {
+		return
+	}
+	if a.OnState != nil {
+		*changes = append(*changes, transition{k.key, k.state, s})
+	}
+	k.state = s
+}
+
+// notify calls OnState for each change, with no lock held.
+func (a *Admission) notify(changes []transition) {
+	for _, c := range changes {
+		a.OnState(c.key, c.from, c.to)
+	}
+}
+
+// rateLimitPause returns RateLimitReset's delay for h, or 0. It reads the
+// clock only when a header says no request is left.
+func rateLimitPause(h http.Header) time.Duration {
+	if len(h["X-Ratelimit-Remaining-Requests"]) == 0 && len(h["Anthropic-Ratelimit-Requests-Remaining"]) == 0 {
+		return 0
+	}
+	d, _ := RateLimitReset(h, time.Now())
+	return d
+}

@@ -1,0 +1,446 @@
+package outlast_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+)
+
+// upstream is a fake upstream in virtual time: down (refusing, or
+// answering with down's status and header) until up, then answering 200
+// after service. It records what it saw, and how many were in flight.
+type upstream struct {
+	up      time.Time
+	service time.Duration
+	status  int               // while down: 0 refuses the connection
+	header  map[string]string // while down, on the status
+
+	mu       sync.Mutex
+	inFlight int
+	peak     int // the most in flight at once
+	downPeak int // the most in flight at once while down
+	sent     []time.Time
+	order    []string // the X-Id of each attempt, in order
+}
+
+func (u *upstream) RoundTrip(r *http.Request) (*http.Response, error) {
+	now := time.Now()
+	u.mu.Lock()
+	u.sent = append(u.sent, now)
+	u.order = append(u.order, r.Header.Get("X-Id"))
+	u.inFlight++
+	u.peak = max(u.peak, u.inFlight)
+	down := now.Before(u.up)
+	if down {
+		u.downPeak = max(u.downPeak, u.inFlight)
+	}
+	u.mu.Unlock()
+	done := func() {
+		u.mu.Lock()
+		u.inFlight--
+		u.mu.Unlock()
+	}
+	if down {
+		defer done()
+		if u.status == 0 {
+			return nil, errRefused
+		}
+		h := http.Header{}
+		for k, v := range u.header {
+			h.Set(k, v)
+		}
+		return &http.Response{StatusCode: u.status, Header: h, Body: http.NoBody, Request: r}, nil
+	}
+	t := time.NewTimer(u.service)
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+		done()
+		return nil, r.Context().Err()
+	}
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: &overBody{done: done}, Request: r}, nil
+}
+
+// overBody is an empty body that counts its request as over when closed.
+type overBody struct {
+	once sync.Once
+	done func()
+}
+
+func (b *overBody) Read([]byte) (int, error) { b.once.Do(b.done); return 0, io.EOF }
+func (b *overBody) Close() error             { b.once.Do(b.done); return nil }
+
+// sentBetween counts the attempts the upstream saw in [from, to).
+func (u *upstream) sentBetween(from, to time.Time) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := 0
+	for _, at := range u.sent {
+		if !at.Before(from) && at.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// send1 sends one request through tr under ctx, with id as its X-Id, and
+// reads its body to the end.
+func send1(ctx context.Context, tr http.RoundTripper, id string) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://model.test/v1/chat/completions", nil)
+	req.Header.Set("X-Id", id)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// patient is a policy that outlasts a long outage: many attempts, short
+// waits, a small reserve.
+func patient() *outlast.Policy {
+	return &outlast.Policy{Waits: []time.Duration{500 * time.Millisecond}, Reserve: time.Second}
+}
+
+// A key is marked down after DownAfter outage failures in a row, and not
+// before; a success in between starts the count again.
+func TestAdmissionDownAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := &outlast.Admission{}
+		f := newFake(step{err: errRefused}, step{err: errRefused}, step{}, step{err: errRefused}, step{err: errRefused}, step{err: errRefused})
+		tr := &outlast.Transport{Base: f, Admission: a}
+		for i, want := range []outlast.UpstreamState{outlast.Healthy, outlast.Healthy, outlast.Healthy, outlast.Healthy, outlast.Healthy, outlast.Down} {
+			send1(t.Context(), tr, strconv.Itoa(i))
+			if got := a.State("model.test").State; got != want {
+				t.Errorf("after attempt %d: state %v, want %v", i+1, got, want)
+			}
+		}
+	})
+}
+
+// While the upstream is down, exactly one probe is in flight at a time,
+// on the probe schedule, whatever the number of requests that wait; when
+// it is back, every request gets through.
+func TestAdmissionOneProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		u := &upstream{up: start.Add(30 * time.Second), service: time.Second}
+		tr := &outlast.Transport{Base: u, Policy: patient(), Admission: &outlast.Admission{}}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make([]error, 50)
+		for i := range errs {
+			wg.Go(func() { errs[i] = send1(ctx, tr, strconv.Itoa(i)) })
+			time.Sleep(100 * time.Millisecond) // arrivals over the first 5 s
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("request %d: %v, want success once the upstream is back", i, err)
+			}
+		}
+		if u.downPeak != 1 {
+			t.Errorf("while down, the upstream saw %d attempts at once, want 1: one probe", u.downPeak)
+		}
+		// 3 failures mark it down within the first 0.5 s; then probes
+		// at 1, 2 and every 4 s: about 9 in 30 s, far from 50 requests'
+		// own retries every 0.5 s.
+		if n := u.sentBetween(start, u.up); n > 12 {
+			t.Errorf("the upstream saw %d attempts during the 30 s outage, want at most 12 (3 to mark it down, then probes)", n)
+		}
+		// The first probe after the outage's end goes within 4 s of it.
+		if n := u.sentBetween(u.up, u.up.Add(4*time.Second+time.Millisecond)); n == 0 {
+			t.Error("no attempt within 4 s of the upstream's return, want the probe")
+		}
+	})
+}
+
+// A waiting request leaves at once, wrapping ErrUpstreamDown and the
+// last failure, when the next chance to send comes after its deadline
+// less its reserve; one with time to spare waits and succeeds.
+func TestAdmissionFailFast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		u := &upstream{up: start.Add(20 * time.Second), service: time.Second}
+		a := &outlast.Admission{ProbeWaits: []time.Duration{10 * time.Second}}
+		tr := &outlast.Transport{Base: u, Policy: patient(), Admission: a}
+		for i := range 3 { // marks it down; the next probe is 10 s away
+			send1(t.Context(), &outlast.Transport{Base: u, Admission: a}, "mark"+strconv.Itoa(i))
+		}
+		if s := a.State("model.test"); s.State != outlast.Down || !s.NextProbe.Equal(time.Now().Add(10*time.Second)) {
+			t.Fatalf("state %+v, want down with the next probe in 10 s", s)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		before := time.Now()
+		err := send1(ctx, tr, "short")
+		if !errors.Is(err, outlast.ErrUpstreamDown) || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("a 5 s deadline with the probe 10 s away: got %v, want ErrUpstreamDown wrapping the refused connection", err)
+		}
+		if waited := time.Since(before); waited != 0 {
+			t.Errorf("it failed after %v, want at once", waited)
+		}
+		if c := outlast.Classify(err); c != outlast.ClassDown {
+			t.Errorf("Classify = %v, want %v", c, outlast.ClassDown)
+		}
+		if outlast.IsRetryable(err) {
+			t.Error("IsRetryable(ErrUpstreamDown) = true, want false: waiting was judged not to fit")
+		}
+		// A request whose deadline fits the probe waits for it and is
+		// the probe: at 10 s it fails, and after its own 0.5 s wait the
+		// next probe, at 20 s, is after its 15 s less the 1 s reserve,
+		// so it leaves then, having made that one attempt.
+		ctx2, cancel2 := context.WithTimeout(t.Context(), 15*time.Second)
+		defer cancel2()
+		before = time.Now()
+		err = send1(ctx2, tr, "medium")
+		if !errors.Is(err, outlast.ErrUpstreamDown) {
+			t.Errorf("a 15 s deadline: got %v, want ErrUpstreamDown once the probe at 10 s failed", err)
+		}
+		if waited := time.Since(before); waited != 10*time.Second+500*time.Millisecond {
+			t.Errorf("it left after %v, want 10.5 s: the failed probe at 10 s and its own wait", waited)
+		}
+		ctx3, cancel3 := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel3()
+		if err := send1(ctx3, tr, "long"); err != nil {
+			t.Errorf("a 1 min deadline: %v, want success at the probe after the outage", err)
+		}
+	})
+}
+
+// A Retry-After on a 429 or 503 holds the whole key: no request is sent
+// before it, and then one probe goes.
+func TestAdmissionNotBefore(t *testing.T) {
+	for _, status := range []int{429, 503} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				u := &upstream{up: start.Add(25 * time.Second), service: time.Second, status: status, header: map[string]string{"Retry-After": "10"}}
+				a := &outlast.Admission{}
+				tr := &outlast.Transport{Base: u, Policy: patient(), Admission: a}
+				if err := send1(t.Context(), &outlast.Transport{Base: u, Admission: a}, "first"); err == nil {
+					t.Fatal("the first request succeeded, want the status")
+				}
+				var wg sync.WaitGroup
+				for i := range 5 {
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+						defer cancel()
+						if err := send1(ctx, tr, strconv.Itoa(i)); err != nil {
+							t.Errorf("request %d: %v", i, err)
+						}
+					})
+				}
+				wg.Wait()
+				if n := u.sentBetween(start.Add(time.Nanosecond), start.Add(10*time.Second)); n != 0 {
+					t.Errorf("%d attempts before the 10 s the server asked for, want none", n)
+				}
+				if n := u.sentBetween(start.Add(10*time.Second), start.Add(11*time.Second+time.Millisecond)); n != 1 {
+					t.Errorf("%d attempts in the second after the delay (jittered up by a tenth), want 1: the probe", n)
+				}
+				// Each failed probe's delay holds the next one back, past
+				// the probe schedule's 2 s and 4 s.
+				u.mu.Lock()
+				for i := 1; i < len(u.sent) && u.sent[i].Before(u.up); i++ {
+					if gap := u.sent[i].Sub(u.sent[i-1]); gap < 10*time.Second {
+						t.Errorf("attempt %d went %v after the one before, whose server asked for 10 s", i+1, gap)
+					}
+				}
+				u.mu.Unlock()
+			})
+		})
+	}
+}
+
+// Waiters are sent in the order their requests arrived, and recovery
+// starts with 2 in flight, growing while attempts succeed, up to
+// MaxLimit, where the key is healthy again.
+func TestAdmissionPacedRecovery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		u := &upstream{up: start.Add(10 * time.Second), service: time.Second}
+		var states []string
+		var mu sync.Mutex
+		a := &outlast.Admission{MaxLimit: 8, OnState: func(key string, from, to outlast.UpstreamState) {
+			mu.Lock()
+			states = append(states, to.String())
+			mu.Unlock()
+		}}
+		for i := range 3 {
+			send1(t.Context(), &outlast.Transport{Base: u, Admission: a}, "mark"+strconv.Itoa(i))
+		}
+		tr := &outlast.Transport{Base: u, Policy: patient(), Admission: a}
+		var wg sync.WaitGroup
+		for i := range 30 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+				defer cancel()
+				if err := send1(ctx, tr, fmt.Sprintf("%02d", i)); err != nil {
+					t.Errorf("request %d: %v", i, err)
+				}
+			})
+			synctest.Wait() // each has queued before the next arrives
+		}
+		wg.Wait()
+		// After the probe (the first waiter), the rest go in arrival
+		// order: those granted at one instant start in any order, but
+		// each of them arrived after every one granted before it.
+		u.mu.Lock()
+		prevMax, curMax, cur := "", "", time.Time{}
+		for i, id := range u.order {
+			if len(id) != 2 {
+				continue
+			}
+			if at := u.sent[i]; !at.Equal(cur) {
+				prevMax, cur = max(prevMax, curMax), at
+			}
+			if id < prevMax && id != "00" {
+				t.Errorf("request %s sent at %v, after request %s that arrived later", id, u.sent[i].Sub(start), prevMax)
+			}
+			curMax = max(curMax, id)
+		}
+		u.mu.Unlock()
+		if u.peak > 8 {
+			t.Errorf("peak in flight %d, want at most MaxLimit 8", u.peak)
+		}
+		// The probe succeeds at the first probe time after 10 s; the
+		// second round holds 2, not the whole queue.
+		probeAt := u.up
+		for _, at := range u.sent {
+			if !at.Before(u.up) {
+				probeAt = at
+				break
+			}
+		}
+		if n := u.sentBetween(probeAt, probeAt.Add(time.Second+time.Millisecond)); n != 3 {
+			t.Errorf("%d attempts in the probe's second, want 3: the probe, then 2 at once when it succeeds", n)
+		}
+		if s := a.State("model.test"); s.State != outlast.Healthy {
+			t.Errorf("after the backlog: %+v, want healthy", s)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		// Probes at 1, 3, 7 and 11 s; the upstream is back at 10 s.
+		want := []string{"down", "probing", "down", "probing", "down", "probing", "down", "probing", "recovering", "healthy"}
+		if !slices.Equal(states, want) {
+			t.Errorf("states %v, want %v", states, want)
+		}
+	})
+}
+
+// The queue is bounded, and a waiter that gives up leaves it, passing its
+// turn on: the next waiter probes.
+func TestAdmissionQueueAndCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		u := &upstream{up: start.Add(5 * time.Second), service: time.Second}
+		a := &outlast.Admission{MaxQueue: 2}
+		for i := range 3 {
+			send1(t.Context(), &outlast.Transport{Base: u, Admission: a}, "mark"+strconv.Itoa(i))
+		}
+		tr := &outlast.Transport{Base: u, Admission: a}
+		quitter, quit := context.WithCancel(t.Context())
+		var wg sync.WaitGroup
+		var quitErr, stayErr error
+		wg.Go(func() { quitErr = send1(quitter, tr, "quitter") })
+		synctest.Wait()
+		wg.Go(func() { stayErr = send1(t.Context(), tr, "stayer") })
+		synctest.Wait()
+		if err := send1(t.Context(), tr, "third"); !errors.Is(err, outlast.ErrBusy) {
+			t.Errorf("a third waiter with MaxQueue 2: %v, want ErrBusy", err)
+		}
+		if s := a.State("model.test"); s.Waiting != 2 {
+			t.Errorf("waiting %d, want 2", s.Waiting)
+		}
+		quit()
+		synctest.Wait()
+		if s := a.State("model.test"); s.Waiting != 1 {
+			t.Errorf("after a waiter gave up: waiting %d, want 1", s.Waiting)
+		}
+		wg.Wait()
+		if !errors.Is(quitErr, context.Canceled) {
+			t.Errorf("the waiter that gave up: %v, want context.Canceled", quitErr)
+		}
+		// Without a policy, the stayer's one attempt is the probe at 1 s,
+		// which fails: the upstream is back only at 5 s.
+		if !errors.Is(stayErr, syscall.ECONNREFUSED) {
+			t.Errorf("the waiter that stayed: %v, want the probe's refused connection", stayErr)
+		}
+		if got := u.sentBetween(start.Add(time.Nanosecond), u.up); got != 1 {
+			t.Errorf("%d attempts while down after the marking, want 1: the stayer's probe", got)
+		}
+	})
+}
+
+// While every key is healthy, an Admission costs no allocation.
+func TestAdmissionHealthyAllocations(t *testing.T) {
+	resp := &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}}
+	base := roundTripFunc(func(*http.Request) (*http.Response, error) { return resp, nil })
+	req, _ := http.NewRequest(http.MethodPost, "http://model.test/v1/chat/completions", nil)
+	for i := range 12 {
+		req.Header.Set(fmt.Sprintf("X-Header-%d", i), "v")
+	}
+	without := &outlast.Transport{Base: base, Policy: &outlast.Policy{Waits: ms(1)}}
+	with := &outlast.Transport{Base: base, Policy: &outlast.Policy{Waits: ms(1)}, Admission: &outlast.Admission{}}
+	a := testing.AllocsPerRun(100, func() { without.RoundTrip(req) })
+	b := testing.AllocsPerRun(100, func() { with.RoundTrip(req) })
+	if b != a {
+		t.Errorf("with an Admission, all healthy: %v allocations a request, want %v as without", b, a)
+	}
+}
+
+// A success that says no request is left until its limit resets holds the
+// key until then, before any 429: OpenAI's duration and Anthropic's time.
+func TestAdmissionPacesOnRateLimitHeaders(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		header func(now time.Time) map[string]string
+	}{
+		{"openai", func(time.Time) map[string]string {
+			return map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "6s"}
+		}},
+		{"anthropic", func(now time.Time) map[string]string {
+			return map[string]string{"Anthropic-Ratelimit-Requests-Remaining": "0", "Anthropic-Ratelimit-Requests-Reset": now.Add(6 * time.Second).Format(time.RFC3339)}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFake(step{header: c.header(time.Now())}, step{})
+				tr := &outlast.Transport{Base: f, Admission: &outlast.Admission{}}
+				start := time.Now()
+				for i := range 3 {
+					if err := send1(t.Context(), tr, strconv.Itoa(i)); err != nil {
+						t.Fatalf("request %d: %v", i, err)
+					}
+				}
+				at := f.attempts()
+				if len(at) != 3 || at[0].at != start {
+					t.Fatalf("attempts %v, want 3, the first at once", at)
+				}
+				// The reset is jittered up by at most a tenth.
+				if d := at[1].at.Sub(start); d < 6*time.Second || d > 6600*time.Millisecond {
+					t.Errorf("the second request went after %v, want at the reset, 6 s (to 6.6 s)", d)
+				}
+				if at[2].at != at[1].at {
+					t.Errorf("the third went %v after the second, want at once: the limit is reset", at[2].at.Sub(at[1].at))
+				}
+			})
+		})
+	}
+}
