@@ -41,10 +41,13 @@ func TestAPIThroughGateway(t *testing.T) {
 	w := journal.NewWriter(store, journal.WriterConfig{FlushInterval: time.Millisecond})
 	u, _ := url.Parse(up.URL)
 	api := &journal.API{Store: store}
+	done := make(chan struct{}, 1)
 	g, err := gateway.New(gateway.Config{
 		Upstreams: []gateway.Upstream{{Name: "up", URL: u, Policy: &outlast.Policy{Waits: []time.Duration{20 * time.Millisecond}}}},
 		Logger:    slog.New(slog.DiscardHandler),
-		Observer:  journal.Observer(w, journal.ObserverConfig{Headers: true}),
+		// done tells when the journal's observer has the record: the
+		// caller may have the whole answer before the request is done.
+		Observer:  record.Observers(journal.Observer(w, journal.ObserverConfig{Headers: true}), record.Observer{Done: func(*record.Request) { done <- struct{}{} }}),
 		Endpoints: api.Endpoints(),
 	})
 	if err != nil {
@@ -63,6 +66,7 @@ func TestAPIThroughGateway(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	id := resp.Header.Get("Outlast-Request-Id")
+	<-done
 	if err := w.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
