@@ -95,6 +95,12 @@ type Transport struct {
 	// load a request while every key is healthy.
 	Admission *Admission
 
+	// AdmissionKey names the Admission's key for a request. If nil, the
+	// gate key is (GateKey). A gateway whose gate keys are a server's
+	// slots keys its Admission by the server, which is down or up as a
+	// whole.
+	AdmissionKey func(*http.Request) string
+
 	// Hooks are told of every attempt.
 	Hooks Hooks
 
@@ -290,7 +296,7 @@ func (c *call) admit(r *http.Request, at *Attempt) (*admToken, error) {
 	if a == nil || a.troubled.Load() == 0 {
 		return nil, nil // every key healthy: the success path's one atomic load
 	}
-	key := c.t.gateKey(r)
+	key := c.t.admissionKey(r)
 	// Every wait here, the first attempt's too, counts against the
 	// deadline less the reserve of the layer that retries.
 	bound, ok := c.ctx.Deadline()
@@ -322,7 +328,7 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 	if tok == nil && res.fail == nil && pause == 0 && a.troubled.Load() == 0 {
 		return
 	}
-	a.report(c.t.gateKey(r), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
+	a.report(c.t.admissionKey(r), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
 	if tok == nil {
 		return
 	}
@@ -573,6 +579,13 @@ func (t *Transport) logger() *slog.Logger {
 		return t.Logger
 	}
 	return slog.Default()
+}
+
+func (t *Transport) admissionKey(r *http.Request) string {
+	if t.AdmissionKey != nil {
+		return t.AdmissionKey(r)
+	}
+	return t.gateKey(r)
 }
 
 func (t *Transport) gateKey(r *http.Request) string {

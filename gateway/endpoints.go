@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/internal/apierr"
@@ -94,6 +95,40 @@ type UpstreamHealth struct {
 	// Named counts the requests waiting for each named slot in use, by
 	// gate key ("slot 3").
 	Named map[string]int `json:"named_slots_queued,omitempty"`
+	// Admission is the upstream's admission state, when it has an
+	// admission controller.
+	Admission *AdmissionHealth `json:"admission,omitempty"`
+}
+
+// AdmissionHealth is an upstream's admission state in /outlast/health.
+type AdmissionHealth struct {
+	// State is healthy, down, probing or recovering.
+	State string `json:"state"`
+	// NotBefore is the not-before time a server set, while it is ahead.
+	NotBefore *time.Time `json:"not_before,omitempty"`
+	// NextProbe is when the next probe may go, while the upstream is down.
+	NextProbe *time.Time `json:"next_probe,omitempty"`
+	// Limit is the limit of requests in flight while recovering; 0 means
+	// none.
+	Limit int `json:"limit"`
+	// Waiting counts the requests waiting for the upstream to come back.
+	Waiting int `json:"waiting"`
+}
+
+// admissionHealth returns a's state for health, or nil without one.
+func admissionHealth(a *outlast.Admission) *AdmissionHealth {
+	if a == nil {
+		return nil
+	}
+	s := a.State("")
+	h := &AdmissionHealth{State: s.State.String(), Limit: s.Limit, Waiting: s.Waiting}
+	if !s.NotBefore.IsZero() {
+		h.NotBefore = &s.NotBefore
+	}
+	if !s.NextProbe.IsZero() {
+		h.NextProbe = &s.NextProbe
+	}
+	return h
 }
 
 // Health reports the gateway's upstreams and their load.
@@ -106,7 +141,7 @@ func (g *Gateway) Health() Health {
 		inFlight, queued, named := u.gates.load()
 		h.Upstreams = append(h.Upstreams, UpstreamHealth{
 			Name: u.Name, Prefix: u.Prefix, URL: redact.URL(u.URL), Slots: u.Slots,
-			InFlight: inFlight, Queued: queued, Named: named,
+			InFlight: inFlight, Queued: queued, Named: named, Admission: admissionHealth(u.Admission),
 		})
 	}
 	if f := g.cfg.JournalStats; f != nil {

@@ -459,6 +459,16 @@ func (x *exchange) failed(ctx context.Context, err error) {
 		x.fail(http.StatusServiceUnavailable, apierr.Busy,
 			fmt.Sprintf("outlast: upstream %s is busy: its queue is full", x.up.Name),
 			http.Header{"Retry-After": {strconv.Itoa(x.up.busyRetryAfter())}, headerShouldRetry: {"false"}})
+	case errors.Is(err, outlast.ErrUpstreamDown):
+		// The admission controller judged that waiting would not fit:
+		// the upstream is down, its next chance too late for the
+		// deadline. Retry-After says when that chance is, if known.
+		h := http.Header{headerShouldRetry: {"false"}}
+		if d := x.up.nextChance(); d > 0 {
+			h.Set("Retry-After", strconv.Itoa(int((d+time.Second-1)/time.Second)))
+		}
+		x.fail(http.StatusServiceUnavailable, apierr.Down,
+			fmt.Sprintf("outlast: upstream %s is down: %s", x.up.Name, redact.Text(err.Error())), h)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(err, outlast.ErrNoTime):
 		// The request's deadline is the caller's: nothing is left of it.
 		x.fail(http.StatusGatewayTimeout, apierr.Deadline,

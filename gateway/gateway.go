@@ -85,6 +85,15 @@ type Upstream struct {
 	// named.
 	Slots int
 
+	// Admission, if not nil, is the upstream's admission controller:
+	// while the upstream is down, one probe goes out and the other
+	// requests wait their turn, or get 503 upstream-down at once when
+	// the next chance to send comes after their deadline less reserve
+	// (see outlast.Admission). It is keyed by the upstream as a whole,
+	// named slots included. Give each upstream its own. outlast serve
+	// sets one unless --admission=false. Nil means none.
+	Admission *outlast.Admission
+
 	// Queue bounds the requests waiting for a slot, and for each named
 	// slot. Zero means DefaultQueue; a negative value means nobody may
 	// wait.

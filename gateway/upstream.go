@@ -76,6 +76,8 @@ func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger)
 		Policy:           u.Policy,
 		Gate:             up.gates,
 		GateKey:          slotOf,
+		Admission:        u.Admission,
+		AdmissionKey:     wholeUpstream,
 		Logger:           logger,
 		FirstByteTimeout: u.FirstByteTimeout,
 		MaxBufferedBody:  -1, // the gateway buffers bodies itself, with GetBody
@@ -199,6 +201,10 @@ func withSlot(ctx context.Context, slot string) context.Context {
 	return context.WithValue(ctx, slotKey{}, "slot "+slot)
 }
 
+// wholeUpstream is the upstream Transport's AdmissionKey: the upstream is
+// down or up as a whole, whatever slot a request names.
+func wholeUpstream(*http.Request) string { return "" }
+
 // slotOf is the upstream Transport's GateKey: the named slot's key, or ""
 // for the upstream's own bound.
 func slotOf(r *http.Request) string {
@@ -300,4 +306,19 @@ func (u *upstream) busyRetryAfter() int {
 	slots := max(u.Slots, 1)
 	d := time.Duration(float64(per) * float64(waiting+1) / float64(slots))
 	return max(1, int(math.Ceil(d.Seconds())))
+}
+
+// nextChance returns how long until the upstream's admission controller
+// may next send: its next probe or a server's not-before time; 0 if it is
+// not down, or has none.
+func (u *upstream) nextChance() time.Duration {
+	if u.Admission == nil {
+		return 0
+	}
+	s := u.Admission.State("")
+	next := s.NextProbe
+	if s.NotBefore.After(next) {
+		next = s.NotBefore
+	}
+	return time.Until(next)
 }

@@ -31,6 +31,7 @@ const (
 	Unreachable = "unreachable"    // 502: the upstream could not be reached
 	Broke       = "upstream-broke" // 502: the upstream broke off its answer before the body's first byte
 	Busy        = "busy"           // 503: the slot's queue, or the gateway's connections, are full
+	Down        = "upstream-down"  // 503: the upstream is down, and its next chance comes after the request's deadline less reserve
 	Shutdown    = "shutdown"       // 503: the gateway is shutting down
 	Timeout     = "timeout"        // 504: no first byte from the upstream in time
 	Deadline    = "deadline"       // 504: the request's deadline passed

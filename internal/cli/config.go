@@ -192,6 +192,10 @@ func (f *serveFlags) upstream(entry fileValues, path string) (gateway.Upstream, 
 	if u.Name == "" {
 		u.Name = u.URL.Host
 	}
+	if u.Admission != nil && u.Slots > 0 {
+		// Recovery ends when the limit reaches the upstream's capacity.
+		u.Admission.MaxLimit = u.Slots
+	}
 	if err := u.Policy.Validate(); err != nil {
 		return u, usagef("%s: %s: %v", f.config, path, err)
 	}

@@ -55,8 +55,12 @@ func mustURL(t *testing.T, s string) *url.URL {
 
 // upstreamString prints an upstream with its URL and policy, not their pointers.
 func upstreamString(u gateway.Upstream) string {
-	return fmt.Sprintf("{%s %s %s slots %d queue %d policy %+v first byte %v idle %v status %q max timeout %v}",
-		u.Name, u.Prefix, u.URL, u.Slots, u.Queue, *u.Policy, u.FirstByteTimeout, u.IdleTimeout, u.StatusPaths, u.MaxTimeout)
+	adm := "off"
+	if u.Admission != nil {
+		adm = fmt.Sprintf("max limit %d", u.Admission.MaxLimit)
+	}
+	return fmt.Sprintf("{%s %s %s slots %d queue %d policy %+v first byte %v idle %v status %q max timeout %v admission %s}",
+		u.Name, u.Prefix, u.URL, u.Slots, u.Queue, *u.Policy, u.FirstByteTimeout, u.IdleTimeout, u.StatusPaths, u.MaxTimeout, adm)
 }
 
 func TestServeConfigExample(t *testing.T) {
@@ -71,6 +75,7 @@ func TestServeConfigExample(t *testing.T) {
 		},
 		Slots: 0, Queue: 16, FirstByteTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute,
 		StatusPaths: gateway.DefaultStatusPaths, MaxTimeout: 30 * time.Minute,
+		Admission: &outlast.Admission{}, // on by default; recovery ends at DefaultMaxLimit
 	}, {
 		Name: "llama", Prefix: "/llama", URL: mustURL(t, "http://127.0.0.1:8080"),
 		Policy: &outlast.Policy{
@@ -79,6 +84,7 @@ func TestServeConfigExample(t *testing.T) {
 		},
 		Slots: 2, Queue: 8, FirstByteTimeout: 10 * time.Minute, IdleTimeout: 2 * time.Minute,
 		StatusPaths: []string{"/health", "/slots", "/props"}, MaxTimeout: 10 * time.Minute,
+		Admission: &outlast.Admission{MaxLimit: 2}, // recovery ends at the upstream's 2 slots
 	}}
 	got := cfg.Gateway.Upstreams
 	if len(got) != len(want) {

@@ -108,6 +108,16 @@ var settings = []setting{
 	{flag: "slots", key: "slots", scope: upstream, def: "0", arg: "N", example: "2",
 		help: "requests in flight to an upstream; the rest wait in arrival order. A request may name one of the slots 0 to N-1 (Outlast-Slot, or llama.cpp's id_slot) and waits for it alone, within the bound. 0 means no bound, and no slots",
 		set:  count(func(t target, n int) { t.up.Slots = n })},
+	{flag: "admission", key: "admission", scope: upstream, def: "true", bool: true, example: "false",
+		help: "while an upstream is down, send one probe at a time and hold the other requests in arrival order, or answer 503 upstream-down at once to those whose deadline less reserve comes before the next chance; then release them under a limit that grows to --slots (64 without)",
+		set: func(t target, s string) error {
+			on, err := parseBool(s)
+			t.up.Admission = nil
+			if on {
+				t.up.Admission = &outlast.Admission{}
+			}
+			return err
+		}},
 	{flag: "queue", key: "queue", scope: upstream, def: strconv.Itoa(gateway.DefaultQueue), arg: "N", example: "0",
 		help: "requests that may wait for a slot; more are refused at once with 503. 0 means none may wait",
 		set:  count(func(t target, n int) { t.up.Queue = parse.ZeroIsNone(n) })},
