@@ -46,6 +46,14 @@ func layers(base http.RoundTripper) []struct {
 		Policy: &outlast.Policy{Waits: outlast.Exponential(time.Second, time.Minute, 2)},
 		Logger: slog.New(slog.DiscardHandler),
 	}}
+	// outlast as the gateway runs it: with an admission controller,
+	// which costs an atomic load a request while the upstream is healthy.
+	adm := &http.Client{Transport: &outlast.Transport{
+		Base:      base,
+		Policy:    &outlast.Policy{Waits: outlast.Exponential(time.Second, time.Minute, 2)},
+		Logger:    slog.New(slog.DiscardHandler),
+		Admission: &outlast.Admission{},
+	}}
 	bare := &http.Client{Transport: base}
 	return []struct {
 		name string
@@ -60,6 +68,7 @@ func layers(base http.RoundTripper) []struct {
 			return bare.Do(r)
 		}},
 		{"outlast", ol.Do},
+		{"outlast+admission", adm.Do},
 		{"retryablehttp", func(r *http.Request) (*http.Response, error) {
 			rr, err := retryablehttp.FromRequest(r)
 			if err != nil {
