@@ -43,7 +43,8 @@ type UpstreamState uint8
 // row, or a server sets a not-before time; it is then down, and probing
 // while its one probe is in flight; once a probe is answered it is
 // recovering, under a limit that grows while attempts succeed, and healthy
-// again when the limit reaches MaxLimit with nobody waiting.
+// again when nobody waits and the limit reaches MaxLimit or is no longer
+// half used.
 const (
 	Healthy UpstreamState = iota
 	Down
@@ -83,7 +84,9 @@ func (s UpstreamState) String() string {
 // When a probe is answered the key recovers: the queue is released under a
 // limit of requests in flight, which starts at 2, grows by one with each
 // success (doubling each round trip, as TCP's slow start does), halves on a
-// 429 or 529, and ends at MaxLimit, where the key is healthy again. A 429
+// 429 or 529, and ends at MaxLimit, where the key is healthy again; it is
+// healthy sooner when nobody waits and less than half the limit is in use,
+// since demand is then below it. A 429
 // without a delay on a healthy key is left to the request's own policy: it
 // is rate limiting, not an outage.
 //
@@ -422,7 +425,9 @@ func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition)
 		w.tok = tok
 		close(w.ready)
 	}
-	if k.state == Recovering && int(k.limit) >= a.maxLimit() && len(k.q) == 0 {
+	if k.state == Recovering && len(k.q) == 0 && (int(k.limit) >= a.maxLimit() || k.inFlight < int(k.limit)/2) {
+		// The limit is reached, or no longer needed: nobody waits,
+		// and less than half of it is in use.
 		a.setState(k, Healthy, changes)
 	}
 	if k.state == Healthy && k.streak == 0 {

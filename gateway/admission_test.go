@@ -15,6 +15,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // outage is an upstream in virtual time that answers 503 until up, then
@@ -68,6 +69,8 @@ func (o *outage) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestGatewayAdmission(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// 3 failures mark it down by 1.5 s; those sent before end by 2.5 s.
+		var mu sync.Mutex
+		var states []string
 		o := &outage{up: time.Now().Add(30 * time.Second), settled: time.Now().Add(3 * time.Second)}
 		u, _ := url.Parse("http://upstream.test")
 		g, err := gateway.New(gateway.Config{
@@ -78,6 +81,11 @@ func TestGatewayAdmission(t *testing.T) {
 			}},
 			Transport: o,
 			Logger:    slog.New(slog.DiscardHandler),
+			Observer: record.Observer{UpstreamState: func(c record.StateChange) {
+				mu.Lock()
+				states = append(states, c.To.String())
+				mu.Unlock()
+			}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -107,14 +115,28 @@ func TestGatewayAdmission(t *testing.T) {
 			t.Errorf("health during the outage: %+v, want the upstream down or probing with requests waiting", a)
 		}
 		wg.Wait()
+		// A short request that came to the front of the queue was a
+		// probe: it gets the upstream's own 503 when its deadline leaves
+		// no retry. The others are sent away at once.
+		sentAway := 0
 		for i := range codes {
 			switch {
-			case i%4 == 3 && i >= 4 && (codes[i] != 503 || kinds[i] != "upstream-down"):
-				t.Errorf("request %d (8 s deadline, upstream down): %d %q, want 503 upstream-down", i, codes[i], kinds[i])
+			case i%4 == 3 && i >= 4 && codes[i] != 503:
+				t.Errorf("request %d (8 s deadline, upstream down): %d %q, want 503", i, codes[i], kinds[i])
+			case i%4 == 3 && kinds[i] == "upstream-down":
+				sentAway++
 			case i%4 != 3 && codes[i] != 200:
 				t.Errorf("request %d (2 min deadline): %d %q, want 200 once the upstream is back", i, codes[i], kinds[i])
 			}
 		}
+		if sentAway < 6 {
+			t.Errorf("%d of the 9 short requests after the first got 503 upstream-down, want at least 6: those that did not probe", sentAway)
+		}
+		mu.Lock()
+		if len(states) < 4 || states[0] != "down" || states[1] != "probing" || states[len(states)-2] != "recovering" || states[len(states)-1] != "healthy" {
+			t.Errorf("the observer saw the states %v, want down, probing, … recovering, healthy", states)
+		}
+		mu.Unlock()
 		if o.peakDuring != 1 {
 			t.Errorf("the upstream saw %d attempts at once during the outage once it was marked down, want 1", o.peakDuring)
 		}

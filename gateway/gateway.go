@@ -22,6 +22,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -90,8 +91,10 @@ type Upstream struct {
 	// requests wait their turn, or get 503 upstream-down at once when
 	// the next chance to send comes after their deadline less reserve
 	// (see outlast.Admission). It is keyed by the upstream as a whole,
-	// named slots included. Give each upstream its own. outlast serve
-	// sets one unless --admission=false. Nil means none.
+	// named slots included. Give each upstream, and each Gateway, its
+	// own: New sets its OnState to log each change and tell the
+	// Observer, after calling the OnState it had. outlast serve sets one
+	// unless --admission=false. Nil means none.
 	Admission *outlast.Admission
 
 	// Queue bounds the requests waiting for a slot, and for each named
@@ -226,6 +229,7 @@ func New(cfg Config) (*Gateway, error) {
 		}
 		seen[up.Prefix] = true
 		g.upstreams = append(g.upstreams, up)
+		g.watch(up)
 	}
 	sort.SliceStable(g.upstreams, func(i, j int) bool { return len(g.upstreams[i].Prefix) > len(g.upstreams[j].Prefix) })
 	return g, nil
@@ -309,4 +313,26 @@ func (g *Gateway) route(path string) (*upstream, string) {
 		}
 	}
 	return nil, ""
+}
+
+// watch logs the changes of up's admission state and tells the observer.
+func (g *Gateway) watch(up *upstream) {
+	a := up.Admission
+	if a == nil {
+		return
+	}
+	prev, name := a.OnState, up.Name
+	a.OnState = func(key string, from, to outlast.UpstreamState) {
+		if prev != nil {
+			prev(key, from, to)
+		}
+		level := slog.LevelInfo
+		if to == outlast.Down && from != outlast.Probing {
+			level = slog.LevelWarn // the upstream has just gone down
+		}
+		g.logger.Log(context.Background(), level, "outlast: upstream state", "upstream", name, "from", from.String(), "to", to.String())
+		if o := g.cfg.Observer.UpstreamState; o != nil {
+			o(record.StateChange{Upstream: name, At: time.Now(), From: from, To: to})
+		}
+	}
 }

@@ -76,6 +76,8 @@ type attemptJSON struct {
 	EndedAt      jsonTime `json:"ended_at"`
 	QueuedAhead  int      `json:"queued_ahead"`
 	GateWaitMS   int64    `json:"gate_wait_ms"`
+	AdmissionMS  int64    `json:"admission_wait_ms,omitempty"`
+	Probe        bool     `json:"probe,omitempty"`
 	Status       int      `json:"status"`
 	ErrorClass   string   `json:"error_class"`
 	Error        string   `json:"error"`
@@ -130,6 +132,7 @@ func (a Attempt) MarshalJSON() ([]byte, error) {
 		CallID: a.CallID, N: a.N,
 		StartedAt: jsonTime(a.Start), EndedAt: jsonTime(a.End),
 		QueuedAhead: a.QueuedAhead, GateWaitMS: a.GateWait.Milliseconds(),
+		AdmissionMS: a.AdmissionWait.Milliseconds(), Probe: a.Probe,
 		Status: a.Status, ErrorClass: a.Class.String(), Error: a.Error,
 		RetryInMS: a.RetryIn.Milliseconds(), RetryAfterMS: a.RetryAfter.Milliseconds(),
 		Bytes: a.Bytes,
@@ -146,6 +149,7 @@ func (a *Attempt) UnmarshalJSON(b []byte) error {
 		CallID: j.CallID, N: j.N,
 		Start: time.Time(j.StartedAt), End: time.Time(j.EndedAt),
 		QueuedAhead: j.QueuedAhead, GateWait: ms(j.GateWaitMS),
+		AdmissionWait: ms(j.AdmissionMS), Probe: j.Probe,
 		Status: j.Status, Class: ParseClass(j.ErrorClass, j.Status), Error: j.Error,
 		RetryIn: ms(j.RetryInMS), RetryAfter: ms(j.RetryAfterMS),
 		Bytes: j.Bytes,

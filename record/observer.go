@@ -1,5 +1,11 @@
 package record
 
+import (
+	"time"
+
+	"github.com/outlast-llm/outlast"
+)
+
 // An Observer is told what the gateway does with each request as it does
 // it. Any field may be nil. The calls for one request come in order, from
 // the goroutine serving it; calls for different requests may come at
@@ -17,6 +23,11 @@ type Observer struct {
 	// Done is called once, when the request is finished: r.End is set
 	// and r.Attempts holds every attempt.
 	Done func(r *Request)
+	// UpstreamState is called when an upstream's admission state
+	// changes: healthy, down, probing or recovering (see
+	// outlast.Admission). It comes from the goroutine that changed it,
+	// with no lock held.
+	UpstreamState func(c StateChange)
 
 	// Headers says the observer reads Request.Header. The gateway copies
 	// the caller's headers, without credentials, only when an observer
@@ -32,6 +43,7 @@ func Observers(obs ...Observer) Observer {
 		o.AttemptStart = chain2(o.AttemptStart, x.AttemptStart)
 		o.AttemptEnd = chain2(o.AttemptEnd, x.AttemptEnd)
 		o.Done = chain1(o.Done, x.Done)
+		o.UpstreamState = chain1(o.UpstreamState, x.UpstreamState)
 		o.Headers = o.Headers || x.Headers
 	}
 	return o
@@ -68,4 +80,14 @@ func chain3[A, B, C any](first, next func(A, B, C)) func(A, B, C) {
 		return first
 	}
 	return func(a A, b B, c C) { first(a, b, c); next(a, b, c) }
+}
+
+// A StateChange is an upstream's admission state changing.
+type StateChange struct {
+	// Upstream is the upstream's name.
+	Upstream string
+	// At is when it changed.
+	At time.Time
+	// From and To are the states, such as outlast.Down.
+	From, To outlast.UpstreamState
 }

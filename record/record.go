@@ -118,6 +118,11 @@ type Attempt struct {
 	QueuedAhead int
 	// GateWait is how long the attempt waited at the gate.
 	GateWait time.Duration
+	// AdmissionWait is how long the attempt waited for its upstream,
+	// before the gate, while the upstream was down or recovering.
+	AdmissionWait time.Duration
+	// Probe says the attempt was its upstream's one probe while down.
+	Probe bool
 	// Status is the response's status, or 0 if none came.
 	Status int
 	// Class is how the attempt ended, as outlast.Classify judged it when
@@ -148,9 +153,12 @@ func NewAttempt(a outlast.Attempt) Attempt {
 		QueuedAhead: a.Ahead,
 		GateWait:    a.GateWait,
 		Status:      a.Status,
-		Class:       a.Class,
-		RetryIn:     a.RetryIn,
-		RetryAfter:  a.RetryAfter,
+		// The admission's part of the wait, and whether it probed.
+		AdmissionWait: a.AdmissionWait,
+		Probe:         a.Probe,
+		Class:         a.Class,
+		RetryIn:       a.RetryIn,
+		RetryAfter:    a.RetryAfter,
 	}
 	if a.Err != nil {
 		at.Error = redact.Text(a.Err.Error())
