@@ -159,6 +159,10 @@ func (g *Gateway) Loads() []record.Load {
 	for i, u := range g.upstreams {
 		inFlight, queued, named := u.gates.load()
 		loads[i] = record.Load{Upstream: u.Name, Slots: u.Slots, InFlight: inFlight, Queued: queued, Named: named}
+		if a := u.Admission; a != nil {
+			s := a.State("")
+			loads[i].Admission, loads[i].State, loads[i].Limit, loads[i].Waiting = true, s.State, s.Limit, s.Waiting
+		}
 	}
 	return loads
 }

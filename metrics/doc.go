@@ -25,6 +25,11 @@
 //	outlast_upstream_latency_seconds{upstream}      histogram: each attempt's time from send to first byte (or failure)
 //	outlast_gate_wait_seconds{upstream}             histogram: each gated attempt's wait at the gate
 //	outlast_gate_queue_depth{upstream,slot}         gauge: requests waiting now, at the upstream's bound (slot="") or a named slot
+//	outlast_admission_wait_seconds{upstream}        histogram: each attempt's wait for its upstream to come back (admission)
+//	outlast_probes_total{upstream}                  attempts sent as the one probe of an upstream that was down
+//	outlast_upstream_state{upstream,state}          gauge: 1 for the admission state (healthy, down, probing, recovering), 0 for the rest
+//	outlast_admission_limit{upstream}               gauge: the admission's limit of requests in flight while recovering, else 0
+//	outlast_admission_waiting{upstream}             gauge: requests waiting for the upstream to come back
 //	outlast_journal_dropped_total                   records the journal dropped because its queue was full
 //
 // An outcome, and a retry's reason, is the attempt's outlast.Class, as the

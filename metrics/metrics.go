@@ -27,6 +27,8 @@ const otherLabel = "other"
 var (
 	latencyBuckets  = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 300}
 	gateWaitBuckets = []float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 300}
+	// An admission wait lasts as long as an outage, or a server's delay.
+	admissionWaitBuckets = []float64{0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 )
 
 // precreatedCodes are the statuses exported at zero for each upstream: the
@@ -47,6 +49,8 @@ type Metrics struct {
 	busy      *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	gateWait  *prometheus.HistogramVec
+	admWait   *prometheus.HistogramVec
+	probes    *prometheus.CounterVec
 
 	// byName holds the series of each upstream New was told of. It is
 	// written only by New, so lookups need no lock.
@@ -71,6 +75,8 @@ type series struct {
 	busy      prometheus.Counter
 	latency   prometheus.Observer
 	gateWait  prometheus.Observer
+	admWait   prometheus.Observer
+	probes    prometheus.Counter
 	codes     codes
 }
 
@@ -109,12 +115,14 @@ func (m *Metrics) register() {
 	m.busy = counter("outlast_busy_total", "Requests refused because the gate's queue was full.", "upstream")
 	m.latency = histogram("outlast_upstream_latency_seconds", "Time from sending an attempt to its first byte, or to its failure.", latencyBuckets)
 	m.gateWait = histogram("outlast_gate_wait_seconds", "Time a gated attempt waited at the gate.", gateWaitBuckets)
+	m.admWait = histogram("outlast_admission_wait_seconds", "Time an attempt waited for its upstream to come back, before the gate.", admissionWaitBuckets)
+	m.probes = counter("outlast_probes_total", "Attempts sent as the one probe of an upstream that was down.", "upstream")
 	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "outlast_journal_dropped_total",
 		Help: "Records the journal dropped because its queue was full.",
 	}, m.journalDropped)
 	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.retryWait, m.busy,
-		m.latency, m.gateWait, dropped, queueDepth{m})
+		m.latency, m.gateWait, m.admWait, m.probes, dropped, queueDepth{m}, admissionState{m})
 }
 
 func (m *Metrics) newSeries(label string) *series {
@@ -124,6 +132,8 @@ func (m *Metrics) newSeries(label string) *series {
 		busy:      m.busy.WithLabelValues(label),
 		latency:   m.latency.WithLabelValues(label),
 		gateWait:  m.gateWait.WithLabelValues(label),
+		admWait:   m.admWait.WithLabelValues(label),
+		probes:    m.probes.WithLabelValues(label),
 		codes:     codes{vec: m.requests, label: label},
 	}
 	classes := outlast.Classes()
@@ -197,6 +207,12 @@ func (m *Metrics) attemptEnd(r *record.Request, a record.Attempt) {
 	// only), while a Transport without a Gate leaves both zero.
 	if a.Key != "" || a.GateWait > 0 {
 		s.gateWait.Observe(a.GateWait.Seconds())
+	}
+	if a.AdmissionWait > 0 || a.Probe {
+		s.admWait.Observe(a.AdmissionWait.Seconds())
+	}
+	if a.Probe {
+		s.probes.Inc()
 	}
 	if a.RetryIn > 0 {
 		if o == outlast.ClassNone {

@@ -50,6 +50,7 @@ func zeroSeries(upstreams ...string) map[string]float64 {
 			"outlast_retry_wait_seconds_total", "outlast_busy_total",
 			"outlast_upstream_latency_seconds_count", "outlast_upstream_latency_seconds_sum",
 			"outlast_gate_wait_seconds_count", "outlast_gate_wait_seconds_sum",
+			"outlast_admission_wait_seconds_count", "outlast_admission_wait_seconds_sum", "outlast_probes_total",
 		} {
 			want[fmt.Sprintf(`%s{upstream=%q}`, name, u)] = 0
 		}

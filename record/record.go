@@ -182,4 +182,15 @@ type Load struct {
 	// Named counts the requests waiting for each named slot, by gate key
 	// ("slot 3"); nil when none is in use.
 	Named map[string]int
+	// Admission says the upstream has an admission controller, whose
+	// State, Limit and Waiting follow.
+	Admission bool
+	// State is the upstream's admission state.
+	State outlast.UpstreamState
+	// Limit is the admission's limit of requests in flight while the
+	// upstream recovers; 0 otherwise.
+	Limit int
+	// Waiting counts the requests waiting for the upstream to come back,
+	// before the gate.
+	Waiting int
 }
