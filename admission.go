@@ -211,13 +211,18 @@ func cmpOr(v, def int) int {
 	return v
 }
 
-// probeWait returns the wait before probe n+1, n probes having failed.
+// probeWait returns the wait before probe n+1, n probes having failed,
+// jittered up by as much as half of it: the processes of a fleet, each
+// with its own Admission, see an outage begin at about the same time,
+// and would otherwise probe in step, and then release their queues in
+// step.
 func (a *Admission) probeWait(n int) time.Duration {
 	w := a.ProbeWaits
 	if len(w) == 0 {
 		w = DefaultProbeWaits
 	}
-	return w[min(n, len(w)-1)]
+	d := w[min(n, len(w)-1)]
+	return d + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
 // arrivals numbers requests as they first reach an Admission, so that a
@@ -523,7 +528,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 			// The probe, or a request sent before the key went down,
 			// was answered.
 			k.probes = 0
-			k.limit = 2
+			k.limit = float64(min(2, a.maxLimit()))
 			a.setState(k, Recovering, &changes)
 		case k.state == Recovering:
 			k.limit = min(k.limit+1, float64(a.maxLimit()))

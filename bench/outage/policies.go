@@ -46,6 +46,13 @@ type build struct {
 	timeout  time.Duration // per-attempt timeout of the tuned configurations, or 0
 	outlast  *outlast.Policy
 	jittered *outlast.Policy
+	// shared is what every client of the shared topology holds in
+	// common, as requests through one gateway do: one admission
+	// controller and one gate of K slots.
+	shared struct {
+		admission *outlast.Admission
+		gate      *gate.Gate
+	}
 }
 
 func newBuild(sc *scenario) build {
@@ -59,6 +66,8 @@ func newBuild(sc *scenario) build {
 	j.RetryAfter = outlast.RetryAfterAtLeast
 	b.jittered = &j
 	b.attempts = attemptBudget(sc, b.outlast)
+	b.shared.admission = &outlast.Admission{MaxLimit: sc.Slots}
+	b.shared.gate = gate.New(sc.Slots, 1<<20)
 	return b
 }
 
@@ -117,6 +126,8 @@ func policies() []policy {
 		{"outlast", "outlast", "seed 000 scaled to the deadline: waits from 2 s doubling, reserve 5 × median service", outlastPlain},
 		{"outlast, jitter", "outlast", "the same, Jitter{Spread: 0.25}, Retry-After only lengthened", outlastJitter},
 		{"outlast, jitter + gate", "outlast", "the same, and a per-client gate of ⌈K/clients⌉ slots", outlastGated},
+		{"outlast, admission", "outlast", "outlast, jitter, and an Admission per client (its limit ending at ⌈K/clients⌉)", outlastAdmission},
+		{"outlast, shared", "outlast", "outlast, jitter, with one Admission and one gate of K slots for all clients, as behind one gateway", outlastShared},
 	}
 }
 
@@ -322,7 +333,11 @@ func backoffClassify(err error) error {
 var discard = slog.New(slog.DiscardHandler)
 
 func outlastStack(b build, rt http.RoundTripper, p *outlast.Policy, g outlast.Gate) caller {
-	t := &outlast.Transport{Base: rt, Policy: p, Gate: g, Logger: discard, FirstByteTimeout: b.timeout}
+	return outlastAdmitted(b, rt, p, g, nil)
+}
+
+func outlastAdmitted(b build, rt http.RoundTripper, p *outlast.Policy, g outlast.Gate, a *outlast.Admission) caller {
+	t := &outlast.Transport{Base: rt, Policy: p, Gate: g, Admission: a, Logger: discard, FirstByteTimeout: b.timeout}
 	call := chat(newOpenAI(&http.Client{Transport: t}, 0, 0))
 	if b.layers < 2 {
 		return call
@@ -361,6 +376,15 @@ func outlastGated(b build, rt http.RoundTripper) caller {
 	// refuse; a request's deadline bounds its wait.
 	slots := (b.sc.Slots + b.sc.Clients - 1) / b.sc.Clients
 	return outlastStack(b, rt, b.jittered, gate.New(slots, 1<<20))
+}
+
+func outlastAdmission(b build, rt http.RoundTripper) caller {
+	slots := (b.sc.Slots + b.sc.Clients - 1) / b.sc.Clients
+	return outlastAdmitted(b, rt, b.jittered, nil, &outlast.Admission{MaxLimit: slots})
+}
+
+func outlastShared(b build, rt http.RoundTripper) caller {
+	return outlastAdmitted(b, rt, b.jittered, b.shared.gate, b.shared.admission)
 }
 
 // selectPolicies returns the policies whose names match the filter: a
