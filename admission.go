@@ -18,6 +18,16 @@ import (
 // reserve. It is never retried: waiting has already been judged not to fit.
 var ErrUpstreamDown = errors.New("outlast: the upstream is down")
 
+// ErrRetryBudget is wrapped, with the last failure, by the error of a
+// request whose retry an [Admission]'s retry budget refused: retries have
+// been failing for the upstream as a whole, and another would add load
+// without the outage's end being known. It is never retried.
+var ErrRetryBudget = errors.New("outlast: the retry budget is spent")
+
+// retryBudgetTokens is the bucket of Admission.RetryBudget: 10 tokens, as
+// gRPC's retry throttling suggests, held in thousandths.
+const retryBudgetTokens = 10 * 1000
+
 // Admission's defaults.
 const (
 	// DefaultDownAfter is how many outage failures in a row mark a key down.
@@ -114,6 +124,18 @@ type Admission struct {
 	// OnState, if not nil, is called when a key's state changes, without
 	// a lock held, in the goroutine that changed it.
 	OnState func(key string, from, to UpstreamState)
+
+	// RetryBudget, if above zero, throttles retries as gRPC's retry
+	// throttling does (gRFC A6), for all keys together: a bucket of 10
+	// tokens, full at first, loses one with each failed attempt and gains
+	// RetryBudget with each success; a retry is sent only while more than
+	// half the tokens are left, and is otherwise refused with an error
+	// wrapping ErrRetryBudget and the last failure. 0.1 holds retries to
+	// about a tenth of successes, the SRE book's ratio. Zero, the
+	// default, is off: admission alone already sends one probe, not a
+	// retry per request, while a key is down.
+	RetryBudget float64
+	spent       atomic.Int64 // thousandths of a token taken from the budget's bucket
 
 	// troubled counts the keys in keys: those not healthy, or with an
 	// outage failure not yet followed by a success. While it is zero,
@@ -656,4 +678,25 @@ func rateLimitPause(h http.Header) time.Duration {
 	}
 	d, _ := RateLimitReset(h, time.Now())
 	return d
+}
+
+// retryAllowed reports whether the retry budget, if on, lets a retry go.
+func (a *Admission) retryAllowed() bool {
+	return a.RetryBudget <= 0 || a.spent.Load() < retryBudgetTokens/2
+}
+
+// spend moves the retry budget's bucket after an attempt: a token less
+// for a failure, RetryBudget more for a success.
+func (a *Admission) spend(failed bool) {
+	delta := int64(-a.RetryBudget * 1000)
+	if failed {
+		delta = 1000
+	}
+	for {
+		old := a.spent.Load()
+		next := min(max(old+delta, 0), retryBudgetTokens)
+		if next == old || a.spent.CompareAndSwap(old, next) {
+			return
+		}
+	}
 }

@@ -449,3 +449,32 @@ func TestAdmissionPacesOnRateLimitHeaders(t *testing.T) {
 		})
 	}
 }
+
+// With a retry budget, retries stop once failures have spent half the
+// bucket, for every request of the key, and first attempts still go; a
+// success refills it by RetryBudget.
+func TestAdmissionRetryBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(step{status: 503})
+		a := &outlast.Admission{RetryBudget: 0.1, DownAfter: 1 << 30} // the budget alone, never down
+		tr := &outlast.Transport{Base: f, Policy: &outlast.Policy{Waits: ms(10, 10, 10, 10), MaxAttempts: 5}, Admission: a}
+		var refused int
+		for i := range 20 {
+			err := send1(t.Context(), tr, strconv.Itoa(i))
+			if errors.Is(err, outlast.ErrRetryBudget) {
+				refused++
+				if outlast.IsRetryable(err) || outlast.Classify(err) != outlast.ClassDown {
+					t.Errorf("request %d: %v is retryable or not upstream_down", i, err)
+				}
+			}
+		}
+		// 5 failures spend half the 10 tokens: the first request makes
+		// its 5 attempts, then each of the other 19 its first only.
+		if n := len(f.attempts()); n != 5+19 {
+			t.Errorf("%d attempts, want 24: without the budget, 100", n)
+		}
+		if refused != 19 {
+			t.Errorf("%d requests refused a retry, want 19", refused)
+		}
+	})
+}

@@ -34,7 +34,7 @@ const (
 	ClassTimeout                  // a timeout that was not the caller's, such as a response header timeout
 	ClassCanceled                 // the caller's context ended: its cancellation or its deadline
 	ClassOther                    // anything else, a status outside 400–599 among them
-	ClassDown                     // an Admission sent it away: the upstream is down and no chance to send came in time (ErrUpstreamDown)
+	ClassDown                     // an Admission sent it away: the upstream is down and no chance to send came in time (ErrUpstreamDown), or its retry budget is spent (ErrRetryBudget)
 	numClasses
 )
 
@@ -91,7 +91,7 @@ func Classify(err error) Class {
 		return ClassNone
 	case errors.Is(err, ErrErrorEvent):
 		return ClassErrorEvent
-	case errors.Is(err, ErrUpstreamDown):
+	case errors.Is(err, ErrUpstreamDown), errors.Is(err, ErrRetryBudget):
 		return ClassDown // before the last failure it wraps
 	}
 	if se, ok := errors.AsType[*StatusError](err); ok {

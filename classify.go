@@ -29,7 +29,7 @@ import (
 // "false" overrides the status, as the OpenAI and Anthropic SDKs let the
 // server decide.
 func IsRetryable(err error) bool {
-	if err == nil || isBusy(err) || isCallerDone(err) || errors.Is(err, ErrUpstreamDown) {
+	if err == nil || isBusy(err) || isCallerDone(err) || errors.Is(err, ErrUpstreamDown) || errors.Is(err, ErrRetryBudget) {
 		return false
 	}
 	var se *StatusError
@@ -46,7 +46,7 @@ func IsRetryable(err error) bool {
 // the same host, where any other status would fail again. Use it as
 // [Policy.Retryable].
 func ServerGone(err error) bool {
-	if err == nil || isBusy(err) || isCallerDone(err) || errors.Is(err, ErrUpstreamDown) {
+	if err == nil || isBusy(err) || isCallerDone(err) || errors.Is(err, ErrUpstreamDown) || errors.Is(err, ErrRetryBudget) {
 		return false
 	}
 	var se *StatusError

@@ -293,7 +293,16 @@ func closeBody(r *http.Request) {
 // The wait is bounded by the deadline less the policy's reserve.
 func (c *call) admit(r *http.Request, at *Attempt) (*admToken, error) {
 	a := c.t.Admission
-	if a == nil || a.troubled.Load() == 0 {
+	if a == nil {
+		return nil, nil
+	}
+	if a.RetryBudget > 0 && c.isRetry() && !a.retryAllowed() {
+		if c.last == nil { // an outer layer's retry: it knows the failure
+			return nil, ErrRetryBudget
+		}
+		return nil, fmt.Errorf("%w (the last attempt: %w)", ErrRetryBudget, c.last)
+	}
+	if a.troubled.Load() == 0 {
 		return nil, nil // every key healthy: the success path's one atomic load
 	}
 	key := c.t.admissionKey(r)
@@ -313,6 +322,16 @@ func (c *call) admit(r *http.Request, at *Attempt) (*admToken, error) {
 	return tok, err
 }
 
+// isRetry reports whether the attempt about to be made is a retry, by this
+// layer or by an outer one.
+func (c *call) isRetry() bool {
+	if c.retry {
+		return c.n > 1
+	}
+	m := markOf(c.ctx)
+	return m != nil && m.n.Load() > 1
+}
+
 // admitted tells the Admission of the attempt's result and gives back what
 // it held: at once for a failure, and for a response returned to the
 // caller when its body ends, as the gate is.
@@ -320,6 +339,9 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 	a := c.t.Admission
 	if a == nil {
 		return
+	}
+	if a.RetryBudget > 0 && res.at.Class != ClassCanceled {
+		a.spend(res.fail != nil && IsRetryable(res.fail))
 	}
 	var pause time.Duration
 	if res.resp != nil {

@@ -459,7 +459,7 @@ func (x *exchange) failed(ctx context.Context, err error) {
 		x.fail(http.StatusServiceUnavailable, apierr.Busy,
 			fmt.Sprintf("outlast: upstream %s is busy: its queue is full", x.up.Name),
 			http.Header{"Retry-After": {strconv.Itoa(x.up.busyRetryAfter())}, headerShouldRetry: {"false"}})
-	case errors.Is(err, outlast.ErrUpstreamDown):
+	case errors.Is(err, outlast.ErrUpstreamDown), errors.Is(err, outlast.ErrRetryBudget):
 		// The admission controller judged that waiting would not fit:
 		// the upstream is down, its next chance too late for the
 		// deadline. Retry-After says when that chance is, if known.

@@ -107,7 +107,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Usage = func() { usage(fs, stderr) }
 	fs.IntVar(&c.Seeds, "seeds", c.Seeds, "number of seeds; results are their mean with a 95% interval")
 	fs.Uint64Var(&c.SeedBase, "seed", c.SeedBase, "first seed; the run uses seed … seed+seeds-1")
-	fs.StringVar(&c.Policies, "policies", "", "comma-separated policy names or name prefixes to run (default all)")
+	fs.StringVar(&c.Policies, "policies", "", "comma-separated policy names or name prefixes to run (default all); a comma followed by a space is part of a name, as in \"outlast, jitter\"")
 	fs.BoolVar(&c.JSON, "json", false, "print the results as JSON instead of a markdown table")
 	fs.StringVar(&c.SVG, "svg", c.SVG, "write the attempts/s chart here (empty: no chart)")
 	fs.IntVar(&c.Parallel, "parallel", 0, "simulations run at once (default GOMAXPROCS)")

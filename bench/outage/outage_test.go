@@ -218,3 +218,15 @@ func attemptsPerRequest(r simRun) map[int32]int {
 	}
 	return n
 }
+
+// A --policies filter splits at commas, not at the ", " inside names.
+func TestSelectPolicies(t *testing.T) {
+	var got []string
+	for _, p := range selectPolicies("outlast, admission,oracle") {
+		got = append(got, p.Name)
+	}
+	want := []string{"outlast, admission", "outlast, admission + budget"}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("selectPolicies(\"outlast, admission,oracle\") = %q, want %q (the oracle runs apart)", got, want)
+	}
+}

@@ -128,6 +128,7 @@ func policies() []policy {
 		{"outlast, jitter + gate", "outlast", "the same, and a per-client gate of ⌈K/clients⌉ slots", outlastGated},
 		{"outlast, admission", "outlast", "outlast, jitter, and an Admission per client (its limit ending at ⌈K/clients⌉)", outlastAdmission},
 		{"outlast, shared", "outlast", "outlast, jitter, with one Admission and one gate of K slots for all clients, as behind one gateway", outlastShared},
+		{"outlast, admission + budget", "outlast", "outlast, admission, and Admission.RetryBudget 0.1 per client", outlastBudget},
 	}
 }
 
@@ -383,6 +384,11 @@ func outlastAdmission(b build, rt http.RoundTripper) caller {
 	return outlastAdmitted(b, rt, b.jittered, nil, &outlast.Admission{MaxLimit: slots})
 }
 
+func outlastBudget(b build, rt http.RoundTripper) caller {
+	slots := (b.sc.Slots + b.sc.Clients - 1) / b.sc.Clients
+	return outlastAdmitted(b, rt, b.jittered, nil, &outlast.Admission{MaxLimit: slots, RetryBudget: 0.1})
+}
+
 func outlastShared(b build, rt http.RoundTripper) caller {
 	return outlastAdmitted(b, rt, b.jittered, b.shared.gate, b.shared.admission)
 }
@@ -396,12 +402,30 @@ func selectPolicies(filter string) []policy {
 	}
 	var out []policy
 	for _, p := range all {
-		for _, f := range strings.Split(filter, ",") {
-			if f = strings.TrimSpace(f); f != "" && strings.HasPrefix(p.Name, f) {
+		for _, f := range splitPolicies(filter) {
+			if f != "" && strings.HasPrefix(p.Name, f) {
 				out = append(out, p)
 				break
 			}
 		}
+	}
+	return out
+}
+
+// splitPolicies splits a --policies filter at its commas, but not at a
+// comma followed by a space, which policy names hold ("outlast, jitter"):
+// "outlast, jitter,oracle" is two names.
+func splitPolicies(filter string) []string {
+	var out []string
+	for _, part := range strings.Split(filter, ",") {
+		if n := len(out); n > 0 && strings.HasPrefix(part, " ") {
+			out[n-1] += "," + part
+			continue
+		}
+		out = append(out, part)
+	}
+	for i := range out {
+		out[i] = strings.TrimSpace(out[i])
 	}
 	return out
 }
