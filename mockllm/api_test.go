@@ -3,9 +3,12 @@ package mockllm_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -325,4 +328,47 @@ func TestBadBody(t *testing.T) {
 	if want := `{"error":{"message":"Bad Request","type":"invalid_request_error"},"type":"error"}`; resp.StatusCode != 400 || body != want {
 		t.Errorf("got %d %s, want 400 %s", resp.StatusCode, body, want)
 	}
+	if ra, ms := resp.Header.Get("Retry-After"), resp.Header.Get("Retry-After-Ms"); ra != "" || ms != "" {
+		t.Errorf("got Retry-After %q and Retry-After-Ms %q, want neither: a bad request is not asked to wait", ra, ms)
+	}
+}
+
+// With Capacity, completions past it get 429 at once, counted as
+// over-capacity, and Stats reports the peak generating at once.
+func TestCapacity(t *testing.T) {
+	// Logf is told of each model request once it has its place.
+	logged := make(chan string, 16)
+	s := &mockllm.Server{Capacity: 2, Chunks: 1, ChunkDelay: time.Hour, Logf: func(f string, a ...any) { logged <- fmt.Sprintf(f, a...) }}
+	if err := s.Start(""); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 2 { // two completions that hold the capacity until cancel
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(`{"stream":true}`))
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	<-logged // the two take their places; each waits an hour for its chunk
+	<-logged
+	resp, err := http.Post(s.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "" {
+		t.Errorf("a third completion: %d with Retry-After %q, want 429 without one", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	st := s.Stats()
+	if st.Peak != 2 || st.Paths["/v1/chat/completions"]["over-capacity"] != 1 {
+		t.Errorf("stats %+v, want a peak of 2 and 1 over-capacity", st)
+	}
+	cancel()
+	wg.Wait()
 }

@@ -40,6 +40,13 @@ type Server struct {
 	// GET /slots answers 501, as llama.cpp does without slots.
 	Slots int
 
+	// Capacity is how many completions the server generates at once, as
+	// a provider's capacity: a model request that would generate while
+	// Capacity others do gets 429 with the API's rate-limit error and no
+	// Retry-After, counted as "over-capacity", as an overloaded provider
+	// answers. It applies before Slots. Zero means no limit.
+	Capacity int
+
 	// Chunks is how many content chunks a response has: stream events,
 	// or parts of a body. Zero means 9.
 	Chunks int
@@ -79,6 +86,9 @@ type Server struct {
 	served chan struct{} // closed when srv.Serve returns
 	seq    atomic.Int64  // completions begun: their ids, and llama.cpp's tasks
 
+	generating atomic.Int64 // completions being generated, for Capacity
+	peak       atomic.Int64 // the most generating at once
+
 	mu       sync.Mutex // guards started, closed and the handlers' Add
 	started  bool
 	closed   bool
@@ -100,6 +110,10 @@ type Server struct {
 type Stats struct {
 	// Total is the number of model requests.
 	Total int `json:"total"`
+	// Generating counts the completions being generated now, and Peak
+	// the most at once since Start: what a provider's capacity bounds.
+	Generating int `json:"generating"`
+	Peak       int `json:"peak"`
 	// Paths maps each path to the number of requests per outcome.
 	Paths map[string]map[string]int `json:"paths"`
 }
@@ -182,7 +196,7 @@ func (s *Server) Close() {
 func (s *Server) Stats() Stats {
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
-	st := Stats{Total: s.total, Paths: make(map[string]map[string]int, len(s.paths))}
+	st := Stats{Total: s.total, Paths: make(map[string]map[string]int, len(s.paths)), Generating: int(s.generating.Load()), Peak: int(s.peak.Load())}
 	for p, o := range s.paths {
 		st.Paths[p] = maps.Clone(o)
 	}
@@ -297,8 +311,16 @@ func (s *Server) model(a api) http.HandlerFunc {
 		if x.generates() {
 			if err := x.parse(body); err != nil {
 				outcome = "400"
-				x.st = step{fault: faultStatus, status: http.StatusBadRequest, hasBody: true, body: string(a.errorBody(http.StatusBadRequest))}
+				x.st = statusStep(http.StatusBadRequest, a)
 				s.logf("mockllm: %s %s: %v", r.Method, r.URL.Path, err)
+			}
+		}
+		if x.generates() {
+			if !s.startGenerating() {
+				outcome = "over-capacity"
+				x.st = statusStep(http.StatusTooManyRequests, a)
+			} else {
+				defer s.generating.Add(-1)
 			}
 		}
 		s.count(r.URL.Path, outcome)
@@ -317,4 +339,26 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 
 func stepString(st step) string {
 	return Script{steps: []step{st}}.String()
+}
+
+// startGenerating takes a place among the completions being generated,
+// and reports false, taking none, if Capacity are already.
+func (s *Server) startGenerating() bool {
+	n := s.generating.Add(1)
+	if s.Capacity > 0 && n > int64(s.Capacity) {
+		s.generating.Add(-1)
+		return false
+	}
+	for {
+		p := s.peak.Load()
+		if n <= p || s.peak.CompareAndSwap(p, n) {
+			return true
+		}
+	}
+}
+
+// statusStep is a step of the server's own that answers status with the
+// API's error object and no delay headers.
+func statusStep(status int, a api) step {
+	return step{fault: faultStatus, status: status, hasBody: true, body: string(a.errorBody(status)), retryAfter: -1, retryAfterDate: -1, retryAfterMs: -1}
 }

@@ -39,6 +39,7 @@ func mockServer(args []string, stderr io.Writer) (srv *mockllm.Server, listen st
 	fs := flag.NewFlagSet("mock", flag.ContinueOnError)
 	addr := fs.String("listen", "127.0.0.1:8701", "the `address` to serve on")
 	slots := fs.Int("slots", 1, "requests served at once, like llama.cpp's --parallel; 0 for no limit")
+	capacity := fs.Int("capacity", 0, "completions generated at once, as a provider's capacity: one more gets 429 with no Retry-After; 0 for no limit")
 	script := fs.String("script", "", "the faults: a script `SPEC`, or a FILE with one step a line (empty: every request succeeds)")
 	chunks := fs.Int("chunks", 9, "content chunks in each response")
 	chunkDelay := fs.Duration("chunk-delay", 0, "the wait before each content chunk")
@@ -72,8 +73,8 @@ Flags:`)
 	if done, err := parseFlags(fs, args, stderr); done {
 		return nil, "", true, err
 	}
-	if *slots < 0 || *chunks < 0 || *chunkDelay < 0 {
-		return nil, "", true, fmt.Errorf("%w: mock: --slots, --chunks and --chunk-delay cannot be negative", ErrUsage)
+	if *slots < 0 || *capacity < 0 || *chunks < 0 || *chunkDelay < 0 {
+		return nil, "", true, fmt.Errorf("%w: mock: --slots, --capacity, --chunks and --chunk-delay cannot be negative", ErrUsage)
 	}
 	if err := checkListen(*addr); err != nil {
 		return nil, "", true, fmt.Errorf("%w: mock: --listen %q: %v", ErrUsage, *addr, err)
@@ -82,7 +83,7 @@ Flags:`)
 	if err != nil {
 		return nil, "", true, err
 	}
-	srv = &mockllm.Server{Script: sc, Slots: *slots, Chunks: *chunks, ChunkDelay: *chunkDelay, FromFirstRequest: *fromFirst}
+	srv = &mockllm.Server{Script: sc, Slots: *slots, Capacity: *capacity, Chunks: *chunks, ChunkDelay: *chunkDelay, FromFirstRequest: *fromFirst}
 	if !*quiet {
 		srv.Logf = lineLogger(stderr)
 	}
