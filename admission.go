@@ -12,7 +12,9 @@ import (
 )
 
 // ErrUpstreamDown is wrapped, with the last failure that the upstream gave
-// any request, by the error of a request that an [Admission] sends away
+// any request since it was last healthy (if it failed: a server's delay or
+// a spent rate limit holds a key too), by the error of a request that an
+// [Admission] sends away
 // while its upstream is down: the next chance to send it, a probe or the
 // server's not-before time, comes too late for its deadline less its
 // reserve. It is never retried: waiting has already been judged not to fit.
@@ -191,16 +193,36 @@ type admKey struct {
 	notBefore time.Time // the latest not-before time a server set
 	limit     float64   // Recovering: the limit of requests in flight
 	inFlight  int       // sent as the probe or under the limit, not yet released
+	probe     *admToken // Probing: the probe in flight
 	q         []*admWaiter
 	last      error // the last outage failure
 	timer     *time.Timer
 }
 
+// An arrival places a request in a key's queue: by when it arrived, its
+// first attempt's start, and among requests that arrived at the same
+// instant, by when each first reached a troubled key.
+type arrival struct {
+	at  time.Time
+	seq uint64 // 0 until the request first reaches a troubled key
+}
+
+// arrivals numbers requests as they first reach a troubled key.
+var arrivals atomic.Uint64
+
+// before reports whether a arrived before b.
+func (a arrival) before(b arrival) bool {
+	if !a.at.Equal(b.at) {
+		return a.at.Before(b.at)
+	}
+	return a.seq < b.seq
+}
+
 // admWaiter is one request waiting to be sent.
 type admWaiter struct {
-	seq   uint64    // its request's arrival, for the queue's order
-	bound time.Time // its deadline less its reserve; zero for none
-	ready chan struct{}
+	arrived arrival   // its request's, for the queue's order
+	bound   time.Time // its deadline less its reserve; zero for none
+	ready   chan struct{}
 	// Set under the lock before ready is closed.
 	tok *admToken
 	err error
@@ -247,23 +269,24 @@ func (a *Admission) probeWait(n int) time.Duration {
 	return d + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
-// arrivals numbers requests as they first reach an Admission, so that a
-// retry keeps the place its request's arrival gave it.
-var arrivals atomic.Uint64
-
-// admit lets a request's attempt be sent, or waits until it may be. seq is
-// the request's arrival (0 to take one now); bound is its deadline less its
+// admit lets a request's attempt be sent, or waits until it may be.
+// arrived is the request's arrival, set here if it is not yet: a retry
+// keeps the place its arrival gave it, even when its first attempt went
+// while the key was healthy; bound is its deadline less its
 // reserve, zero for none. A nil token with a nil error means the key is
 // healthy: nothing is held. waited is how long it waited; ahead is reported
 // once through queued if it must wait.
-func (a *Admission) admit(ctx context.Context, key string, seq *uint64, bound time.Time, queued func(ahead int)) (tok *admToken, waited time.Duration, err error) {
+func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bound time.Time, queued func(ahead int)) (tok *admToken, waited time.Duration, err error) {
 	if a.troubled.Load() == 0 {
 		return nil, 0, nil
 	}
-	if *seq == 0 {
-		*seq = arrivals.Add(1)
-	}
 	now := time.Now()
+	if arrived.at.IsZero() {
+		arrived.at = now
+	}
+	if arrived.seq == 0 {
+		arrived.seq = arrivals.Add(1)
+	}
 	var changes []transition
 	a.mu.Lock()
 	k := a.keys[key]
@@ -284,7 +307,7 @@ func (a *Admission) admit(ctx context.Context, key string, seq *uint64, bound ti
 		a.mu.Unlock()
 		return nil, 0, fmt.Errorf("outlast: admission %q: %w", key, ErrBusy)
 	}
-	w := &admWaiter{seq: *seq, bound: bound, ready: make(chan struct{})}
+	w := &admWaiter{arrived: *arrived, bound: bound, ready: make(chan struct{})}
 	ahead := k.enqueue(w) + k.inFlight
 	a.arm(k, now)
 	a.mu.Unlock()
@@ -309,7 +332,7 @@ func (a *Admission) admit(ctx context.Context, key string, seq *uint64, bound ti
 			if ctx.Err() != nil {
 				return nil, time.Since(now), ctx.Err()
 			}
-			return nil, time.Since(now), fmt.Errorf("%w: admission %q: no chance to send before the deadline's reserve (the last failure: %w)", ErrUpstreamDown, key, last)
+			return nil, time.Since(now), downError(key, "no chance to send before the deadline's reserve", last)
 		}
 		a.mu.Unlock()
 		if w.tok != nil && ctx.Err() != nil {
@@ -334,7 +357,8 @@ func (a *Admission) grantNow(k *admKey, now time.Time, changes *[]transition) *a
 		}
 		a.setState(k, Probing, changes)
 		k.inFlight++
-		return &admToken{a: a, k: k, probe: true}
+		k.probe = &admToken{a: a, k: k, probe: true}
+		return k.probe
 	case Recovering:
 		if k.inFlight >= int(k.limit) || now.Before(k.notBefore) {
 			return nil
@@ -345,18 +369,28 @@ func (a *Admission) grantNow(k *admKey, now time.Time, changes *[]transition) *a
 	return nil
 }
 
-// tooLate returns the error for a request that cannot wait: its key is
-// down, and the next chance to send comes after bound.
+// tooLate returns the error for a request that cannot wait: the next
+// chance to send comes after bound, a down key's next probe or a server's
+// not-before time for any key.
 func (a *Admission) tooLate(k *admKey, bound, now time.Time) error {
-	if bound.IsZero() || k.state == Probing || k.state == Recovering {
+	if bound.IsZero() {
 		return nil
 	}
-	next := k.nextChance(now)
+	next := k.nextChance(now) // a probing or recovering key's: a server's not-before time, if any
 	if !next.After(bound) {
 		return nil
 	}
-	return fmt.Errorf("%w: admission %q: the next chance to send, in %v, is after the deadline's reserve (the last failure: %w)",
-		ErrUpstreamDown, k.key, next.Sub(now).Round(time.Millisecond), k.last)
+	return downError(k.key, fmt.Sprintf("the next chance to send, in %v, is after the deadline's reserve", next.Sub(now).Round(time.Millisecond)), k.last)
+}
+
+// downError is the error of a request sent away from key: why, and the
+// last failure since the key was last healthy. A key held only by a
+// server's not-before time or a spent rate limit may have none.
+func downError(key, why string, last error) error {
+	if last == nil {
+		return fmt.Errorf("%w: admission %q: %s (the server asked to wait)", ErrUpstreamDown, key, why)
+	}
+	return fmt.Errorf("%w: admission %q: %s (the last failure: %w)", ErrUpstreamDown, key, why, last)
 }
 
 // nextChance returns when a down key may next send: its next probe, or
@@ -377,7 +411,7 @@ func (k *admKey) nextChance(now time.Time) time.Time {
 // arrivals.
 func (k *admKey) enqueue(w *admWaiter) int {
 	i := len(k.q)
-	for i > 0 && k.q[i-1].seq > w.seq {
+	for i > 0 && w.arrived.before(k.q[i-1].arrived) {
 		i--
 	}
 	k.q = append(k.q, nil)
@@ -422,8 +456,12 @@ func (a *Admission) wake(k *admKey) {
 	a.notify(changes)
 }
 
-// grantQueued hands out what k allows now to the front of its queue.
+// grantQueued hands out what k allows now to the front of its queue, after
+// sending away the waiters that cannot wait for the next chance.
 func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition) {
+	if k.state == Down || now.Before(k.notBefore) {
+		a.sendAway(k, now)
+	}
 	for len(k.q) > 0 {
 		var tok *admToken
 		switch k.state {
@@ -434,6 +472,7 @@ func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition)
 			}
 			a.setState(k, Probing, changes)
 			tok = &admToken{a: a, k: k, probe: true}
+			k.probe = tok
 		case Recovering:
 			if k.inFlight >= int(k.limit) {
 				return
@@ -452,7 +491,7 @@ func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition)
 		w.tok = tok
 		close(w.ready)
 	}
-	if k.state == Recovering && len(k.q) == 0 && (int(k.limit) >= a.maxLimit() || k.inFlight < int(k.limit)/2) {
+	if k.state == Recovering && len(k.q) == 0 && !now.Before(k.notBefore) && (int(k.limit) >= a.maxLimit() || k.inFlight < int(k.limit)/2) {
 		// The limit is reached, or no longer needed: nobody waits,
 		// and less than half of it is in use.
 		a.setState(k, Healthy, changes)
@@ -491,7 +530,7 @@ func (t *admToken) release() {
 		t.released = true
 		k := t.k
 		k.inFlight--
-		if t.probe && k.state == Probing {
+		if t == k.probe && k.state == Probing {
 			// The probe ended without a result (its caller gave up):
 			// the next waiter may probe at once.
 			a.setState(k, Down, &changes)
@@ -539,16 +578,16 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 			k.notBefore = nb
 		}
 	}
-	probe := tok != nil && tok.probe && tok.k == k && k.state == Probing
+	probe := tok != nil && tok == k.probe && k.state == Probing
 	switch {
 	case class == ClassNone || (!outage && !paced && class != ClassRateLimited):
 		// An answer: the upstream is up, whatever it thought of the
 		// request.
 		k.streak = 0
 		switch {
-		case probe, k.state == Down, k.state == Probing:
+		case probe, (k.state == Down || k.state == Probing) && !now.Before(k.notBefore) && pause == 0:
 			// The probe, or a request sent before the key went down,
-			// was answered.
+			// was answered; a server's not-before time still holds.
 			k.probes = 0
 			k.limit = float64(min(2, a.maxLimit()))
 			a.setState(k, Recovering, &changes)
@@ -593,21 +632,15 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 				a.setState(k, Down, &changes)
 			}
 		}
-		if k.state == Down {
-			a.sendAway(k, now)
-			a.arm(k, now)
-		}
 	}
-	if pause > 0 && class == ClassNone {
+	if pause > 0 && class == ClassNone && k.state != Probing {
 		// Answered, but with no request left until the limit's reset:
-		// the key holds until then, and a probe goes first.
-		k.nextProbe = k.notBefore
+		// the key holds until then, and a probe goes first. A probe in
+		// flight stays the probe, and a down key's probe schedule holds.
+		if k.state != Down || k.nextProbe.Before(k.notBefore) {
+			k.nextProbe = k.notBefore
+		}
 		a.setState(k, Down, &changes)
-		a.sendAway(k, now)
-		a.arm(k, now)
-	}
-	if probe && k.state != Probing {
-		tok.probe = false // the key's state moved on; release frees only the place
 	}
 	a.grantQueued(k, now, &changes)
 	a.mu.Unlock()
@@ -640,7 +673,7 @@ func (a *Admission) troubledKey(key string) *admKey {
 
 // forget drops a healthy key with nothing left to track.
 func (a *Admission) forget(k *admKey) {
-	if len(k.q) > 0 || k.inFlight > 0 || k.state != Healthy || k.streak > 0 {
+	if len(k.q) > 0 || k.inFlight > 0 || k.state != Healthy || k.streak > 0 || time.Now().Before(k.notBefore) {
 		return
 	}
 	if a.keys[k.key] == k {
@@ -656,6 +689,9 @@ func (a *Admission) forget(k *admKey) {
 func (a *Admission) setState(k *admKey, s UpstreamState, changes *[]transition) {
 	if k.state == s {
 		return
+	}
+	if k.state == Probing {
+		k.probe = nil // the probe's answer, if it comes, is an ordinary one
 	}
 	if a.OnState != nil {
 		*changes = append(*changes, transition{k.key, k.state, s})

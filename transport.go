@@ -196,7 +196,7 @@ type call struct {
 	sched schedule // the retry decisions; its zero value never retries
 	n     int      // the attempts made so far
 
-	seq     uint64                        // the request's arrival at an Admission, once it has waited
+	arrived arrival                       // the request's arrival, for an Admission's queue: its first attempt's start
 	last    error                         // the last attempt's failure, once one has failed
 	getBody func() (io.ReadCloser, error) // replays the body; nil when it cannot be
 	body    io.ReadCloser                 // the first attempt's body
@@ -243,6 +243,9 @@ func (c *call) attempt() (result, error) {
 	}
 	if active || c.retry { // the start is read by hooks, and by Window
 		res.at.Start = time.Now()
+		if c.arrived.at.IsZero() {
+			c.arrived.at = res.at.Start // an Admission keeps a retry's place by it
+		}
 	}
 	if active {
 		c.hooks.start(res.at)
@@ -317,7 +320,7 @@ func (c *call) admit(r *http.Request, at *Attempt) (*admToken, error) {
 		bound = bound.Add(-reserve)
 	}
 	hooks := c.hooks
-	tok, waited, err := a.admit(c.ctx, key, &c.seq, bound, func(n int) { hooks.queued(key, n) })
+	tok, waited, err := a.admit(c.ctx, key, &c.arrived, bound, func(n int) { hooks.queued(key, n) })
 	at.AdmissionWait, at.Probe = waited, tok != nil && tok.probe
 	return tok, err
 }
