@@ -38,6 +38,7 @@ var shapes = []struct{ name, doc string }{
 	{"capacity", "the provider serves K/4 at a time instead of K"},
 	{"headers", "an admitted attempt gets 200 headers, then its body breaks: not to be retried"},
 	{"layers", "as down, with every policy in two layers that both retry"},
+	{"storm", "as down, and every 429 or 503, in the outage or after, holds one of the K slots for 0.25 × median service"},
 }
 
 func defaultScenario() scenario {
@@ -81,6 +82,26 @@ func (s *scenario) attemptTimeout() time.Duration {
 	return 5 * s.Median
 }
 
+// rejectionCost is how long a rejection, a 429 or an outage 503, holds one
+// of the provider's K slots: a quarter of the median service time in the
+// storm shape, nothing in the others. A real overloaded server spends work
+// on the attempts it turns away (accepting, TLS, authentication, parsing,
+// logging), and that work competes with the attempts it serves. The answer
+// still comes after RejectAfter, as in down, so that the cost is all that
+// differs; the slot is held from the attempt's arrival. A rejection is made
+// and costs even when every slot is busy, so past K·4/median rejections a
+// second the rejections alone keep the provider full and nothing is
+// admitted: a retry storm that outlives its trigger, the metastable failure
+// of Bronson et al., "Metastable Failures in Distributed Systems", HotOS
+// 2021. A quarter is an assumption, fixed before any run: rejecting is
+// cheaper than serving, but not free.
+func (s *scenario) rejectionCost() time.Duration {
+	if s.Shape != "storm" {
+		return 0
+	}
+	return s.Median / 4
+}
+
 // config is one invocation: a scenario, the seeds, and the output.
 type config struct {
 	Scenario scenario
@@ -120,7 +141,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&s.Slots, "k", s.Slots, "the provider's requests in flight, K")
 	service := fs.String("service", "api", "service time: api (median 2s, σ 0.25) or llm (median 8s, σ 0.6)")
 	fs.StringVar(&s.RetryAfter, "retry-after", s.RetryAfter, "Retry-After on the outage 503: none, accurate (time to recovery), or a delay such as 1s or 60s")
-	fs.StringVar(&s.Shape, "shape", s.Shape, "failure shape: "+shapeNames())
+	fs.StringVar(&s.Shape, "shape", s.Shape, "failure shape: "+shapeNames()+"; storm makes each rejection cost a slot for 0.25 × median service, so that retries can keep the provider saturated after the outage (see Shapes below)")
 	fs.DurationVar(&s.Reserve, "reserve", 0, "outlast's reserve, and so the tuned peers' attempt budget (default 5 × median service, at most half the deadline)")
 	fs.DurationVar(&s.AttemptLimit, "attempt-timeout", 0, "per-attempt timeout of the tuned configurations in the hang shape (default 5 × median service)")
 	if err := fs.Parse(args); err != nil {

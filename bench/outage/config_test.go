@@ -33,6 +33,14 @@ func TestParseConfig(t *testing.T) {
 		{"llm with a rate", []string{"-service", "llm", "-rate", "20"}, false, func(c config) []string {
 			return want(c.Scenario.Rate == 20, "an explicit -rate was overridden")
 		}},
+		// The storm shape's rejections cost a quarter of the median
+		// service; the other shapes' cost nothing.
+		{"storm", []string{"-shape", "storm"}, false, func(c config) []string {
+			return want(c.Scenario.rejectionCost() == c.Scenario.Median/4, "a storm rejection does not cost median/4")
+		}},
+		{"down rejections are free", nil, false, func(c config) []string {
+			return want(c.Scenario.rejectionCost() == 0, "a down rejection costs a slot")
+		}},
 		// Bad values are usage errors, so main exits 2.
 		{"unknown shape", []string{"-shape", "meteor"}, true, nil},
 		{"fractional Retry-After", []string{"-retry-after", "1.5s"}, true, nil},

@@ -16,7 +16,8 @@ import (
 //
 // "Up" means outside the outage, except in the capacity shape, where the
 // oracle keeps using the K/4 slots left. In the brownout and headers shapes
-// it sends nothing during the outage, as a client that knew would not.
+// it sends nothing during the outage, as a client that knew would not. It
+// is never rejected, so in the storm shape it is as in down.
 func simulateOracle(sc *scenario, seed uint64) simRun {
 	o := oracle{
 		sc:  sc,

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"flag"
+	"io"
 	"math"
+	"net/http"
 	"runtime"
 	"slices"
 	"testing"
@@ -228,5 +231,85 @@ func TestSelectPolicies(t *testing.T) {
 	want := []string{"outlast, admission", "outlast, admission + budget"}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("selectPolicies(\"outlast, admission,oracle\") = %q, want %q (the oracle runs apart)", got, want)
+	}
+}
+
+// TestStorm checks that in the storm shape rejections cost the provider
+// capacity: a client that retries at once, with no wait, until its deadline
+// gets through the outage in the down shape, where its 429s are free and it
+// takes every slot that frees, but not in the storm shape, where its 429s
+// alone keep all K slots held long after the recovery. The scenario is the
+// default scaled down fourfold in K and load and threefold in time, so
+// that the storm's attempts stay few enough for -race; its utilization is
+// the default's.
+func TestStorm(t *testing.T) {
+	t.Parallel()
+	down := defaultScenario()
+	down.Slots, down.Rate, down.Clients = 20, 5, 10
+	down.OutageStart, down.Outage, down.Duration, down.Deadline = 10*time.Second, 10*time.Second, 60*time.Second, 20*time.Second
+	storm := down
+	storm.Shape = "storm"
+	pols := []policy{{Name: "hammer", client: hammer}}
+	rd := runPolicies(t, down, pols)["hammer"]
+	rs := runPolicies(t, storm, pols)["hammer"]
+	// Past the outage's end plus a deadline, every request stuck in the
+	// outage has failed: a storm then is kept up by new arrivals alone.
+	settled := down.OutageEnd() + down.Deadline
+	for i := range rd {
+		md, ms := measure(&down, rd[i]), measure(&storm, rs[i])
+		ad, as := successAfter(rd[i], settled), successAfter(rs[i], settled)
+		t.Logf("seed %d: success %.3f in down, %.3f in storm (%.3f and %.3f of arrivals after %v); %.0f and %.0f attempts per request",
+			rd[i].Seed, md.Success, ms.Success, ad, as, settled, md.Attempts, ms.Attempts)
+		// In down the provider serves at capacity from the recovery on,
+		// which is enough for the backlog and the new load.
+		if md.Success < 0.9 {
+			t.Errorf("seed %d: success %.3f in down, want at least 0.9", rd[i].Seed, md.Success)
+		}
+		// In storm the rejections crowd out the admissions: two thirds of
+		// the run's requests arrive after the recovery.
+		if ms.Success > md.Success-0.3 {
+			t.Errorf("seed %d: success %.3f in storm, %.3f in down; want storm at least 0.3 lower", rd[i].Seed, ms.Success, md.Success)
+		}
+		// And the storm outlives its trigger: metastable.
+		if as > ad/2 {
+			t.Errorf("seed %d: success of arrivals after %v %.3f in storm, %.3f in down; want storm below half of down", rd[i].Seed, settled, as, ad)
+		}
+	}
+}
+
+// successAfter is the success rate of the requests that arrived at or
+// after t.
+func successAfter(r simRun, t time.Duration) float64 {
+	n, ok := 0, 0
+	for _, q := range r.Requests {
+		if q.Arrival >= t {
+			n++
+			if q.OK {
+				ok++
+			}
+		}
+	}
+	return ratio(ok, n)
+}
+
+// hammer is a client that retries at once, with no wait, until its
+// request's deadline: a retry storm in one loop.
+func hammer(_ build, rt http.RoundTripper) caller {
+	return func(ctx context.Context) error {
+		for {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"chat/completions", http.NoBody)
+			if err != nil {
+				return err
+			}
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				return err // the deadline
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
@@ -33,7 +35,7 @@ type caller func(ctx context.Context) error
 // its own budget, gate and state, as separate processes would.
 type policy struct {
 	Name   string // the table's row
-	Group  string // baseline, defaults, matched, outlast or limit
+	Group  string // baseline, defaults, matched, peers' limits, outlast or limit
 	Config string // the configuration, in one line
 	client func(b build, rt http.RoundTripper) caller
 }
@@ -109,6 +111,9 @@ func attemptBudget(sc *scenario, p *outlast.Policy) int {
 	}
 }
 
+// longestWait is outlast's longest wait, the tuned peers' longest too.
+func (b build) longestWait() time.Duration { return b.outlast.Waits[len(b.outlast.Waits)-1] }
+
 // policies returns every policy of the comparison, in the table's order.
 func policies() []policy {
 	return []policy{
@@ -123,6 +128,9 @@ func policies() []policy {
 		{"go-retryablehttp, matched", "matched", "outlast's budget; 2 s doubling to outlast's longest wait", retryableMatched},
 		{"failsafe-go, matched", "matched", "outlast's budget; WithBackoff(2 s, outlast's longest wait)", failsafeMatched},
 		{"backoff/v5, matched", "matched", "outlast's budget as WithMaxTries; 2 s ×2 ±50 % to outlast's longest wait", backoffMatched},
+		{"failsafe-go, breaker + retry", "peers' limits", "failsafe-go, matched, around a circuitbreaker per client: an error, 429 or 5xx fails; WithFailureThresholdRatio(3, 5), WithDelay(30 s), Retry-After as the delay", failsafeBreaker},
+		{"failsafe-go, adaptive limiter + retry", "peers' limits", "failsafe-go, matched, around an adaptivelimiter per client: WithLimits(1, 100, 20), WithRecentWindow(1 s, 30 s, 50), WithBaselineWindow(10), WithQueueing(2, 3)", failsafeLimiter},
+		{"openai-go, WithMaxRetryDelay", "peers' limits", "openai-go, matched, with WithMaxRetryDelay(outlast's longest wait): a longer Retry-After ends the retries", openaiMaxDelay},
 		{"outlast", "outlast", "seed 000 scaled to the deadline: waits from 2 s doubling, reserve 5 × median service", outlastPlain},
 		{"outlast, jitter", "outlast", "the same, Jitter{Spread: 0.25}, Retry-After only lengthened", outlastJitter},
 		{"outlast, jitter + gate", "outlast", "the same, and a per-client gate of ⌈K/clients⌉ slots", outlastGated},
@@ -139,7 +147,7 @@ const oracleName = "oracle (limit)"
 
 const baseURL = "http://api.sim/v1/"
 
-func newOpenAI(hc *http.Client, retries int, perAttempt time.Duration) openai.Client {
+func newOpenAI(hc *http.Client, retries int, perAttempt time.Duration, extra ...option.RequestOption) openai.Client {
 	opts := []option.RequestOption{
 		option.WithBaseURL(baseURL),
 		option.WithAPIKey("sk-sim"),
@@ -151,7 +159,7 @@ func newOpenAI(hc *http.Client, retries int, perAttempt time.Duration) openai.Cl
 	if perAttempt > 0 {
 		opts = append(opts, option.WithRequestTimeout(perAttempt))
 	}
-	return openai.NewClient(opts...)
+	return openai.NewClient(append(opts, extra...)...)
 }
 
 func chat(c openai.Client) caller {
@@ -215,6 +223,16 @@ func openaiMatched(b build, rt http.RoundTripper) caller {
 	return chat(newOpenAI(sdkTransport(b, rt, true), b.attempts-1, b.timeout))
 }
 
+// openaiMaxDelay is openai-go's own limit on waiting: WithMaxRetryDelay
+// caps its backoff and, unlike the default's two minutes, refuses a
+// Retry-After longer than the cap, returning the error at once rather than
+// retrying before the server allows (option.WithMaxRetryDelay, v3.98.0).
+// The cap is outlast's longest wait, the most the matched rows ever wait.
+func openaiMaxDelay(b build, rt http.RoundTripper) caller {
+	maxDelay := option.WithMaxRetryDelay(b.longestWait())
+	return chat(newOpenAI(sdkTransport(b, rt, true), b.attempts-1, b.timeout, maxDelay))
+}
+
 func anthropicDefaults(b build, rt http.RoundTripper) caller {
 	return message(newAnthropic(sdkTransport(b, rt, false), defaultRetries, 0))
 }
@@ -231,7 +249,7 @@ func retryable(b build, rt http.RoundTripper, matched bool) *retryablehttp.Clien
 	c.HTTPClient = &http.Client{Transport: rt}
 	if matched {
 		c.RetryMax = b.attempts - 1
-		c.RetryWaitMin, c.RetryWaitMax = 2*time.Second, b.outlast.Waits[len(b.outlast.Waits)-1]
+		c.RetryWaitMin, c.RetryWaitMax = 2*time.Second, b.longestWait()
 		c.HTTPClient.Timeout = b.timeout
 	}
 	return c
@@ -250,14 +268,23 @@ func retryableMatched(b build, rt http.RoundTripper) caller  { return retryableS
 // failsafe-go's failsafehttp, as the SDK's transport with the SDK's retries
 // off.
 
-func failsafeStack(b build, rt http.RoundTripper, matched bool) caller {
+// failsafeStack builds each layer's policies: the retry policy outermost,
+// then what inner builds, if not nil, then the per-attempt timeout, in
+// the order failsafe-go's docs recommend (policies.md, "Composition
+// Recommendations": retry, then circuit breaker or limiter, then timeout).
+// inner is called once per layer, so that each client process, and each
+// layer of it, has its own breaker or limiter.
+func failsafeStack(b build, rt http.RoundTripper, matched bool, inner func() failsafe.Policy[*http.Response]) caller {
 	for range b.layers {
 		rp := failsafehttp.NewRetryPolicyBuilder()
 		ps := []failsafe.Policy[*http.Response]{}
 		if matched {
-			rp = rp.WithMaxRetries(b.attempts-1).WithBackoff(2*time.Second, b.outlast.Waits[len(b.outlast.Waits)-1])
+			rp = rp.WithMaxRetries(b.attempts-1).WithBackoff(2*time.Second, b.longestWait())
 		}
 		ps = append(ps, rp.Build())
+		if inner != nil {
+			ps = append(ps, inner())
+		}
 		if matched && b.timeout > 0 {
 			// Inside the retry policy, so that it bounds each attempt.
 			ps = append(ps, timeout.New[*http.Response](b.timeout))
@@ -269,8 +296,61 @@ func failsafeStack(b build, rt http.RoundTripper, matched bool) caller {
 
 var _ retrypolicy.Builder[*http.Response] = failsafehttp.NewRetryPolicyBuilder()
 
-func failsafeDefaults(b build, rt http.RoundTripper) caller { return failsafeStack(b, rt, false) }
-func failsafeMatched(b build, rt http.RoundTripper) caller  { return failsafeStack(b, rt, true) }
+func failsafeDefaults(b build, rt http.RoundTripper) caller { return failsafeStack(b, rt, false, nil) }
+func failsafeMatched(b build, rt http.RoundTripper) caller  { return failsafeStack(b, rt, true, nil) }
+
+func failsafeBreaker(b build, rt http.RoundTripper) caller {
+	return failsafeStack(b, rt, true, newBreaker)
+}
+
+func failsafeLimiter(b build, rt http.RoundTripper) caller {
+	return failsafeStack(b, rt, true, newLimiter)
+}
+
+// newBreaker is failsafe-go's circuit breaker as its docs configure one
+// for HTTP. A breaker's HandleIf replaces its default of failing on any
+// error, so the condition keeps that and adds the overload answers, 429
+// (http.md, "Handling Retry-After") and the 5xx that failsafehttp's retry
+// policy also retries. The thresholds are circuit-breaker.md's examples:
+// open when 3 of the last 5 attempts failed, half-open after 30 s, or
+// after the Retry-After of the answer that opened it (failsafehttp's
+// DelayFunc; without one the fixed delay holds). While it is open, each
+// attempt fails with circuitbreaker.ErrOpen without reaching the
+// provider, and the retry policy outside it retries that as any error.
+func newBreaker() failsafe.Policy[*http.Response] {
+	return circuitbreaker.NewBuilder[*http.Response]().
+		HandleIf(overloaded).
+		WithFailureThresholdRatio(3, 5).
+		WithDelay(30 * time.Second).
+		WithDelayFunc(failsafehttp.DelayFunc).
+		Build()
+}
+
+// overloaded reports whether an attempt failed: an error, a 429, or a 5xx
+// other than 501, the answers failsafehttp's retry policy retries.
+func overloaded(resp *http.Response, err error) bool {
+	if err != nil {
+		return true
+	}
+	code := resp.StatusCode
+	return code == http.StatusTooManyRequests || (code >= 500 && code != http.StatusNotImplemented)
+}
+
+// newLimiter is failsafe-go's adaptive concurrency limiter as
+// adaptive-limiter.md's "Basic Usage" configures it: limits 1 to 100
+// starting at 20, a recent window of 1 s to 30 s and at least 50 samples,
+// a baseline window of 10, and queueing from 2 × the limit, rejecting all
+// past 3 ×. A queued attempt waits for a permit until its request's
+// context ends; a rejected one fails with adaptivelimiter.ErrExceeded,
+// which the retry policy outside it retries.
+func newLimiter() failsafe.Policy[*http.Response] {
+	return adaptivelimiter.NewBuilder[*http.Response]().
+		WithLimits(1, 100, 20).
+		WithRecentWindow(time.Second, 30*time.Second, 50).
+		WithBaselineWindow(10).
+		WithQueueing(2, 3).
+		Build()
+}
 
 // cenkalti/backoff v5, around the SDK call with the SDK's retries off,
 // classifying errors as its README's example does.
@@ -292,7 +372,7 @@ func backoffLayer(b build, call caller, matched bool) caller {
 		if matched {
 			eb := backoff.NewExponentialBackOff()
 			eb.InitialInterval, eb.Multiplier = 2*time.Second, 2
-			eb.MaxInterval = b.outlast.Waits[len(b.outlast.Waits)-1]
+			eb.MaxInterval = b.longestWait()
 			opts = append(opts, backoff.WithBackOff(eb), backoff.WithMaxTries(uint(b.attempts)))
 		}
 		op := func() (struct{}, error) {

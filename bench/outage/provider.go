@@ -51,11 +51,11 @@ type provider struct {
 	t0     time.Time // the run's start, in the bubble's clock
 	raNow  bool      // Retry-After: the time to recovery
 	raWait time.Duration
-	busy   sync.WaitGroup // admitted attempts still in service
+	busy   sync.WaitGroup // admitted attempts still in service, and rejections still costing a slot
 
 	mu       sync.Mutex // guards the fields below
 	rng      *rand.Rand // service times and brownout draws, in admission order
-	inFlight int
+	inFlight int        // slots held: admitted attempts, and in the storm shape rejections
 	records  []attemptRecord
 }
 
@@ -100,7 +100,7 @@ func (p *provider) arrive(req, client int) *ticket {
 	slots := p.sc.Slots
 	if p.inOutage(now) {
 		switch p.sc.Shape {
-		case "down", "layers":
+		case "down", "layers", "storm":
 			t.outcome = unavailable
 		case "hang":
 			t.outcome = hung
@@ -118,11 +118,33 @@ func (p *provider) arrive(req, client int) *ticket {
 		t.outcome = throttled
 	}
 	rec.Outcome = t.outcome
-	if t.outcome == served || t.outcome == broken {
+	switch t.outcome {
+	case served, broken:
 		p.admit(t, &rec)
+	case throttled, unavailable:
+		p.reject()
 	}
 	p.records = append(p.records, rec)
 	return t
+}
+
+// reject makes a rejection hold a slot for the scenario's rejection cost,
+// which is zero except in the storm shape. It takes the slot even when all
+// K are held, so that a storm of rejections can crowd out admissions; the
+// rejection is not admitted, and so not billed. p.mu is held.
+func (p *provider) reject() {
+	cost := p.sc.rejectionCost()
+	if cost <= 0 {
+		return
+	}
+	p.inFlight++
+	p.busy.Add(1)
+	time.AfterFunc(cost, func() {
+		p.mu.Lock()
+		p.inFlight--
+		p.mu.Unlock()
+		p.busy.Done()
+	})
 }
 
 // admit takes a slot for t and starts its service. p.mu is held.
