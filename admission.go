@@ -124,8 +124,10 @@ type Admission struct {
 	MaxLimit int
 
 	// OnState, if not nil, is called when a key's state changes, without
-	// a lock held, in the goroutine that changed it.
-	OnState func(key string, from, to UpstreamState)
+	// a lock held, in the goroutine that changed it, with the time of the
+	// change: changes made by different goroutines may be told out of
+	// order, but at orders them.
+	OnState func(key string, from, to UpstreamState, at time.Time)
 
 	// RetryBudget, if above zero, throttles retries as gRPC's retry
 	// throttling does (gRFC A6), for all keys together: a bucket of 10
@@ -242,6 +244,7 @@ type admToken struct {
 type transition struct {
 	key      string
 	from, to UpstreamState
+	at       time.Time
 }
 
 func (a *Admission) downAfter() int { return cmpOr(a.DownAfter, DefaultDownAfter) }
@@ -694,7 +697,7 @@ func (a *Admission) setState(k *admKey, s UpstreamState, changes *[]transition) 
 		k.probe = nil // the probe's answer, if it comes, is an ordinary one
 	}
 	if a.OnState != nil {
-		*changes = append(*changes, transition{k.key, k.state, s})
+		*changes = append(*changes, transition{k.key, k.state, s, time.Now()})
 	}
 	k.state = s
 }
@@ -702,7 +705,7 @@ func (a *Admission) setState(k *admKey, s UpstreamState, changes *[]transition) 
 // notify calls OnState for each change, with no lock held.
 func (a *Admission) notify(changes []transition) {
 	for _, c := range changes {
-		a.OnState(c.key, c.from, c.to)
+		a.OnState(c.key, c.from, c.to, c.at)
 	}
 }
 

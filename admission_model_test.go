@@ -485,12 +485,12 @@ type stateLog struct {
 	events []stateEvent
 }
 
-func (l *stateLog) record(key string, from, to outlast.UpstreamState) {
+func (l *stateLog) record(key string, from, to outlast.UpstreamState, at time.Time) {
 	// OnState is called without the Admission's lock.
 	after := l.a.State(modelKey)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.events = append(l.events, stateEvent{time.Now(), key, from, to, after})
+	l.events = append(l.events, stateEvent{at, key, from, to, after})
 }
 
 // modelKey is the key of every request: the host of send1's URL.

@@ -280,7 +280,7 @@ func TestAdmissionPacedRecovery(t *testing.T) {
 		u := &upstream{up: start.Add(10 * time.Second), service: time.Second}
 		var states []string
 		var mu sync.Mutex
-		a := &outlast.Admission{MaxLimit: 8, OnState: func(key string, from, to outlast.UpstreamState) {
+		a := &outlast.Admission{MaxLimit: 8, OnState: func(key string, from, to outlast.UpstreamState, _ time.Time) {
 			mu.Lock()
 			states = append(states, to.String())
 			mu.Unlock()

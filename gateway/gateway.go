@@ -322,9 +322,9 @@ func (g *Gateway) watch(up *upstream) {
 		return
 	}
 	prev, name := a.OnState, up.Name
-	a.OnState = func(key string, from, to outlast.UpstreamState) {
+	a.OnState = func(key string, from, to outlast.UpstreamState, at time.Time) {
 		if prev != nil {
-			prev(key, from, to)
+			prev(key, from, to, at)
 		}
 		level := slog.LevelInfo
 		if to == outlast.Down && from != outlast.Probing {
@@ -332,7 +332,7 @@ func (g *Gateway) watch(up *upstream) {
 		}
 		g.logger.Log(context.Background(), level, "outlast: upstream state", "upstream", name, "from", from.String(), "to", to.String())
 		if o := g.cfg.Observer.UpstreamState; o != nil {
-			o(record.StateChange{Upstream: name, At: time.Now(), From: from, To: to})
+			o(record.StateChange{Upstream: name, At: at, From: from, To: to})
 		}
 	}
 }

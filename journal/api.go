@@ -24,12 +24,17 @@ import (
 //	GET /outlast/runs/{run}
 //	    a run's requests and their attempts, oldest first: each failure,
 //	    the wait that followed and the next attempt
+//	GET /outlast/upstreams/states?upstream=&since=&limit=
+//	    the newest changes of the upstreams' admission states, newest
+//	    last: when each went down, was probed, recovered and was healthy
 //
 // A list of requests is always an object with the list under "requests":
 // {"requests": […], "next": "…"} for a page, where next is the cursor of
 // the next page and is left out after the last one, and {"run": "…",
 // "requests": […]} for a run. A request is the record's JSON form (see
-// package record).
+// package record). State changes are {"states": [{"upstream": "…", "at":
+// "…", "from": "down", "to": "probing"}, …]}, at in the record's form of
+// a time.
 //
 // Errors are the gateway's own, in one shape: an Outlast-Error header
 // naming the kind and {"type":"error","error":{"type":"outlast_KIND",
@@ -49,6 +54,8 @@ func (a *API) Endpoints() map[string]http.Handler {
 		"requests":  http.HandlerFunc(a.list),
 		"requests/": http.HandlerFunc(a.get),
 		"runs/":     http.HandlerFunc(a.run),
+		// Under upstreams/, which leaves room for more of an upstream.
+		"upstreams/states": http.HandlerFunc(a.states),
 	}
 }
 
@@ -102,6 +109,43 @@ func (a *API) run(w http.ResponseWriter, r *http.Request) {
 	}{run, recs})
 }
 
+func (a *API) states(w http.ResponseWriter, r *http.Request) {
+	if !a.ready(w, r) {
+		return
+	}
+	q, err := parseStateQuery(r.URL.Query())
+	if err != nil {
+		apierr.Write(w, http.StatusBadRequest, apierr.Invalid, err.Error())
+		return
+	}
+	changes, err := a.Store.States(r.Context(), q)
+	if err != nil {
+		a.storeError(w, err)
+		return
+	}
+	out := struct {
+		States []stateJSON `json:"states"`
+	}{make([]stateJSON, len(changes))}
+	for i, c := range changes {
+		out.States[i] = stateJSON{
+			Upstream: c.Upstream,
+			At:       string(appendTime(nil, c.At)),
+			From:     c.From.String(),
+			To:       c.To.String(),
+		}
+	}
+	writeJSON(w, out)
+}
+
+// stateJSON is a state change's JSON form: its time as the record's JSON
+// writes times, its states by name.
+type stateJSON struct {
+	Upstream string `json:"upstream"`
+	At       string `json:"at"`
+	From     string `json:"from"`
+	To       string `json:"to"`
+}
+
 // ready answers for a journal that is off or a method other than GET.
 func (a *API) ready(w http.ResponseWriter, r *http.Request) bool {
 	switch {
@@ -152,13 +196,49 @@ func parseQuery(v url.Values) (Query, error) {
 		q.Since = t
 	}
 	if s := v.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > MaxLimit {
-			return q, fmt.Errorf("outlast: limit %q: want a whole number from 1 to %d", s, MaxLimit)
+		n, err := parseLimit(s)
+		if err != nil {
+			return q, err
 		}
 		q.Limit = n
 	}
 	return q, nil
+}
+
+// parseStateQuery reads States' parameters, naming the one that is wrong.
+func parseStateQuery(v url.Values) (StateQuery, error) {
+	q := StateQuery{Upstream: v.Get("upstream")}
+	for key := range v {
+		switch key {
+		case "upstream", "since", "limit":
+		default:
+			return q, fmt.Errorf("outlast: unknown query parameter %q (want upstream, since or limit)", key)
+		}
+	}
+	if s := v.Get("since"); s != "" {
+		t, err := parseSince(s)
+		if err != nil {
+			return q, fmt.Errorf("outlast: since %q: want an RFC 3339 time or a duration ago such as 15m", s)
+		}
+		q.Since = t
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := parseLimit(s)
+		if err != nil {
+			return q, err
+		}
+		q.Limit = n
+	}
+	return q, nil
+}
+
+// parseLimit reads a limit parameter.
+func parseLimit(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > MaxLimit {
+		return 0, fmt.Errorf("outlast: limit %q: want a whole number from 1 to %d", s, MaxLimit)
+	}
+	return n, nil
 }
 
 // parseSince reads an RFC 3339 time, or a duration before now.

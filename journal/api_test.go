@@ -3,12 +3,14 @@ package journal_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -175,5 +177,209 @@ func getJSON(t *testing.T, url string, status int, v any) {
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("GET %s: %v in %s", url, err, b)
+	}
+}
+
+// apiGateway serves api's endpoints behind a gateway whose one upstream
+// is never asked, and returns its URL.
+func apiGateway(t *testing.T, api *journal.API) string {
+	t.Helper()
+	u, _ := url.Parse("http://127.0.0.1:1")
+	g, err := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{{Name: "up", URL: u}},
+		Logger:    slog.New(slog.DiscardHandler),
+		Endpoints: api.Endpoints(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewServer(g)
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+// The upstreams' state changes are served newest last, selected by
+// upstream, since and limit, in the record's form of a time; bad
+// parameters are refused by name, as the requests' are.
+func TestAPIStates(t *testing.T) {
+	t.Parallel()
+	s := open(t, sqliteBackend.fresh(t))
+	writeStates(t, s, append(outage("anthropic"), outage("openai")...)...)
+	base := apiGateway(t, &journal.API{Store: s})
+
+	resp, err := http.Get(base + "/outlast/upstreams/states?upstream=openai&limit=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := `{
+  "states": [
+    {
+      "upstream": "openai",
+      "at": "2025-03-14T15:09:29.535Z",
+      "from": "probing",
+      "to": "recovering"
+    },
+    {
+      "upstream": "openai",
+      "at": "2025-03-14T15:09:30.535Z",
+      "from": "recovering",
+      "to": "healthy"
+    }
+  ]
+}
+`
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || string(body) != want {
+		t.Errorf("got %d %q:\n%s\nwant 200 application/json:\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), body, want)
+	}
+
+	type states struct {
+		States []struct{ Upstream, At, From, To string } `json:"states"`
+	}
+	for _, c := range []struct {
+		query string
+		want  []string // upstream>to, in order
+	}{
+		// Every upstream's, oldest first.
+		{"", []string{"anthropic>down", "openai>down", "anthropic>probing", "openai>probing", "anthropic>down", "anthropic>probing",
+			"openai>down", "openai>probing", "anthropic>recovering", "openai>recovering", "anthropic>healthy", "openai>healthy"}},
+		// Since, as an RFC 3339 time, is inclusive.
+		{"upstream=anthropic&since=2025-03-14T15:09:29.535Z", []string{"anthropic>recovering", "anthropic>healthy"}},
+		// Since as a duration ago: these changes are long past.
+		{"since=1h", nil},
+		// An upstream with no changes: an empty list, never null.
+		{"upstream=nobody", nil},
+	} {
+		var got states
+		getJSON(t, base+"/outlast/upstreams/states?"+c.query, 200, &got)
+		var names []string
+		for _, x := range got.States {
+			names = append(names, x.Upstream+">"+x.To)
+		}
+		if got.States == nil || fmt.Sprint(names) != fmt.Sprint(c.want) {
+			t.Errorf("%q: got %v (nil: %v), want %v", c.query, names, got.States == nil, c.want)
+		}
+	}
+
+	for _, c := range []struct{ query, names string }{
+		{"limit=0", "limit"},
+		{"limit=1001", "limit"},
+		{"limit=x", "limit"},
+		{"since=yesterday", "since"},
+		{"status=200", "status"},
+	} {
+		var e struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		getJSON(t, base+"/outlast/upstreams/states?"+c.query, 400, &e)
+		if !strings.Contains(e.Error.Message, c.names) {
+			t.Errorf("%s: got error %q, want one naming %s", c.query, e.Error.Message, c.names)
+		}
+	}
+	resp, err = http.Post(base+"/outlast/upstreams/states", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 405 || resp.Header.Get("Outlast-Error") != "method" {
+		t.Errorf("POST: got %d %q, want 405 method", resp.StatusCode, resp.Header.Get("Outlast-Error"))
+	}
+	var e struct {
+		Error struct{ Message string } `json:"error"`
+	}
+	getJSON(t, apiGateway(t, &journal.API{})+"/outlast/upstreams/states", 404, &e)
+	if !strings.Contains(e.Error.Message, "journal is off") {
+		t.Errorf("with the journal off: got %q, want it said", e.Error.Message)
+	}
+}
+
+// An outage through a gateway with an Admission reaches the journal: the
+// upstream's states as it went down, was probed and came back, and the
+// request's attempts, the probe marked with its wait for the upstream.
+func TestAPIAdmissionThroughGateway(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) <= 3 {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	defer up.Close()
+	store := open(t, sqliteBackend.fresh(t))
+	w := journal.NewWriter(store, journal.WriterConfig{FlushInterval: time.Millisecond, Logger: quiet})
+	u, _ := url.Parse(up.URL)
+	// The gateway tells of a change after the admission's lock is let
+	// go, from the goroutine that made it: the probe's start, from the
+	// admission's timer, may be told after the probe's answer.
+	done, changed := make(chan struct{}, 1), make(chan struct{}, 64)
+	g, err := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{{
+			Name: "up", URL: u,
+			Policy: &outlast.Policy{Waits: []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond}},
+			// The third 503 marks it down; the probe goes 20 ms later.
+			Admission: &outlast.Admission{DownAfter: 3, ProbeWaits: []time.Duration{20 * time.Millisecond}},
+		}},
+		Logger: slog.New(slog.DiscardHandler),
+		// The journal's observer has the record, and each change, when
+		// these hear of them.
+		Observer: record.Observers(journal.Observer(w, journal.ObserverConfig{}), record.Observer{
+			Done:          func(*record.Request) { done <- struct{}{} },
+			UpstreamState: func(record.StateChange) { changed <- struct{}{} },
+		}),
+		Endpoints: (&journal.API{Store: store}).Endpoints(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewServer(g)
+	defer s.Close()
+
+	resp, err := http.Post(s.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	id := resp.Header.Get("Outlast-Request-Id")
+	<-done
+	for range 4 { // down, probing, recovering, healthy
+		<-changed
+	}
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	var got struct {
+		States []struct{ Upstream, At, From, To string } `json:"states"`
+	}
+	getJSON(t, s.URL+"/outlast/upstreams/states?upstream=up", 200, &got)
+	var path []string
+	for i, c := range got.States {
+		path = append(path, c.From+">"+c.To)
+		if i > 0 && c.At < got.States[i-1].At {
+			t.Errorf("states: %s at %s comes after %s, later", path[i], c.At, got.States[i-1].At)
+		}
+	}
+	// By the time each was told, which may swap the probe's start and its
+	// answer (see above): the changes, in whatever order.
+	slices.Sort(path)
+	if want := "[down>probing healthy>down probing>recovering recovering>healthy]"; fmt.Sprint(path) != want {
+		t.Errorf("states: got %v, want %s", path, want)
+	}
+	var rec record.Request
+	getJSON(t, s.URL+"/outlast/requests/"+id, 200, &rec)
+	if resp.StatusCode != 200 || len(rec.Attempts) != 4 {
+		t.Fatalf("got %d with %d attempts, want 200 after 4", resp.StatusCode, len(rec.Attempts))
+	}
+	for i, a := range rec.Attempts[:3] {
+		if a.Probe || a.AdmissionWait != 0 {
+			t.Errorf("attempt %d, sent while healthy: got probe %v, wait %v; want neither", i+1, a.Probe, a.AdmissionWait)
+		}
+	}
+	if p := rec.Attempts[3]; !p.Probe || p.AdmissionWait <= 0 || p.Status != 200 {
+		t.Errorf("attempt 4: got probe %v, wait %v, status %d; want the probe, after a wait, answered 200", p.Probe, p.AdmissionWait, p.Status)
 	}
 }

@@ -19,7 +19,8 @@ import (
 // A dialect is what differs between the two databases; the SQL itself is
 // shared.
 type dialect struct {
-	// types maps the schema's placeholders {time}, {json} and {bool} to
+	// types maps the schema's placeholders {time}, {json}, {bool} and
+	// {serial} (a primary key that numbers rows as they are inserted) to
 	// the database's types.
 	types *strings.Replacer
 	// numbered says bind parameters are numbered ($1); otherwise they
@@ -44,7 +45,9 @@ type dialect struct {
 }
 
 var sqliteDialect = &dialect{
-	types: strings.NewReplacer("{time}", "TEXT", "{json}", "TEXT", "{bool}", "INTEGER"),
+	// {serial}: an INTEGER PRIMARY KEY is the rowid, which an insert that
+	// leaves it out sets to one more than the largest.
+	types: strings.NewReplacer("{time}", "TEXT", "{json}", "TEXT", "{bool}", "INTEGER", "{serial}", "INTEGER PRIMARY KEY"),
 	// Anonymous parameters, because the driver looks a numbered one's
 	// name up in a list for each argument: quadratic in a batch's
 	// thousands of arguments.
@@ -68,7 +71,8 @@ var sqliteDialect = &dialect{
 }
 
 var postgresDialect = &dialect{
-	types:    strings.NewReplacer("{time}", "TIMESTAMPTZ", "{json}", "JSONB", "{bool}", "BOOLEAN"),
+	types: strings.NewReplacer("{time}", "TIMESTAMPTZ", "{json}", "JSONB", "{bool}", "BOOLEAN",
+		"{serial}", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"),
 	numbered: true,
 	// Multi-row statements: each statement is a round trip.
 	rowsPerInsert: 500,

@@ -1,7 +1,9 @@
 // Package journal is the gateway's durable record: one record.Request per
 // request, with one record.Attempt per try at it, so that anyone reading a
 // run later sees each failure, the wait that followed and the next
-// attempt.
+// attempt; and each change of an upstream's admission state (a
+// record.StateChange), so that the same reader sees when the upstream
+// went down, was probed and came back.
 //
 // A [Store] keeps the records. [Open] makes one from a spec:
 //   - "sqlite:PATH", an embedded SQLite database (pure Go, no cgo), the
@@ -35,5 +37,5 @@
 // crash loses what it held, which is at most [WriterConfig.Size] records
 // and at most [WriterConfig.FlushInterval] of them.
 //
-// A [Keeper] deletes old records on a schedule.
+// A [Keeper] deletes old records and state changes on a schedule.
 package journal

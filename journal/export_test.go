@@ -37,3 +37,7 @@ func MigrateTo(ctx context.Context, db *sql.DB, name string, version int) error 
 	}
 	return tx.Commit()
 }
+
+// UnknownState is what a state's name that this version does not know
+// reads as.
+const UnknownState = unknownState

@@ -16,6 +16,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the driver "pgx", to look under the Store
 	"go.uber.org/goleak"
 
+	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/internal/recordtest"
 	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/record"
@@ -246,4 +247,16 @@ func stored(r record.Request) record.Request {
 		r.Attempts = nil
 	}
 	return r
+}
+
+// change returns an upstream's state change at at.
+func change(upstream string, at time.Time, from, to outlast.UpstreamState) record.StateChange {
+	return record.StateChange{Upstream: upstream, At: at, From: from, To: to}
+}
+
+// storedChange returns c as a Store gives it back: its time cut to the
+// millisecond, in UTC.
+func storedChange(c record.StateChange) record.StateChange {
+	c.At = c.At.UTC().Truncate(time.Millisecond)
+	return c
 }

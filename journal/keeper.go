@@ -10,9 +10,10 @@ import (
 // Interval is zero.
 const DefaultPruneInterval = time.Hour
 
-// A Keeper deletes the records of requests older than Keep, now and then
-// every Interval. The zero Keeper keeps everything. Its fields must not
-// change while Run runs.
+// A Keeper deletes the records of requests older than Keep, and the
+// upstreams' state changes older than Keep, now and then every Interval.
+// The zero Keeper keeps everything. Its fields must not change while Run
+// runs.
 type Keeper struct {
 	// Store is pruned. If nil, Run returns at once.
 	Store Store

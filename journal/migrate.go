@@ -18,8 +18,8 @@ import (
 type migration struct {
 	version int
 	name    string
-	// stmts run in order, with {time}, {json} and {bool} replaced by the
-	// dialect's types.
+	// stmts run in order, with {time}, {json}, {bool} and {serial}
+	// replaced by the dialect's types.
 	stmts []string
 }
 
@@ -81,6 +81,25 @@ var migrations = []migration{
 		// end: a request that started before one already shown and ended
 		// after it must still be shown.
 		`CREATE INDEX outlast_requests_ended ON outlast_requests (ended_at, id)`,
+	}},
+	{4, "admission: attempts' waits and probes, upstreams' states", []string{
+		// An older replica's inserts name neither column: the defaults
+		// fill them, as they fill the rows already there.
+		`ALTER TABLE outlast_attempts ADD COLUMN admission_wait_ms BIGINT NOT NULL DEFAULT 0`,
+		`ALTER TABLE outlast_attempts ADD COLUMN probe {bool} NOT NULL DEFAULT FALSE`,
+		// A change has no key of its own; id orders the changes of one
+		// millisecond as they were written.
+		`CREATE TABLE outlast_upstream_states (
+			id         {serial},
+			upstream   TEXT NOT NULL,
+			changed_at {time} NOT NULL,
+			from_state TEXT NOT NULL,
+			to_state   TEXT NOT NULL
+		)`,
+		// States reads the newest changes, of one upstream or all, and
+		// Prune the oldest.
+		`CREATE INDEX outlast_upstream_states_changed ON outlast_upstream_states (changed_at, id)`,
+		`CREATE INDEX outlast_upstream_states_upstream ON outlast_upstream_states (upstream, changed_at, id)`,
 	}},
 }
 

@@ -3,11 +3,14 @@ package journal_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // TestMigrateSplitsStatus opens a database at schema version 1, whose
@@ -73,6 +76,78 @@ func TestMigrateSplitsStatus(t *testing.T) {
 			if got := r.Attempts[i].Class; got != a.wantClass {
 				t.Errorf("status %d, class %q: got Class %v, want %v", a.status, a.class, got, a.wantClass)
 			}
+		}
+		checkVersions(t, b, spec)
+	})
+}
+
+// TestMigrateAdmission opens a database at schema version 3, with a
+// request that an older replica wrote, and checks that Open's migration
+// keeps it whole, its attempts with no admission wait and no probe; that
+// the migrated database takes the new fields and state changes; and that
+// an older replica's insert, which names neither new column, still works.
+func TestMigrateAdmission(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		spec := b.fresh(t)
+		db := b.raw(t, spec)
+		if err := journal.MigrateTo(ctx, db, b.name, 3); err != nil {
+			t.Fatalf("MigrateTo 3: %v", err)
+		}
+		const start, end = "'2025-03-14T15:09:26.535Z'", "'2025-03-14T15:09:28.000Z'"
+		stmts := []string{
+			`INSERT INTO outlast_requests (` + requestColumns + `) VALUES
+				('old', 'run', 'POST', '/v1/messages', 'anthropic', '', 'm', '{}', ` + start + `, ` + end + `, 200, '', 2, FALSE, TRUE, 7)`,
+			`INSERT INTO outlast_attempts (` + attemptColumns + `) VALUES
+				('old', 1, 'call-1', ` + start + `, ` + start + `, 2, 30, 503, 'status_5xx', 'outlast: status 503', 1000, 0, 0)`,
+			`INSERT INTO outlast_attempts (` + attemptColumns + `) VALUES
+				('old', 2, 'call-2', ` + end + `, ` + end + `, 0, 0, 200, '', '', 0, 0, 7)`,
+		}
+		for _, s := range stmts {
+			if _, err := db.ExecContext(ctx, s); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+		}
+		db.Close() // SQLite's WAL mode, which Open sets, wants the file to itself
+
+		s := open(t, spec)
+		got := get(t, s, "old")
+		at := time.Date(2025, 3, 14, 15, 9, 26, 535e6, time.UTC)
+		want := record.Request{
+			ID: "old", Run: "run", Method: "POST", Path: "/v1/messages", Upstream: "anthropic", Model: "m",
+			Header: http.Header{}, Start: at, End: at.Add(1465 * time.Millisecond), Status: 200, Committed: true, Bytes: 7,
+			Attempts: []record.Attempt{
+				{CallID: "call-1", N: 1, Start: at, End: at, QueuedAhead: 2, GateWait: 30 * time.Millisecond, Status: 503,
+					Class: outlast.ClassStatus5xx, Error: "outlast: status 503", RetryIn: time.Second},
+				{CallID: "call-2", N: 2, Start: at.Add(1465 * time.Millisecond), End: at.Add(1465 * time.Millisecond), Status: 200, Bytes: 7},
+			},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("the old request: got  %+v\nwant %+v", got, want)
+		}
+		if cs := states(t, s, journal.StateQuery{}); len(cs) != 0 {
+			t.Errorf("state changes: got %v, want none yet", cs)
+		}
+
+		// The migrated database keeps what the new version writes...
+		r := request("new", "run", t0, 200, 1)
+		r.Attempts[0].AdmissionWait, r.Attempts[0].Probe = 1500*time.Millisecond, true
+		write(t, s, r)
+		if got := get(t, s, "new"); !reflect.DeepEqual(got, stored(r)) {
+			t.Errorf("a new request: got %+v, want %+v", got, stored(r))
+		}
+		c := change("anthropic", t0, outlast.Healthy, outlast.Down)
+		writeStates(t, s, c)
+		if got := states(t, s, journal.StateQuery{}); !reflect.DeepEqual(got, []record.StateChange{storedChange(c)}) {
+			t.Errorf("state changes: got %v, want %v", got, c)
+		}
+		// ...and what an older replica, sharing it, writes.
+		old := `INSERT INTO outlast_attempts (` + attemptColumns + `) VALUES ('old', 3, 'call-3', NULL, NULL, 0, 0, 200, '', '', 0, 0, 0)`
+		if _, err := b.raw(t, spec).ExecContext(ctx, old); err != nil {
+			t.Fatalf("an older replica's insert: %v", err)
+		}
+		if a := get(t, s, "old").Attempts; len(a) != 3 || a[2].AdmissionWait != 0 || a[2].Probe {
+			t.Errorf("the older replica's attempt: got %+v, want a third with no wait and no probe", a)
 		}
 		checkVersions(t, b, spec)
 	})

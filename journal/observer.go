@@ -16,18 +16,23 @@ type ObserverConfig struct {
 	Headers bool
 }
 
-// Observer returns a record.Observer that adds each finished request to w.
-// It never blocks the request: a full writer drops and counts it.
+// Observer returns a record.Observer that adds each finished request to w,
+// and each change of an upstream's state. It never blocks the request or
+// the change: a full writer drops and counts them.
 func Observer(w *Writer, cfg ObserverConfig) record.Observer {
-	return record.Observer{Headers: cfg.Headers, Done: func(r *record.Request) {
-		rec := *r
-		// The writer keeps the record past the call; the gateway's list of
-		// attempts is its own. Its header map is made for the record and
-		// never changed after Done, so it is kept as it is.
-		rec.Attempts = slices.Clone(r.Attempts)
-		if !cfg.Headers {
-			rec.Header = nil
-		}
-		w.Add(rec)
-	}}
+	return record.Observer{
+		Headers: cfg.Headers,
+		Done: func(r *record.Request) {
+			rec := *r
+			// The writer keeps the record past the call; the gateway's
+			// list of attempts is its own. Its header map is made for the
+			// record and never changed after Done, so it is kept as it is.
+			rec.Attempts = slices.Clone(r.Attempts)
+			if !cfg.Headers {
+				rec.Header = nil
+			}
+			w.Add(rec)
+		},
+		UpstreamState: func(c record.StateChange) { w.AddState(c) },
+	}
 }

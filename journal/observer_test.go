@@ -7,6 +7,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/journal"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // TestObserver checks what the journal's observer keeps of a finished
@@ -45,5 +46,23 @@ func TestObserver(t *testing.T) {
 				t.Errorf("got  %+v\nwant %+v", got, want)
 			}
 		})
+	}
+}
+
+// TestObserverStates checks that the observer keeps each change of an
+// upstream's state, through the writer, in the order the gateway told it.
+func TestObserverStates(t *testing.T) {
+	t.Parallel()
+	s := open(t, sqliteBackend.fresh(t))
+	w := journal.NewWriter(s, journal.WriterConfig{Logger: quiet})
+	obs := journal.Observer(w, journal.ObserverConfig{})
+	var want []record.StateChange
+	for _, c := range outage("up") {
+		obs.UpstreamState(c)
+		want = append(want, storedChange(c))
+	}
+	closeWriter(t, w)
+	if got := states(t, s, journal.StateQuery{}); !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %v\nwant %v", got, want)
 	}
 }

@@ -9,7 +9,8 @@ import (
 )
 
 // ErrInvalid is wrapped by the error for a record a Store cannot keep: one
-// without an ID or a start, or whose attempts repeat a number.
+// without an ID or a start, or whose attempts repeat a number; or a state
+// change without a time.
 var ErrInvalid = errors.New("journal: invalid record")
 
 // validate reports why r cannot be stored. It is cheap enough for

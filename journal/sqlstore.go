@@ -46,9 +46,16 @@ const chunkRows = 500
 // two, because deleteIn pads a list to one.
 const deleteChunk = 512
 
+// The tables' columns, and how many each has, as requestArgs and
+// attemptArgs give them.
 const (
-	requestCols = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes"
-	attemptCols = "request_id, n, call_id, started_at, ended_at, queued_ahead, gate_wait_ms, status, error_class, error, retry_in_ms, retry_after_ms, bytes"
+	requestCols  = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes"
+	requestNCols = 16
+	attemptCols  = "request_id, n, call_id, started_at, ended_at, queued_ahead, gate_wait_ms, status, error_class, error, retry_in_ms, retry_after_ms, bytes, admission_wait_ms, probe"
+	attemptNCols = 15
+)
+
+const (
 	// requestUpsert makes writing a record again replace it.
 	requestUpsert = ` ON CONFLICT (id) DO UPDATE SET run = excluded.run, method = excluded.method,
 		path = excluded.path, upstream = excluded.upstream, slot = excluded.slot, model = excluded.model,
@@ -58,7 +65,8 @@ const (
 )
 
 // A stmtKey names a write statement: an insert of rows rows into table,
-// or a delete of rows IDs from it.
+// or a delete of rows IDs from it (for the state changes' table, of up to
+// rows changes from before a time).
 type stmtKey struct {
 	delete bool
 	table  string
@@ -68,14 +76,16 @@ type stmtKey struct {
 // text returns k's SQL.
 func (s *sqlStore) text(k stmtKey) string {
 	switch {
+	case k.delete && k.table == stateTable:
+		return pruneStatesSQL(s.d, k.rows)
 	case k.delete && k.table == "outlast_requests":
 		return "DELETE FROM outlast_requests WHERE " + s.in("id", 1, k.rows)
 	case k.delete:
 		return "DELETE FROM " + k.table + " WHERE " + s.in("request_id", 1, k.rows)
 	case k.table == "outlast_requests":
-		return s.insert(k.table, requestCols, 16, k.rows) + requestUpsert
+		return s.insert(k.table, requestCols, requestNCols, k.rows) + requestUpsert
 	}
-	return s.insert(k.table, attemptCols, 13, k.rows)
+	return s.insert(k.table, attemptCols, attemptNCols, k.rows)
 }
 
 // nextSize returns the rows of the insert statement after one of n rows,
@@ -110,6 +120,7 @@ func (s *sqlStore) prepare(ctx context.Context) error {
 	for n := deleteChunk; n > 0; n /= 2 {
 		keys = append(keys, stmtKey{true, "outlast_requests", n}, stmtKey{true, "outlast_attempts", n})
 	}
+	keys = append(keys, stmtKey{true, stateTable, pruneChunk})
 	stmts := make(map[stmtKey]*sql.Stmt, len(keys))
 	for _, k := range keys {
 		st, err := s.w.PrepareContext(ctx, s.text(k))
@@ -127,22 +138,19 @@ func (s *sqlStore) prepare(ctx context.Context) error {
 
 // exec runs the statement k in tx: the one prepare prepared, if there is
 // one, or else k's text.
-func (s *sqlStore) exec(ctx context.Context, tx *sql.Tx, k stmtKey, args []any) error {
+func (s *sqlStore) exec(ctx context.Context, tx *sql.Tx, k stmtKey, args []any) (sql.Result, error) {
 	s.mu.Lock()
 	st := s.stmts[k]
 	if st == nil && s.d.prepared {
 		s.unprepared++
 	}
 	s.mu.Unlock()
-	var err error
 	if st == nil {
-		_, err = tx.ExecContext(ctx, s.text(k), args...)
-	} else {
-		// The transaction's statement is closed with the transaction;
-		// st stays, prepared on the connection.
-		_, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+		return tx.ExecContext(ctx, s.text(k), args...)
 	}
-	return err
+	// The transaction's statement is closed with the transaction; st
+	// stays, prepared on the connection.
+	return tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 }
 
 func (s *sqlStore) Close() error {
@@ -229,7 +237,7 @@ func (s *sqlStore) writeRequests(ctx context.Context, tx *sql.Tx, recs []record.
 		args = s.requestArgs(args, &recs[i])
 	}
 	*buf = args
-	return s.insertRows(ctx, tx, "outlast_requests", 16, args)
+	return s.insertRows(ctx, tx, "outlast_requests", requestNCols, args)
 }
 
 func (s *sqlStore) requestArgs(args []any, r *record.Request) []any {
@@ -262,7 +270,7 @@ func (s *sqlStore) writeAttempts(ctx context.Context, tx *sql.Tx, recs []record.
 		}
 	}
 	*buf = args
-	return s.insertRows(ctx, tx, "outlast_attempts", 13, args)
+	return s.insertRows(ctx, tx, "outlast_attempts", attemptNCols, args)
 }
 
 // insertRows inserts the rows whose arguments args holds, ncols to a row:
@@ -279,7 +287,7 @@ func (s *sqlStore) insertRows(ctx context.Context, tx *sql.Tx, table string, nco
 		case s.d.prepared:
 			n = 1 << (bits.Len(uint(n)) - 1)
 		}
-		if err := s.exec(ctx, tx, stmtKey{false, table, n}, args[:n*ncols]); err != nil {
+		if _, err := s.exec(ctx, tx, stmtKey{false, table, n}, args[:n*ncols]); err != nil {
 			return err
 		}
 		args = args[n*ncols:]
@@ -292,7 +300,8 @@ func (s *sqlStore) attemptArgs(args []any, id string, a *record.Attempt) []any {
 		id, a.N, clean(a.CallID), s.d.timeArg(a.Start), s.d.timeArg(a.End),
 		a.QueuedAhead, a.GateWait.Milliseconds(), a.Status,
 		a.Class.String(), redact.Text(clean(a.Error)),
-		a.RetryIn.Milliseconds(), a.RetryAfter.Milliseconds(), a.Bytes)
+		a.RetryIn.Milliseconds(), a.RetryAfter.Milliseconds(), a.Bytes,
+		a.AdmissionWait.Milliseconds(), a.Probe)
 }
 
 // insert returns a multi-row INSERT of rows rows of ncols columns each.
@@ -351,7 +360,7 @@ func (s *sqlStore) deleteIn(ctx context.Context, tx *sql.Tx, table string, ids [
 		for len(args) < size {
 			args = append(args, ids[n-1])
 		}
-		if err := s.exec(ctx, tx, stmtKey{true, table, size}, args); err != nil {
+		if _, err := s.exec(ctx, tx, stmtKey{true, table, size}, args); err != nil {
 			return err
 		}
 		ids = ids[n:]
@@ -630,15 +639,16 @@ func (s *sqlStore) attempts(ctx context.Context, tx *sql.Tx, at map[string]*reco
 	for rows.Next() {
 		var id string
 		var a record.Attempt
-		var gateWait, retryIn, retryAfter int64
+		var gateWait, retryIn, retryAfter, admissionWait int64
 		var class string
 		err := rows.Scan(&id, &a.N, &a.CallID, timeScan{&a.Start}, timeScan{&a.End}, &a.QueuedAhead, &gateWait,
-			&a.Status, &class, &a.Error, &retryIn, &retryAfter, &a.Bytes)
+			&a.Status, &class, &a.Error, &retryIn, &retryAfter, &a.Bytes, &admissionWait, &a.Probe)
 		if err != nil {
 			return err
 		}
 		a.Class = record.ParseClass(class, a.Status)
 		a.GateWait, a.RetryIn, a.RetryAfter = millis(gateWait), millis(retryIn), millis(retryAfter)
+		a.AdmissionWait = millis(admissionWait)
 		if r := at[id]; r != nil {
 			r.Attempts = append(r.Attempts, a)
 		}
@@ -683,7 +693,7 @@ func (ts timeScan) parse(s string) error {
 // the batches waiting for it, for long.
 const pruneChunk = 1000
 
-// Prune deletes old requests; see [Store.Prune].
+// Prune deletes old requests and state changes; see [Store.Prune].
 func (s *sqlStore) Prune(ctx context.Context, before time.Time) (int64, error) {
 	var total int64
 	for {
@@ -693,9 +703,13 @@ func (s *sqlStore) Prune(ctx context.Context, before time.Time) (int64, error) {
 			return total, fmt.Errorf("journal: prune before %s: %w", before.UTC().Format(timeLayout), err)
 		}
 		if n < pruneChunk {
-			return total, nil
+			break
 		}
 	}
+	if err := s.pruneStates(ctx, before); err != nil {
+		return total, fmt.Errorf("journal: prune states before %s: %w", before.UTC().Format(timeLayout), err)
+	}
+	return total, nil
 }
 
 func (s *sqlStore) pruneChunk(ctx context.Context, before time.Time) (int, error) {

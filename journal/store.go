@@ -70,10 +70,24 @@ type Store interface {
 	// already seen.
 	Ended(ctx context.Context, end time.Time, id string, limit int) ([]record.Request, error)
 
+	// WriteStates stores changes, upstreams' admission state changes, in
+	// one transaction: all of them or none. A change that cannot be
+	// stored (see [ErrInvalid]) fails the batch before anything is
+	// written. Changes have no ID: a batch written again, after a write
+	// whose commit went unanswered, is kept twice. WriteStates must not
+	// keep changes after it returns.
+	WriteStates(ctx context.Context, changes []record.StateChange) error
+
+	// States returns the state changes that q selects: the newest of
+	// them, as many as q.Limit allows, oldest first. Changes at the same
+	// millisecond come in the order they were written.
+	States(ctx context.Context, q StateQuery) ([]record.StateChange, error)
+
 	// Prune deletes the requests that ended before the given time, with
-	// their attempts, and returns how many requests it deleted. A request
-	// with no end counts from its start, and one whose end is before its
-	// start (a clock stepped back) from its start too.
+	// their attempts, and the state changes from before it, and returns
+	// how many requests it deleted. A request with no end counts from its
+	// start, and one whose end is before its start (a clock stepped back)
+	// from its start too.
 	Prune(ctx context.Context, before time.Time) (int64, error)
 
 	// Close releases the store's connections.
@@ -97,6 +111,19 @@ type Query struct {
 	// Cursor continues from a page's Next. Empty means the first page.
 	// Give it with the same Run, Status and Since as the page it came from.
 	Cursor string
+}
+
+// A StateQuery selects upstream state changes for [Store.States]. The zero
+// StateQuery selects the newest DefaultLimit changes of every upstream.
+type StateQuery struct {
+	// Upstream selects one upstream's changes. Empty means any.
+	Upstream string
+	// Since selects the changes at or after it. Zero means any.
+	Since time.Time
+	// Limit bounds the changes returned, which are the newest of those
+	// selected. Zero means DefaultLimit; more than MaxLimit means
+	// MaxLimit; a negative limit is an error.
+	Limit int
 }
 
 // A Page is one page of [Store.List].

@@ -37,6 +37,9 @@ var storeCases = []struct {
 	// A record with many attempts and every field set comes back exactly,
 	// times and durations to the millisecond.
 	{"round trip", testRoundTrip},
+	// An attempt's wait for its upstream and its probe mark come back
+	// as written, in columns of their own.
+	{"admission", testAdmission},
 	// Writing a record again replaces it, attempts and all, so that a
 	// retried batch does no harm.
 	{"rewrite replaces", testRewrite},
@@ -110,7 +113,8 @@ func testRoundTrip(t *testing.T, b backend) {
 			Key: "slot 2", QueuedAhead: i % 3, GateWait: time.Duration(i) * 1500 * time.Microsecond,
 			Status: 529, Class: outlast.ClassOverloaded, Error: "outlast: status 529",
 			RetryIn: time.Duration(i) * time.Second, RetryAfter: 2500 * time.Microsecond,
-			Bytes: int64(i),
+			Bytes:         int64(i),
+			AdmissionWait: time.Duration(i) * 2222 * time.Microsecond, Probe: i%4 == 0,
 		})
 	}
 	last := &r.Attempts[11]
@@ -120,6 +124,36 @@ func testRoundTrip(t *testing.T, b backend) {
 	got := get(t, s, r.ID)
 	if want := stored(r); !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+func testAdmission(t *testing.T, b backend) {
+	spec := b.fresh(t)
+	s := open(t, spec)
+	r := request("adm", "", t0, 200, 3)
+	// The first waited for a down upstream and probed it; the second
+	// waited a fraction of a millisecond, which is cut; the third neither.
+	r.Attempts[0].AdmissionWait, r.Attempts[0].Probe = 1500*time.Millisecond, true
+	r.Attempts[0].Status, r.Attempts[0].Class = 503, outlast.ClassStatus5xx
+	r.Attempts[1].AdmissionWait = 2750 * time.Microsecond
+	write(t, s, r)
+	got := get(t, s, r.ID)
+	if want := stored(r); !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got.Attempts, want.Attempts)
+	}
+	if a := got.Attempts[0]; a.AdmissionWait != 1500*time.Millisecond || !a.Probe {
+		t.Errorf("attempt 1: got wait %v, probe %v; want 1.5s, true", a.AdmissionWait, a.Probe)
+	}
+	if a := got.Attempts[1]; a.AdmissionWait != 2*time.Millisecond || a.Probe {
+		t.Errorf("attempt 2: got wait %v, probe %v; want 2ms, false", a.AdmissionWait, a.Probe)
+	}
+	// The columns hold whole milliseconds, for readers of the database.
+	waits, err := queryStrings(context.Background(), b.raw(t, spec), `SELECT CAST(admission_wait_ms AS TEXT) FROM outlast_attempts ORDER BY n`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"1500", "2", "0"}; !reflect.DeepEqual(waits, want) {
+		t.Errorf("admission_wait_ms: got %q, want %q", waits, want)
 	}
 }
 

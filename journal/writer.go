@@ -33,8 +33,9 @@ const (
 // WriterConfig configures a [Writer].
 type WriterConfig struct {
 	// Size bounds the records the Writer holds and has not written yet,
-	// and so what a crash can lose. When it holds that many, Add drops
-	// records. Zero means DefaultWriterSize (4096).
+	// state changes included, and so what a crash can lose. When it holds
+	// that many, Add and AddState drop them. Zero means DefaultWriterSize
+	// (4096).
 	Size int
 
 	// FlushInterval bounds how long a record waits before its batch is
@@ -54,13 +55,18 @@ type WriterConfig struct {
 }
 
 // A Writer writes records to a Store in batches, from a goroutine of its
-// own, so that keeping the record never slows a request. Add never blocks.
+// own, so that keeping the record never slows a request. Add never blocks,
+// and nor does AddState, which takes upstreams' state changes the same way:
+// each batch's state changes are written, by Store.WriteStates, just
+// before its requests.
 //
 // Each batch is written in one transaction: a request and all its
 // attempts reach the store together or not at all. A write that fails is
 // tried again after FlushInterval (or at once by Flush), while new records
 // wait in the buffer; a batch that fails three times is given up and
-// counted by Failed.
+// counted by Failed. A batch's state changes are a batch of their own in
+// this: if their write fails three times they are given up, and its
+// requests are tried afresh.
 //
 // What a crash loses is what the Writer holds: at most Size records, and
 // at most those added in the last FlushInterval (plus the write under
@@ -77,16 +83,18 @@ type Writer struct {
 	timeout  time.Duration
 	logger   *slog.Logger
 
-	// mu guards pending, inflight and closed. Add holds it to append, and
-	// the goroutine to swap pending for an empty slice: Adds never wait
-	// for a write.
+	// mu guards pending, states, inflight and closed. Add and AddState
+	// hold it to append, and the goroutine to swap pending and states for
+	// empty slices: Adds never wait for a write.
 	mu       sync.Mutex
-	pending  []record.Request // added, not yet taken by the goroutine
-	inflight int              // taken by the goroutine, not yet written or given up
+	pending  []record.Request     // added, not yet taken by the goroutine
+	states   []record.StateChange // added by AddState, not yet taken
+	inflight int                  // requests and changes taken by the goroutine, not yet written or given up
 	closed   bool
 
-	// kick wakes the goroutine when pending gets its first record, to
-	// start the flush interval, and when it holds a full batch.
+	// kick wakes the goroutine when pending or states gets its first
+	// entry, to start the flush interval, and when pending holds a full
+	// batch.
 	kick    chan struct{}
 	flushes chan chan error // Flush's requests to the goroutine
 	dropped atomic.Uint64
@@ -146,7 +154,7 @@ func (w *Writer) Add(rec record.Request) bool {
 		return false
 	}
 	w.mu.Lock()
-	if w.closed || len(w.pending)+w.inflight >= w.size {
+	if w.closed || w.held() >= w.size {
 		w.mu.Unlock()
 		w.dropped.Add(1)
 		return false
@@ -155,12 +163,45 @@ func (w *Writer) Add(rec record.Request) bool {
 	n := len(w.pending)
 	w.mu.Unlock()
 	if n == 1 || n == w.max {
-		select {
-		case w.kick <- struct{}{}:
-		default: // a kick is already waiting; the goroutine reads the length itself
-		}
+		w.wake()
 	}
 	return true
+}
+
+// AddState queues c, an upstream's state change, to be written with the
+// next batch, and reports whether it was taken. It never blocks, and drops
+// and counts c as Add drops a record: when the Writer holds Size records
+// and changes already, when c has no time, or after Close.
+func (w *Writer) AddState(c record.StateChange) bool {
+	if validateState(&c) != nil {
+		w.dropped.Add(1)
+		return false
+	}
+	w.mu.Lock()
+	if w.closed || w.held() >= w.size {
+		w.mu.Unlock()
+		w.dropped.Add(1)
+		return false
+	}
+	w.states = append(w.states, c)
+	n := len(w.states)
+	w.mu.Unlock()
+	if n == 1 {
+		w.wake()
+	}
+	return true
+}
+
+// held counts the requests and changes the Writer holds. w.mu must be
+// held.
+func (w *Writer) held() int { return len(w.pending) + len(w.states) + w.inflight }
+
+// wake kicks the goroutine, without waiting.
+func (w *Writer) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default: // a kick is already waiting; the goroutine reads the lengths itself
+	}
 }
 
 // Flush writes the records the Writer holds, without waiting for the
@@ -186,11 +227,13 @@ func (w *Writer) Flush(ctx context.Context) error {
 	}
 }
 
-// Dropped returns how many records Add has refused.
+// Dropped returns how many records Add, and state changes AddState, have
+// refused.
 func (w *Writer) Dropped() uint64 { return w.dropped.Load() }
 
-// Failed returns how many records were taken but given up because the
-// store refused them three times, or because Close's context ended first.
+// Failed returns how many records and state changes were taken but given
+// up because the store refused them three times, or because Close's
+// context ended first.
 func (w *Writer) Failed() uint64 { return w.failed.Load() }
 
 // Close stops taking records, writes those it holds, and stops the
@@ -212,10 +255,11 @@ func (w *Writer) Close(ctx context.Context) error {
 	return w.err
 }
 
+// pendingLen counts the requests and changes added and not yet taken.
 func (w *Writer) pendingLen() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.pending)
+	return len(w.pending) + len(w.states)
 }
 
 // batcher is the Writer's goroutine and what it alone touches.
@@ -223,11 +267,15 @@ type batcher struct {
 	w *Writer
 	// buf holds the records taken from pending; buf[off:] are not yet
 	// written, and the first max of them are the batch being tried.
-	buf   []record.Request
-	off   int
-	tries int         // failed writes of the batch so far
-	timer *time.Timer // runs while records wait for the flush interval
-	armed bool
+	buf []record.Request
+	off int
+	// states holds the changes taken from Writer.states, all not yet
+	// written: they go before the next batch of buf, all at once, being
+	// few.
+	states []record.StateChange
+	tries  int         // failed writes of the batch, or of states, so far
+	timer  *time.Timer // runs while records wait for the flush interval
+	armed  bool
 }
 
 func (b *batcher) run(ctx context.Context) {
@@ -269,13 +317,13 @@ func (b *batcher) flush(ctx context.Context) {
 	b.timer.Stop()
 	b.armed = false
 	for {
-		if b.off == len(b.buf) && !b.take() {
+		if !b.holds() && !b.take() {
 			return
 		}
-		if b.writeNext(ctx) != nil {
+		if _, err := b.writeNext(ctx); err != nil {
 			return
 		}
-		if b.off == len(b.buf) {
+		if !b.holds() {
 			// Records that came during the writes wait for their own
 			// interval, unless they are a batch already.
 			if p := b.w.pendingLen(); p < b.w.max {
@@ -288,24 +336,31 @@ func (b *batcher) flush(ctx context.Context) {
 	}
 }
 
-// writeNext writes the next batch of what was taken. If the write fails,
-// it gives the batch up after maxTries, or else arms the timer to try it
-// again and returns the error.
-func (b *batcher) writeNext(ctx context.Context) error {
-	n := min(len(b.buf)-b.off, b.w.max)
+// holds reports whether the batcher holds records or changes it has
+// taken and not written.
+func (b *batcher) holds() bool { return b.off < len(b.buf) || len(b.states) > 0 }
+
+// next is the size of the next batch of records.
+func (b *batcher) next() int { return min(len(b.buf)-b.off, b.w.max) }
+
+// writeNext writes the next batch of what was taken, after the changes
+// taken, and returns how many records and changes it is done with:
+// written, or given up after maxTries. If the write fails sooner, it arms
+// the timer to try again and returns the error.
+func (b *batcher) writeNext(ctx context.Context) (int, error) {
+	s, n := len(b.states), b.next()
 	err := b.write(ctx, n)
 	if err == nil {
 		b.release(n)
-		return nil
+		return s + n, nil
 	}
 	if b.tries++; b.tries >= maxTries {
-		b.giveUp(n, err)
-		return nil
+		return b.giveUp(n, err), nil
 	}
 	b.w.logger.Warn("journal: write failed; will try again",
-		"records", n, "try", b.tries, "retry_in", b.w.interval, "err", err)
+		"records", n, "state_changes", len(b.states), "try", b.tries, "retry_in", b.w.interval, "err", err)
 	b.arm()
-	return err
+	return s - len(b.states), err
 }
 
 // flushAll writes the records held when it is called, for Flush: those
@@ -313,13 +368,13 @@ func (b *batcher) writeNext(ctx context.Context) error {
 func (b *batcher) flushAll(ctx context.Context) error {
 	b.timer.Stop()
 	b.armed = false
-	left := len(b.buf) - b.off + b.w.pendingLen()
+	left := len(b.buf) - b.off + len(b.states) + b.w.pendingLen()
 	failed := b.w.failed.Load()
 	// Everything taken is written, even records taken after left was
 	// counted: nothing else would write them before the next Add.
-	for b.off < len(b.buf) || left > 0 && b.take() {
-		n := min(len(b.buf)-b.off, b.w.max)
-		if err := b.writeNext(ctx); err != nil {
+	for b.holds() || left > 0 && b.take() {
+		n, err := b.writeNext(ctx)
+		if err != nil {
 			return fmt.Errorf("journal: flush: %w", err)
 		}
 		left -= n
@@ -333,22 +388,35 @@ func (b *batcher) flushAll(ctx context.Context) error {
 	return nil
 }
 
-// take swaps pending for the written buffer and reports whether it got
-// any records.
+// take swaps pending and states for the written buffers, once the
+// batcher holds nothing, and reports whether it got anything.
 func (b *batcher) take() bool {
 	clear(b.buf) // let the written records' maps and slices go
 	w := b.w
 	w.mu.Lock()
 	b.buf, w.pending = w.pending, b.buf[:0]
-	w.inflight = len(b.buf)
+	b.states, w.states = w.states, b.states[:0]
+	w.inflight = len(b.buf) + len(b.states)
 	w.mu.Unlock()
 	b.off = 0
-	return len(b.buf) > 0
+	return b.holds()
 }
 
+// write writes the changes held, if any, and then the batch of the next n
+// records. Changes written are released at once: a failure of the records
+// does not write them again.
 func (b *batcher) write(ctx context.Context, n int) error {
 	ctx, cancel := context.WithTimeout(ctx, b.w.timeout)
 	defer cancel()
+	if len(b.states) > 0 {
+		if err := b.w.store.WriteStates(ctx, b.states); err != nil {
+			return err
+		}
+		b.releaseStates()
+	}
+	if n == 0 {
+		return nil
+	}
 	return b.w.store.Write(ctx, b.buf[b.off:b.off+n])
 }
 
@@ -361,11 +429,35 @@ func (b *batcher) release(n int) {
 	b.w.mu.Unlock()
 }
 
-func (b *batcher) giveUp(n int, err error) {
+// releaseStates forgets the changes held, written or given up.
+func (b *batcher) releaseStates() {
+	n := len(b.states)
+	clear(b.states)
+	b.states = b.states[:0]
+	b.tries = 0
+	b.w.mu.Lock()
+	b.w.inflight -= n
+	b.w.mu.Unlock()
+}
+
+// giveUp gives up what the failed write failed on, and returns how many:
+// the changes held, if they failed, or else the next batch of n records.
+func (b *batcher) giveUp(n int, err error) int {
+	s := len(b.states)
+	if s > 0 {
+		// The records were not tried: they keep their place, and get
+		// tries of their own.
+		b.w.failed.Add(uint64(s))
+		b.w.logger.Error("journal: state changes lost: the store refused them",
+			"state_changes", s, "tries", b.tries, "err", err)
+		b.releaseStates()
+		return s
+	}
 	b.w.failed.Add(uint64(n))
 	b.w.logger.Error("journal: records lost: the store refused them",
 		"records", n, "tries", b.tries, "err", err)
 	b.release(n)
+	return n
 }
 
 // drain writes everything left, each batch once, and reports what it
@@ -373,12 +465,11 @@ func (b *batcher) giveUp(n int, err error) {
 func (b *batcher) drain(ctx context.Context) error {
 	var lost int
 	var last error
-	for b.off < len(b.buf) || b.take() {
-		n := min(len(b.buf)-b.off, b.w.max)
+	for b.holds() || b.take() {
+		n := b.next()
 		if err := b.write(ctx, n); err != nil {
-			lost += n
+			lost += b.giveUp(n, err)
 			last = err
-			b.giveUp(n, err)
 			continue
 		}
 		b.release(n)

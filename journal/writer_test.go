@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/record"
 )
@@ -23,11 +25,12 @@ type fakeStore struct {
 	// discard, if set, makes Write keep nothing, for benchmarks.
 	discard bool
 
-	mu      sync.Mutex // guards the fields below
-	batches [][]string // the IDs of each batch written, in order
-	at      []time.Time
-	fails   int // the next fails Writes fail
-	writes  int // Write calls, failed ones included
+	mu         sync.Mutex // guards the fields below
+	batches    [][]string // the IDs of each batch written, and of each batch of changes as "upstream>state", in order
+	at         []time.Time
+	fails      int // the next fails Writes fail
+	writes     int // Write calls, failed ones included
+	stateFails int // the next stateFails WriteStates fail
 }
 
 var errFake = errors.New("fake: the database is down")
@@ -57,6 +60,26 @@ func (f *fakeStore) Write(ctx context.Context, recs []record.Request) error {
 	f.batches = append(f.batches, ids)
 	f.at = append(f.at, time.Now())
 	return nil
+}
+
+func (f *fakeStore) WriteStates(ctx context.Context, changes []record.StateChange) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stateFails > 0 {
+		f.stateFails--
+		return errFake
+	}
+	names := make([]string, len(changes))
+	for i, c := range changes {
+		names[i] = c.Upstream + ">" + c.To.String()
+	}
+	f.batches = append(f.batches, names)
+	f.at = append(f.at, time.Now())
+	return nil
+}
+
+func (f *fakeStore) States(context.Context, journal.StateQuery) ([]record.StateChange, error) {
+	return nil, nil
 }
 
 // times returns when each batch was written.
@@ -459,6 +482,90 @@ func TestWriterFlushTakesMore(t *testing.T) {
 		}
 		if got := len(f.written()); got != 557 {
 			t.Errorf("written after Flush: got %d, want 557 (what Flush took, all of it)", got)
+		}
+		closeWriter(t, w)
+	})
+}
+
+// TestWriterStates checks that state changes take the records' path: a
+// change alone starts the flush interval, is written before the records
+// of its batch, counts towards Size, and is dropped when it has no time
+// or the writer is closed.
+func TestWriterStates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{}
+		w := journal.NewWriter(f, journal.WriterConfig{Size: 4, FlushInterval: time.Second, Logger: quiet})
+		if !w.AddState(change("up", t0, outlast.Healthy, outlast.Down)) {
+			t.Fatal("AddState: got false, want true")
+		}
+		// A change alone waits the interval, as a record does, and no
+		// longer: an outage with no traffic is still written.
+		time.Sleep(time.Second - time.Nanosecond)
+		synctest.Wait()
+		if got := f.written(); len(got) != 0 {
+			t.Errorf("before the interval: got %v written, want nothing", got)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if got := f.written(); fmt.Sprint(got) != "[up>down]" {
+			t.Errorf("after the interval: got %v written, want [up>down]", got)
+		}
+
+		// A record and the changes after it: the changes go first, in
+		// their own write.
+		addAll(t, w, []string{"a"})
+		w.AddState(change("up", t0.Add(time.Second), outlast.Down, outlast.Probing))
+		w.AddState(change("up", t0.Add(2*time.Second), outlast.Probing, outlast.Recovering))
+		// Size counts both: a, two changes and this record fill it.
+		addAll(t, w, []string{"b"})
+		if w.AddState(change("up", t0.Add(3*time.Second), outlast.Recovering, outlast.Healthy)) {
+			t.Errorf("AddState to a full writer: got true, want false")
+		}
+		if err := w.Flush(context.Background()); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+		f.mu.Lock()
+		batches := fmt.Sprint(f.batches)
+		f.mu.Unlock()
+		if want := "[[up>down] [up>probing up>recovering] [a b]]"; batches != want {
+			t.Errorf("batches: got %s, want %s", batches, want)
+		}
+		if w.AddState(record.StateChange{Upstream: "up", To: outlast.Down}) {
+			t.Errorf("AddState with no time: got true, want false")
+		}
+		closeWriter(t, w)
+		if w.AddState(change("up", t0, outlast.Healthy, outlast.Down)) {
+			t.Errorf("AddState after Close: got true, want false")
+		}
+		if got := w.Dropped(); got != 3 {
+			t.Errorf("Dropped: got %d, want 3 (full, no time, closed)", got)
+		}
+	})
+}
+
+// TestWriterStatesGiveUp checks that changes the store refuses three
+// times are given up alone: the records of their batch get tries of
+// their own, and are written.
+func TestWriterStatesGiveUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{stateFails: 3}
+		w := journal.NewWriter(f, journal.WriterConfig{FlushInterval: time.Hour, Logger: quiet})
+		w.AddState(change("up", t0, outlast.Healthy, outlast.Down))
+		addAll(t, w, ids("r", 2))
+		for i := range 2 {
+			if err := w.Flush(context.Background()); !errors.Is(err, errFake) {
+				t.Errorf("Flush %d: got %v, want %v", i+1, err, errFake)
+			}
+		}
+		if got := f.written(); len(got) != 0 {
+			t.Errorf("after two failed tries: got %v written, want nothing", got)
+		}
+		// The third try gives the change up and writes the records.
+		if err := w.Flush(context.Background()); err == nil || !strings.Contains(err.Error(), "1 records lost") {
+			t.Errorf("Flush 3: got %v, want one lost", err)
+		}
+		if got := f.written(); fmt.Sprint(got) != "[r0 r1]" || w.Failed() != 1 {
+			t.Errorf("got %v written, %d failed; want [r0 r1], 1", got, w.Failed())
 		}
 		closeWriter(t, w)
 	})

@@ -123,6 +123,7 @@ func TestBrowser(t *testing.T) {
 	b := browser(t, ctx)
 	t.Run("outage", func(t *testing.T) { testOutage(t, newTab(t, b)) })
 	t.Run("thousand", func(t *testing.T) { testThousand(t, newTab(t, b)) })
+	t.Run("admission", func(t *testing.T) { testAdmission(t, newTab(t, b)) })
 }
 
 // newTab opens a tab in b's browser, closed when the test ends.
@@ -469,4 +470,98 @@ func fill(f *timeline.Feed, n, runs int) (inFlight int) {
 		obs.Done(r)
 	}
 	return inFlight
+}
+
+// testAdmission shows an outage that an Admission handled: the upstream's
+// row of states above the runs, with a band for each stretch it was down,
+// probing and recovering and a mark at each change; the waits for the
+// upstream before the attempts; the probe's bar marked; and the slots
+// panel's badge, which follows a change that comes live.
+func testAdmission(t *testing.T, tab context.Context) {
+	errs := jsErrors(t, tab)
+	up := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(up.Close)
+	feed := timeline.New(0, 0)
+	base, _ := serve(t, feed, up.URL)
+	obs := feed.Observer()
+	at := time.Now().Add(-10 * time.Second)
+	ms := func(n int) time.Time { return at.Add(time.Duration(n) * time.Millisecond) }
+	change := func(n int, from, to outlast.UpstreamState) {
+		obs.UpstreamState(record.StateChange{Upstream: "mock", At: ms(n), From: from, To: to})
+	}
+	// Three 503s mark it down; the fourth attempt waits a second for the
+	// probe, and is it. A second request waits out the recovery.
+	r := &record.Request{ID: "probed", Run: "outage", Method: "POST", Path: "/v1/chat/completions", Upstream: "mock", Start: ms(0)}
+	try := func(n, start, took, wait int, probe bool, status int) {
+		a := outlast.Attempt{CallID: r.ID, N: n, Start: ms(start), End: ms(start + took), Status: status,
+			AdmissionWait: time.Duration(wait) * time.Millisecond, Probe: probe}
+		if status != 200 {
+			a.Err, a.RetryIn = &outlast.StatusError{StatusCode: status}, 100*time.Millisecond
+			a.Class = outlast.Classify(a.Err)
+		}
+		r.Attempts = append(r.Attempts, record.NewAttempt(a))
+		obs.AttemptEnd(r, r.Attempts[len(r.Attempts)-1])
+	}
+	try(1, 0, 50, 0, false, 503)
+	try(2, 150, 50, 0, false, 503)
+	try(3, 300, 50, 0, false, 503)
+	change(350, outlast.Healthy, outlast.Down)
+	change(1450, outlast.Down, outlast.Probing)
+	try(4, 1450, 150, 1000, true, 200)
+	change(1600, outlast.Probing, outlast.Recovering)
+	r.Status, r.End = 200, ms(1600)
+	obs.Done(r)
+	r = &record.Request{ID: "waited", Run: "outage", Method: "POST", Path: "/v1/chat/completions", Upstream: "mock", Start: ms(1400)}
+	try(1, 1650, 100, 250, false, 200)
+	r.Status, r.End = 200, ms(1750)
+	obs.Done(r)
+	change(1750, outlast.Recovering, outlast.Healthy)
+
+	open(t, tab, base)
+	counts := `(() => {
+		const n = (s) => document.querySelectorAll(s).length;
+		return {
+			rows: n('.row'), stateRows: n('.state-row[data-upstream="mock"]'),
+			down: n('.state-band[data-state="down"]'), probing: n('.state-band[data-state="probing"]'),
+			recovering: n('.state-band[data-state="recovering"]'), marks: n('.state-mark'),
+			admission: n('.admission-wait'), probes: n('.bar[data-probe]'),
+			healthy: n('#slots .upstream[data-name="mock"] .up-state[data-state="healthy"]'),
+			down_badge: n('#slots .upstream[data-name="mock"] .up-state[data-state="down"]'),
+			legend: n('#legend .swatch[data-state]'),
+		};
+	})()`
+	want := map[string]int{"rows": 2, "stateRows": 1, "down": 1, "probing": 1, "recovering": 1, "marks": 4,
+		"admission": 2, "probes": 1, "healthy": 1, "down_badge": 0, "legend": 3}
+	check := func(when string, want map[string]int) {
+		t.Helper()
+		var got map[string]int
+		err := poll(tab, 5*time.Second, fmt.Sprintf(`(() => { const c = %s; return %s; })()`, counts, matchAll(want)))
+		got, _ = chromedp.Run(tab, chromedp.Evaluate[map[string]int](counts))
+		if err != nil {
+			t.Errorf("%s: the page shows %v, want %v", when, got, want)
+		}
+	}
+	check("the outage", want)
+	title, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector('.bar[data-probe]').title + "|" + document.querySelector('.admission-wait').title`))
+	if err != nil || !strings.Contains(title, "probe") || !strings.Contains(title, "waited 1s for the upstream") {
+		t.Errorf("got the titles %q (%v), want the probe's and the wait's", title, err)
+	}
+
+	// A change that comes live, as an event: the badge and a new mark.
+	obs.UpstreamState(record.StateChange{Upstream: "mock", At: time.Now(), From: outlast.Healthy, To: outlast.Down})
+	want["marks"], want["healthy"], want["down_badge"], want["down"] = 5, 0, 1, 2
+	check("a live change", want)
+	screenshot(t, tab, "screenshot-admission", "timeline-admission")
+	if e := errs(); len(e) > 0 {
+		t.Errorf("the page's script failed: %q", e)
+	}
+}
+
+// matchAll is a JavaScript condition that the object c has want's counts.
+func matchAll(want map[string]int) string {
+	var conds []string
+	for k, v := range want {
+		conds = append(conds, fmt.Sprintf("c[%q] === %d", k, v))
+	}
+	return strings.Join(conds, " && ")
 }

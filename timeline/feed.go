@@ -26,12 +26,19 @@ const (
 // earlier ones left out. The journal keeps them all.
 const MaxAttempts = 100
 
+// MaxStates is how many changes of the upstreams' admission states a Feed
+// keeps: the last ones, of every upstream. An outage makes a handful; an
+// upstream that flaps for long makes more than the page can show. The
+// journal keeps them all.
+const MaxStates = 100
+
 // The event stream's event names, besides "snapshot" and "upstreams".
 const (
 	eventQueued       = "queued"
 	eventAttemptStart = "attempt-start"
 	eventAttemptEnd   = "attempt-end"
 	eventDone         = "done"
+	eventState        = "state" // an upstream's state changed
 )
 
 // A Feed keeps the most recent requests through a gateway, as its
@@ -54,7 +61,8 @@ type Feed struct {
 	byID    map[string]*entry // list's requests by ID
 	queues  map[string][]*entry
 	clients map[*client]struct{}
-	dropped int64 // events not sent to a client whose buffer was full
+	states  []StateChange // the last MaxStates changes, oldest first
+	dropped int64         // events not sent to a client whose buffer was full
 }
 
 // entry is one kept request.
@@ -108,10 +116,11 @@ func (f *Feed) SetLoads(loads func() []record.Load) {
 // sent a fresh snapshot when it catches up.
 func (f *Feed) Observer() record.Observer {
 	return record.Observer{
-		Queued:       f.queued,
-		AttemptStart: f.attemptStart,
-		AttemptEnd:   f.attemptEnd,
-		Done:         f.done,
+		Queued:        f.queued,
+		AttemptStart:  f.attemptStart,
+		AttemptEnd:    f.attemptEnd,
+		Done:          f.done,
+		UpstreamState: f.upstreamState,
 	}
 }
 
@@ -134,7 +143,8 @@ func (f *Feed) Close() {
 	f.closeOnce.Do(func() { close(f.closed) })
 }
 
-// Snapshot returns the kept requests and the upstreams' slots.
+// Snapshot returns the kept requests, the upstreams' slots and the last
+// changes of their states.
 func (f *Feed) Snapshot() Snapshot {
 	ups := f.upstreams()
 	f.mu.Lock()
@@ -145,7 +155,13 @@ func (f *Feed) Snapshot() Snapshot {
 }
 
 func (f *Feed) snapshotLocked() Snapshot {
-	s := Snapshot{Now: millis(time.Now()), Keep: f.keep, KeepBytes: f.keepBytes, Dropped: f.dropped, Requests: make([]Request, len(f.list))}
+	s := Snapshot{
+		Now: millis(time.Now()), Keep: f.keep, KeepBytes: f.keepBytes, Dropped: f.dropped,
+		Requests: make([]Request, len(f.list)), States: slices.Clone(f.states),
+	}
+	if s.States == nil {
+		s.States = []StateChange{} // the page reads a list, never null
+	}
 	for i, e := range f.list {
 		// The views' slices are never changed once made: sharing them
 		// is safe.
@@ -195,6 +211,22 @@ func (f *Feed) done(r *record.Request) {
 	f.dequeue(r.Upstream, e)
 	e.current, e.done = nil, true
 	f.update(eventDone, e, r, ended)
+}
+
+// upstreamState keeps c, dropping the oldest change past MaxStates, and
+// tells the clients.
+func (f *Feed) upstreamState(c record.StateChange) {
+	v := stateOf(c)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.states) == MaxStates {
+		// Shift rather than reslice, so that the array never grows past
+		// MaxStates; snapshots hold copies.
+		copy(f.states, f.states[1:])
+		f.states = f.states[:MaxStates-1]
+	}
+	f.states = append(f.states, v)
+	f.publish(event{name: eventState, state: v})
 }
 
 // attemptsOf returns the views of r's ended attempts that a Request view
@@ -298,7 +330,7 @@ func viewSize(v *Request) int {
 	n := 400 + 6*(len(v.ID)+len(v.Run)+len(v.Method)+len(v.Path)+len(v.Upstream)+len(v.Slot)+len(v.Model)+len(v.State)+len(v.Outcome)+len(v.Error))
 	for i := range v.Attempts {
 		a := &v.Attempts[i]
-		n += 320 + 6*(len(a.Key)+len(a.Outcome)+len(a.Error))
+		n += 380 + 6*(len(a.Key)+len(a.Outcome)+len(a.Error))
 	}
 	return n
 }

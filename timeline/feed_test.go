@@ -267,3 +267,62 @@ func TestFeedQueuePositions(t *testing.T) {
 		t.Errorf("with loads: got slots %d in flight %d, want 1 1", up.Slots, up.InFlight)
 	}
 }
+
+// The feed keeps the last MaxStates changes of the upstreams' states,
+// oldest first, in the snapshot as the page reads them.
+func TestFeedKeepsStates(t *testing.T) {
+	t.Parallel()
+	f := timeline.New(0, 0)
+	if b, _ := json.Marshal(f.Snapshot()); !strings.Contains(string(b), `"states":[]`) {
+		t.Errorf("an empty feed's snapshot: got %s, want an empty list of states", b)
+	}
+	obs := f.Observer()
+	const n = timeline.MaxStates + 50
+	for i := range n {
+		from, to := outlast.Down, outlast.Probing
+		if i%2 == 1 {
+			from, to = to, from
+		}
+		obs.UpstreamState(record.StateChange{Upstream: fmt.Sprint("up", i), At: t0.Add(time.Duration(i) * time.Millisecond), From: from, To: to})
+	}
+	s := f.Snapshot()
+	if len(s.States) != timeline.MaxStates {
+		t.Fatalf("kept %d changes, want %d", len(s.States), timeline.MaxStates)
+	}
+	first, last := s.States[0], s.States[len(s.States)-1]
+	if first.Upstream != "up50" || last.Upstream != fmt.Sprint("up", n-1) {
+		t.Errorf("kept %s to %s, want up50 to up%d", first.Upstream, last.Upstream, n-1)
+	}
+	if want := (timeline.StateChange{Upstream: "up50", At: millisOf(t0.Add(50 * time.Millisecond)), From: "down", To: "probing"}); first != want {
+		t.Errorf("the first kept: got %+v, want %+v", first, want)
+	}
+	// A snapshot is a copy: later changes leave it as it was.
+	obs.UpstreamState(record.StateChange{Upstream: "later", At: t0, From: outlast.Probing, To: outlast.Recovering})
+	if s.States[0].Upstream != "up50" || s.States[len(s.States)-1].Upstream != last.Upstream {
+		t.Errorf("a later change moved an earlier snapshot's states")
+	}
+}
+
+// An attempt's view carries its wait for the upstream and its probe
+// mark, and leaves both out of the JSON when there are none.
+func TestFeedAttemptAdmission(t *testing.T) {
+	t.Parallel()
+	f := timeline.New(0, 0)
+	obs := f.Observer()
+	r := request("r", "run")
+	probe := attempt(2, time.Second, time.Second, 200, nil)
+	probe.AdmissionWait, probe.Probe = 1500*time.Millisecond, true
+	r.Attempts = []record.Attempt{attempt(1, 0, 10*time.Millisecond, 503, &outlast.StatusError{StatusCode: 503}), probe}
+	obs.AttemptEnd(r, probe)
+	as := f.Snapshot().Requests[0].Attempts
+	if len(as) != 2 || as[0].AdmissionWait != 0 || as[0].Probe || as[1].AdmissionWait != 1500 || !as[1].Probe {
+		t.Fatalf("got attempts %+v, want the second the probe after 1500 ms", as)
+	}
+	b, _ := json.Marshal(as)
+	if got := string(b); strings.Count(got, `"admission_wait":1500,"probe":true`) != 1 || strings.Count(got, "admission_wait") != 1 {
+		t.Errorf("got %s, want the wait and the mark on the second attempt alone", got)
+	}
+}
+
+// millisOf is t as the views give times: milliseconds since the epoch.
+func millisOf(t time.Time) float64 { return float64(t.UnixMicro()) / 1e3 }

@@ -33,7 +33,7 @@ func TestPageThroughGateway(t *testing.T) {
 		{"/outlast/timeline/index.html", "GET", 404, "", nil},
 		{"/outlast/timeline/", "GET", 404, "", nil},
 		// The snapshot.
-		{"/outlast/recent", "GET", 200, "application/json", []string{`"keep":1000`, `"requests":[]`, `"name":"mock"`}},
+		{"/outlast/recent", "GET", 200, "application/json", []string{`"keep":1000`, `"requests":[]`, `"name":"mock"`, `"states":[]`}},
 		// The page is read-only.
 		{"/outlast/", "POST", 405, "", nil},
 		{"/outlast/events", "POST", 405, "", nil},

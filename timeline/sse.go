@@ -32,10 +32,12 @@ const (
 	writeTimeout = 10 * time.Second
 )
 
-// event is one change to send: a request's new state.
+// event is one change to send: a request's new state, or for
+// eventState an upstream's.
 type event struct {
-	name string
-	req  Request
+	name  string
+	req   Request
+	state StateChange
 }
 
 // client is one event stream's mailbox.
@@ -98,8 +100,9 @@ func (f *Feed) catchUp(c *client) Snapshot {
 
 // serveEvents serves the event stream (GET /outlast/events): a
 // "snapshot" event, then an event per change to a request ("queued",
-// "attempt-start", "attempt-end", "done"), an "upstreams" event when the
-// slots change, and a comment as a heartbeat.
+// "attempt-start", "attempt-end", "done"), a "state" event per change of
+// an upstream's admission state, an "upstreams" event when the slots
+// change, and a comment as a heartbeat.
 func (f *Feed) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", "GET")
@@ -185,7 +188,13 @@ func (s *stream) pending() {
 	}
 }
 
-func (s *stream) event(ev event) { s.write(ev.name, ev.req) }
+func (s *stream) event(ev event) {
+	if ev.name == eventState {
+		s.write(ev.name, ev.state)
+		return
+	}
+	s.write(ev.name, ev.req)
+}
 
 func (s *stream) snapshot(snap Snapshot) {
 	snap.Upstreams = s.f.upstreams()

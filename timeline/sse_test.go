@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/record"
 	"github.com/outlast-llm/outlast/timeline"
 )
@@ -221,4 +222,26 @@ func TestEventsHeartbeat(t *testing.T) {
 		cancel()
 		<-done
 	})
+}
+
+// TestEventsStates checks that the snapshot holds the changes of the
+// upstreams' states so far, and that each later one is an event.
+func TestEventsStates(t *testing.T) {
+	t.Parallel()
+	f := timeline.New(0, 0)
+	obs := f.Observer()
+	obs.UpstreamState(record.StateChange{Upstream: "mock", At: t0, From: outlast.Healthy, To: outlast.Down})
+	s := stream(t, events(t, f))
+	ev := s.nextNamed(t)
+	snap := decode[timeline.Snapshot](t, ev.data)
+	if ev.name != "snapshot" || len(snap.States) != 1 || snap.States[0].To != "down" {
+		t.Fatalf("first event: got %s with states %+v, want a snapshot with the change to down", ev.name, snap.States)
+	}
+	obs.UpstreamState(record.StateChange{Upstream: "mock", At: t0.Add(time.Second), From: outlast.Down, To: outlast.Probing})
+	ev = s.nextNamed(t)
+	got := decode[timeline.StateChange](t, ev.data)
+	want := timeline.StateChange{Upstream: "mock", At: millisOf(t0.Add(time.Second)), From: "down", To: "probing"}
+	if ev.name != "state" || got != want {
+		t.Errorf("got event %s %+v, want state %+v", ev.name, got, want)
+	}
 }

@@ -43,6 +43,9 @@ type Snapshot struct {
 	Requests []Request `json:"requests"`
 	// Upstreams are the upstreams' slots, in the gateway's order.
 	Upstreams []Upstream `json:"upstreams"`
+	// States are the last MaxStates changes of the upstreams' admission
+	// states, oldest first.
+	States []StateChange `json:"states"`
 }
 
 // Request is what the page shows of one request through the gateway. Its
@@ -102,6 +105,11 @@ type Attempt struct {
 	Ahead int `json:"ahead,omitempty"`
 	// GateWait is how long it waited for a slot, just before Start.
 	GateWait float64 `json:"gate_wait,omitempty"`
+	// AdmissionWait is how long it waited for its upstream to take it,
+	// while the upstream was down or recovering, just before GateWait.
+	AdmissionWait float64 `json:"admission_wait,omitempty"`
+	// Probe says it was its upstream's one probe while down.
+	Probe bool `json:"probe,omitempty"`
 	// Start is when it was sent, since the Unix epoch.
 	Start float64 `json:"start"`
 	// End is when its answer or failure came, since the Unix epoch; zero
@@ -133,6 +141,24 @@ type Upstream struct {
 	// Queue lists the waiting requests the feed has seen, in arrival
 	// order.
 	Queue []Waiter `json:"queue"`
+}
+
+// StateChange is a change of an upstream's admission state, for the
+// page's band of each upstream's states.
+type StateChange struct {
+	// Upstream is the upstream's name.
+	Upstream string `json:"upstream"`
+	// At is when it changed, in milliseconds since the Unix epoch.
+	At float64 `json:"at"`
+	// From and To are the states' names: "healthy", "down", "probing"
+	// or "recovering".
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// stateOf is the page's view of c.
+func stateOf(c record.StateChange) StateChange {
+	return StateChange{Upstream: c.Upstream, At: millis(c.At), From: c.From.String(), To: c.To.String()}
 }
 
 // Waiter is a request waiting for a slot.
@@ -167,17 +193,19 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 // attemptOf is the page's view of a.
 func attemptOf(a record.Attempt) Attempt {
 	return Attempt{
-		N:          a.N,
-		Key:        a.Key,
-		Ahead:      a.QueuedAhead,
-		GateWait:   ms(a.GateWait),
-		Start:      millis(a.Start),
-		End:        millis(a.End),
-		Status:     a.Status,
-		Outcome:    attemptOutcome(a),
-		Error:      a.Class.String(),
-		RetryAfter: ms(a.RetryAfter),
-		RetryIn:    ms(a.RetryIn),
+		N:             a.N,
+		Key:           a.Key,
+		Ahead:         a.QueuedAhead,
+		GateWait:      ms(a.GateWait),
+		AdmissionWait: ms(a.AdmissionWait),
+		Probe:         a.Probe,
+		Start:         millis(a.Start),
+		End:           millis(a.End),
+		Status:        a.Status,
+		Outcome:       attemptOutcome(a),
+		Error:         a.Class.String(),
+		RetryAfter:    ms(a.RetryAfter),
+		RetryIn:       ms(a.RetryIn),
 	}
 }
 

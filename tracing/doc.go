@@ -36,7 +36,9 @@
 //	outlast.attempt   (client)  Attempt.Start to Attempt.End, one per attempt
 //	  http.request.method, outlast.attempt.n, outlast.call_id,
 //	  http.response.status_code, outlast.attempt.class, error.type, outlast.gate.key,
-//	  outlast.gate.ahead, outlast.gate.wait_ms
+//	  outlast.gate.ahead, outlast.gate.wait_ms; when the attempt waited for
+//	  its upstream (see outlast.Admission), outlast.admission.wait_ms; when
+//	  it was the upstream's probe, outlast.attempt.probe = true
 //	  event exception, for a failure: exception.type, exception.message
 //
 // String attributes that would be empty are left out. Durations are

@@ -35,6 +35,8 @@ const (
 	keyGateKey      = attribute.Key("outlast.gate.key")
 	keyGateAhead    = attribute.Key("outlast.gate.ahead")
 	keyGateWaitMS   = attribute.Key("outlast.gate.wait_ms")
+	keyAdmissionMS  = attribute.Key("outlast.admission.wait_ms")
+	keyProbe        = attribute.Key("outlast.attempt.probe")
 	keyRetryInMS    = attribute.Key("outlast.retry_in_ms")
 	keyRetryAfterMS = attribute.Key("outlast.retry_after_ms")
 )
@@ -77,9 +79,11 @@ func setRequestStatus(span trace.Span, r *record.Request) {
 	}
 }
 
-// attemptAttrs are an attempt span's attributes.
+// attemptAttrs are an attempt span's attributes. The admission's two are
+// set only when they say something, as the record's JSON leaves them out:
+// most attempts never meet an upstream that is down.
 func attemptAttrs(r *record.Request, a *record.Attempt) []attribute.KeyValue {
-	kv := make([]attribute.KeyValue, 0, 8)
+	kv := make([]attribute.KeyValue, 0, 10)
 	kv = appendString(kv, keyMethod, r.Method)
 	kv = append(kv, keyAttemptN.Int(a.N))
 	kv = appendString(kv, keyCallID, a.CallID)
@@ -89,6 +93,12 @@ func attemptAttrs(r *record.Request, a *record.Attempt) []attribute.KeyValue {
 	kv = appendString(kv, keyClass, a.Class.String())
 	kv = appendString(kv, keyErrorType, errorType(a.Class, a.Status))
 	kv = appendString(kv, keyGateKey, a.Key)
+	if a.AdmissionWait > 0 {
+		kv = append(kv, keyAdmissionMS.Float64(ms(a.AdmissionWait)))
+	}
+	if a.Probe {
+		kv = append(kv, keyProbe.Bool(true))
+	}
 	return append(kv,
 		keyGateAhead.Int(a.QueuedAhead),
 		keyGateWaitMS.Float64(ms(a.GateWait)),

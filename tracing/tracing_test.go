@@ -181,6 +181,56 @@ func TestSpans(t *testing.T) {
 				},
 			},
 		}},
+		// An attempt that waited for its upstream, down, and was its
+		// probe: the wait and the mark; an attempt that met neither has
+		// neither attribute.
+		{"admission probe", record.Request{
+			ID: "req-5", Method: "POST", Path: "/v1/messages", Upstream: "llm",
+			Start: at(0), End: at(2000), Status: 200,
+			Attempts: []record.Attempt{
+				attempt(outlast.Attempt{N: 1, Start: at(1), End: at(2), Status: 503, Err: &outlast.StatusError{StatusCode: 503}, RetryIn: 10 * time.Millisecond}),
+				attempt(outlast.Attempt{N: 2, Start: at(1512), End: at(1900), Status: 200, AdmissionWait: 1500 * time.Millisecond, Probe: true}),
+			},
+		}, map[string]wantSpan{
+			"request": {
+				name: "outlast.request", kind: trace.SpanKindServer,
+				start: at(0), end: at(2000), status: codes.Unset,
+				attrs: map[string]any{
+					"http.request.method": "POST", "url.path": "/v1/messages",
+					"outlast.request.id": "req-5", "outlast.upstream": "llm",
+					"http.response.status_code": int64(200),
+					"http.response.body.size":   int64(0), "outlast.attempts": int64(2),
+					"outlast.stream": false, "outlast.committed": false,
+				},
+				events: []wantEvent{{"outlast.retry_wait", at(2), map[string]any{
+					"outlast.attempt.n": int64(1), "outlast.retry_in_ms": 10.0, "outlast.retry_after_ms": 0.0,
+				}}},
+			},
+			"attempt 1": {
+				name: "outlast.attempt", kind: trace.SpanKindClient, parent: "request",
+				start: at(1), end: at(2), status: codes.Error,
+				attrs: map[string]any{
+					"http.request.method": "POST", "outlast.attempt.n": int64(1),
+					"http.response.status_code": int64(503),
+					"outlast.attempt.class":     "status_5xx", "error.type": "503",
+					"outlast.gate.ahead": int64(0), "outlast.gate.wait_ms": 0.0,
+				},
+				events: []wantEvent{{"exception", at(2), map[string]any{
+					"exception.type":    "status_5xx",
+					"exception.message": "outlast: status 503 Service Unavailable",
+				}}},
+			},
+			"attempt 2": {
+				name: "outlast.attempt", kind: trace.SpanKindClient, parent: "request",
+				start: at(1512), end: at(1900), status: codes.Unset,
+				attrs: map[string]any{
+					"http.request.method": "POST", "outlast.attempt.n": int64(2),
+					"http.response.status_code": int64(200),
+					"outlast.admission.wait_ms": 1500.0, "outlast.attempt.probe": true,
+					"outlast.gate.ahead": int64(0), "outlast.gate.wait_ms": 0.0,
+				},
+			},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -196,8 +196,8 @@ func (p *printer) table(r record.Request) {
 	tw.Flush()
 }
 
-// describeAttempt says how an attempt ended: its status, or the class of
-// a failure that got none.
+// describeAttempt says how an attempt ended, its status or the class of a
+// failure that got none, and what it waited for.
 func describeAttempt(a record.Attempt) string {
 	s := fmt.Sprint(a.Status)
 	plain := a.Class == outlast.ClassNone || a.Class.IsStatus() // the status says it all
@@ -207,6 +207,14 @@ func describeAttempt(a record.Attempt) string {
 		s = a.Class.String()
 	default:
 		s += " " + a.Class.String()
+	}
+	// In the order they happened: the wait for a down upstream came
+	// before the gate's queue.
+	if a.AdmissionWait > 0 {
+		s += fmt.Sprintf(", waited %v for the upstream", a.AdmissionWait.Round(time.Millisecond))
+	}
+	if a.Probe {
+		s += ", probe"
 	}
 	if a.QueuedAhead > 0 {
 		s += fmt.Sprintf(", queued behind %d for %v", a.QueuedAhead, a.GateWait.Round(time.Millisecond))

@@ -178,3 +178,31 @@ func TestRequestsFollowRun(t *testing.T) {
 		t.Errorf("follow after its context ended: got %v, want nil", err)
 	}
 }
+
+// An attempt says what it waited for, in the order it waited: its
+// upstream, while that was down, and then a slot; and whether it was the
+// upstream's probe.
+func TestDescribeAttempt(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		a    record.Attempt
+		want string
+	}{
+		// Nothing waited for: the status alone.
+		{"plain", record.Attempt{Status: 200}, "200"},
+		// The probe that ended an outage, after its wait.
+		{"probe", record.Attempt{Status: 200, AdmissionWait: 1500 * time.Millisecond, Probe: true}, "200, waited 1.5s for the upstream, probe"},
+		// A request let go while the upstream recovered, then queued for a
+		// slot: both waits, the upstream's first.
+		{"both waits", record.Attempt{Status: 503, Class: outlast.ClassStatus5xx, AdmissionWait: 250 * time.Millisecond,
+			QueuedAhead: 2, GateWait: 40 * time.Millisecond, RetryIn: time.Second},
+			"503, waited 250ms for the upstream, queued behind 2 for 40ms, retry in 1s"},
+		// A probe that failed, with no wait: it was first in line.
+		{"failed probe", record.Attempt{Class: outlast.ClassRefused, Probe: true, Error: "connection refused"}, "refused, probe: connection refused"},
+	} {
+		if got := describeAttempt(c.a); got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 // Package journalproc writes a journal from another process: a Store whose
-// writes go, batch by batch, through a pipe to a child process that runs
-// Serve on its standard input and output.
+// writes, of records and of upstreams' state changes, go batch by batch
+// through a pipe to a child process that runs Serve on its standard input
+// and output.
 //
 // SQLite runs inside the process that writes it, so its writes take CPU
 // from the gateway's requests; Go's scheduler cannot put the requests
@@ -25,21 +26,39 @@ import (
 	"github.com/outlast-llm/outlast/record"
 )
 
-// Serve reads batches of records from r, writes each to s, and answers
-// each on w with a line: "ok", or the write's error. It returns nil when r
-// ends, or the error that ended it.
+// A message is one write through the pipe, gob-encoded: a batch of
+// records for Store.Write, or of state changes for Store.WriteStates.
+// Gob sends every exported field, so a field added to a record crosses
+// the pipe with no change here.
+type message struct {
+	Requests []record.Request
+	States   []record.StateChange
+}
+
+// write writes m to s: its changes, if it has any, else its records (none
+// for the parent's first write, which checks that the child runs).
+func (m *message) write(s journal.Store) error {
+	if len(m.States) > 0 {
+		return s.WriteStates(context.Background(), m.States)
+	}
+	return s.Write(context.Background(), m.Requests)
+}
+
+// Serve reads batches of records and of state changes from r, writes each
+// to s, and answers each on w with a line: "ok", or the write's error. It
+// returns nil when r ends, or the error that ended it.
 func Serve(r io.Reader, w io.Writer, s journal.Store) error {
 	dec := gob.NewDecoder(bufio.NewReader(r))
 	out := bufio.NewWriter(w)
 	for {
-		var recs []record.Request
-		if err := dec.Decode(&recs); err != nil {
+		var m message
+		if err := dec.Decode(&m); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			return fmt.Errorf("journalproc: reading a batch: %w", err)
 		}
-		if err := s.Write(context.Background(), recs); err != nil {
+		if err := m.write(s); err != nil {
 			fmt.Fprintf(out, "error: %v\n", oneLine(err))
 		} else {
 			out.WriteString("ok\n")
@@ -88,6 +107,19 @@ func New(base journal.Store, newCmd func() *exec.Cmd) *Store {
 // Write sends recs to the child and returns when it has written them. If
 // ctx ends first, the child is killed and the write fails.
 func (s *Store) Write(ctx context.Context, recs []record.Request) error {
+	return s.send(ctx, &message{Requests: recs})
+}
+
+// WriteStates sends changes to the child, as Write sends records.
+func (s *Store) WriteStates(ctx context.Context, changes []record.StateChange) error {
+	if len(changes) == 0 {
+		return nil // nothing to write: not worth starting a child
+	}
+	return s.send(ctx, &message{States: changes})
+}
+
+// send sends m to the child and returns when it has written it.
+func (s *Store) send(ctx context.Context, m *message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -108,7 +140,7 @@ func (s *Store) Write(ctx context.Context, recs []record.Request) error {
 	// A write that outlives ctx kills the child, which ends the wait for
 	// its answer.
 	stop := context.AfterFunc(ctx, func() { c.cmd.Process.Kill() })
-	err := c.write(recs)
+	err := c.write(m)
 	killed := !stop()
 	var refused refusedError
 	if killed || err != nil && !errors.As(err, &refused) {
@@ -146,8 +178,8 @@ type refusedError struct{ msg string }
 
 func (e refusedError) Error() string { return "journalproc: the writer's store: " + e.msg }
 
-func (c *child) write(recs []record.Request) error {
-	if err := c.enc.Encode(recs); err != nil {
+func (c *child) write(m *message) error {
+	if err := c.enc.Encode(m); err != nil {
 		return fmt.Errorf("journalproc: sending a batch: %w", err)
 	}
 	if err := c.buf.Flush(); err != nil {

@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
+	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/record"
 )
@@ -147,5 +149,41 @@ func TestHungChildTimesOut(t *testing.T) {
 	}
 	if s.child != nil {
 		t.Errorf("the hung writer is kept, want it gone")
+	}
+}
+
+// TestStatesAndAdmissionCross checks that what admission adds to the
+// record crosses the pipe: an attempt's wait for its upstream and its
+// probe mark, and upstreams' state changes, which the child writes and
+// refuses as its store does.
+func TestStatesAndAdmissionCross(t *testing.T) {
+	s, starts := newStore(t)
+	defer s.Close()
+	recs := batch("p", 1)
+	recs[0].Attempts[0].AdmissionWait, recs[0].Attempts[0].Probe = 1500*time.Millisecond, true
+	if err := s.Write(context.Background(), recs); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	got, err := s.Get(context.Background(), "p0")
+	if err != nil || len(got.Attempts) != 1 || got.Attempts[0].AdmissionWait != 1500*time.Millisecond || !got.Attempts[0].Probe {
+		t.Errorf("Get: got %+v, %v; want the probe, with its 1.5s wait", got.Attempts, err)
+	}
+
+	changes := []record.StateChange{
+		{Upstream: "up", At: t0, From: outlast.Healthy, To: outlast.Down},
+		{Upstream: "up", At: t0.Add(time.Second), From: outlast.Down, To: outlast.Probing},
+	}
+	if err := s.WriteStates(context.Background(), changes); err != nil {
+		t.Fatalf("WriteStates: %v", err)
+	}
+	if got, err := s.States(context.Background(), journal.StateQuery{}); err != nil || !reflect.DeepEqual(got, changes) {
+		t.Errorf("States: got %v, %v; want %v", got, err, changes)
+	}
+	err = s.WriteStates(context.Background(), []record.StateChange{{Upstream: "up", To: outlast.Down}})
+	if !errors.As(err, new(refusedError)) {
+		t.Errorf("WriteStates of a change with no time: got %v, want the store's refusal", err)
+	}
+	if *starts != 1 {
+		t.Errorf("started %d writers, want 1", *starts)
 	}
 }

@@ -22,6 +22,7 @@ func Kept(r record.Request) record.Request {
 	for i, a := range r.Attempts {
 		a.Start, a.End = millis(a.Start), millis(a.End)
 		a.GateWait = a.GateWait.Truncate(time.Millisecond)
+		a.AdmissionWait = a.AdmissionWait.Truncate(time.Millisecond)
 		a.RetryIn = a.RetryIn.Truncate(time.Millisecond)
 		a.RetryAfter = a.RetryAfter.Truncate(time.Millisecond)
 		a.Key = ""

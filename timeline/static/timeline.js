@@ -13,10 +13,13 @@
   const MIN_FRAME = 200;
   const MAX_SLOT_BOXES = 32;
   const MAX_WAITERS = 20;
+  // State changes kept, as the feed keeps them (timeline.MaxStates).
+  const MAX_STATES = 100;
 
   const state = {
     reqs: new Map(), // id → request, in arrival order
     ups: [],
+    states: [], // the upstreams' state changes, oldest first
     peak: new Map(), // upstream → most queued seen
     offset: 0, // server clock − this clock, in ms
     dropped: 0,
@@ -42,6 +45,7 @@
       const s = JSON.parse(e.data);
       state.offset = s.now - Date.now();
       state.reqs = new Map(s.requests.map((r) => [r.id, r]));
+      state.states = s.states || [];
       state.dropped = s.dropped;
       setUpstreams(s.upstreams);
       setConn("live");
@@ -53,6 +57,11 @@
         schedule();
       });
     }
+    es.addEventListener("state", (e) => {
+      state.states.push(JSON.parse(e.data));
+      if (state.states.length > MAX_STATES) state.states.splice(0, state.states.length - MAX_STATES);
+      schedule();
+    });
     es.addEventListener("upstreams", (e) => {
       setUpstreams(JSON.parse(e.data).upstreams);
       schedule();
@@ -147,6 +156,13 @@
     const head = el("div", "up-head");
     head.append(el("span", "up-name", null, u.name),
       el("span", "up-slots", null, u.slots ? plural(u.slots, "slot") : "no slot bound"));
+    const last = lastState(u.name);
+    if (last) {
+      // How long, while not healthy: the page redraws with the clock then.
+      const badge = el("span", "up-state", { state: last.to }, last.to + (last.to === "healthy" ? "" : " · " + fmtDur(t - last.at)));
+      badge.title = `${last.from} → ${last.to} at ${clock(last.at)}`;
+      head.append(badge);
+    }
     card.append(head);
 
     const boxes = el("div", "slot-boxes");
@@ -178,6 +194,21 @@
     if ((u.queue || []).length > MAX_WAITERS) q.append(el("li", "waiter more", null, `and ${u.queue.length - MAX_WAITERS} more`));
     card.append(q);
     return card;
+  }
+
+  // troubled lists the upstreams whose latest state is not healthy.
+  function troubled() {
+    const last = new Map();
+    for (const c of state.states) last.set(c.upstream, c.to);
+    return [...last.entries()].filter(([, to]) => to !== "healthy").map(([name]) => name);
+  }
+
+  // lastState is an upstream's latest state change, or undefined.
+  function lastState(name) {
+    for (let i = state.states.length - 1; i >= 0; i--) {
+      if (state.states[i].upstream === name) return state.states[i];
+    }
+    return undefined;
   }
 
   // --- Filters ----------------------------------------------------------------
@@ -212,7 +243,8 @@
     match.sort((a, b) => a.start - b.start);
     const rows = match.slice(-MAX_ROWS);
     const t = now();
-    const live = all.some((r) => r.state !== "done");
+    // An upstream not healthy is a band that grows with the clock.
+    const live = all.some((r) => r.state !== "done") || troubled().length > 0;
 
     $("counts").textContent = `${plural(state.reqs.size, "request")} kept of ${cfg.keep}` +
       (state.dropped ? ` · ${plural(state.dropped, "event")} dropped` : "");
@@ -253,26 +285,81 @@
       grid.append(k);
     }
     frag.append(grid);
+    const bands = stateBands(win, { x, t });
+    if (bands) frag.append(bands);
     for (const g of groups(rows)) frag.append(runGroup(g, { x, pxPerMs, t }));
     $("rows").replaceChildren(frag);
     return live;
   }
 
   // windowOf is the time span to draw: from the earliest start or queue
-  // to the latest end, or now while something is in progress.
+  // to the latest end, or now while something is in progress; and to the
+  // latest change of an upstream's state after that start, or now while
+  // an upstream is not healthy.
   function windowOf(rows, t) {
     let t0 = Infinity, t1 = -Infinity;
     for (const r of rows) {
       t0 = Math.min(t0, r.start);
       t1 = Math.max(t1, r.state === "done" ? (r.end || r.start) : t);
       for (const a of r.attempts) {
-        t0 = Math.min(t0, a.start - (a.gate_wait || 0));
+        t0 = Math.min(t0, a.start - (a.gate_wait || 0) - (a.admission_wait || 0));
         t1 = Math.max(t1, a.end || t);
         if (a.retry_after) t1 = Math.max(t1, a.end + a.retry_after);
       }
     }
+    for (const c of state.states) if (c.at >= t0) t1 = Math.max(t1, c.at);
+    if (troubled().length > 0) t1 = Math.max(t1, t);
     const span = Math.max(t1 - t0, 1000);
     return { t0, t1: t0 + span * 1.02 };
+  }
+
+  // stateBands draws a row per upstream whose state changed: a band for
+  // each stretch it was not healthy, coloured by state, and a mark at each
+  // change within the window. A stretch that began before the window is
+  // drawn from its left edge.
+  function stateBands(win, v) {
+    const byUp = new Map();
+    for (const c of state.states) {
+      if (!byUp.has(c.upstream)) byUp.set(c.upstream, []);
+      byUp.get(c.upstream).push(c);
+    }
+    const shown = [...byUp.entries()].filter(([, cs]) => cs.some((c, i) => {
+      const until = i + 1 < cs.length ? cs[i + 1].at : v.t;
+      return until >= win.t0 && c.at <= win.t1;
+    }));
+    if (shown.length === 0) return null;
+    // Not a run, nor its rows requests: the filters and counts pass them by.
+    const box = el("div", "state-group");
+    const head = el("div", "run-head");
+    head.append(el("span", "run-name", null, "Upstreams"),
+      el("span", "run-meta", null, "admission states: down, probing, recovering"));
+    box.append(head);
+    for (const [name, cs] of shown) {
+      const row = el("div", "state-row", { upstream: name });
+      const label = el("div", "label");
+      const last = cs[cs.length - 1];
+      label.append(el("span", "up-state", { state: last.to }, last.to), el("span", "path", null, name));
+      label.title = `${name}: ${plural(cs.length, "change")} kept`;
+      row.append(label);
+      const track = el("div", "track");
+      cs.forEach((c, i) => {
+        const until = i + 1 < cs.length ? cs[i + 1].at : v.t;
+        if (c.to !== "healthy" && until >= win.t0 && c.at <= win.t1) {
+          const band = place(el("div", "state-band", { state: c.to }), v.x, Math.max(c.at, win.t0), Math.min(until, win.t1));
+          band.title = `${name} ${c.to} for ${fmtDur(until - c.at)}, from ${clock(c.at)}`;
+          track.append(band);
+        }
+        if (c.at >= win.t0 && c.at <= win.t1) {
+          const m = el("div", "state-mark", { state: c.to });
+          m.style.left = v.x(c.at) + "%";
+          m.title = `${clock(c.at)}: ${name} ${c.from} → ${c.to}`;
+          track.append(m);
+        }
+      });
+      row.append(track);
+      box.append(row);
+    }
+    return box;
   }
 
   // groups puts rows into runs: the run with the newest request first,
@@ -323,15 +410,21 @@
     }
     const as = r.attempts;
     as.forEach((a, i) => {
+      const gateFrom = a.start - (a.gate_wait || 0);
+      if (a.admission_wait > 0) {
+        const w = place(el("div", "admission-wait"), v.x, gateFrom - a.admission_wait, gateFrom);
+        w.title = `waited ${fmtDur(a.admission_wait)} for the upstream, down or recovering`;
+        track.append(w);
+      }
       if (a.gate_wait > 0) {
-        const q = place(el("div", "queue-wait"), v.x, a.start - a.gate_wait, a.start);
+        const q = place(el("div", "queue-wait"), v.x, gateFrom, a.start);
         q.title = `waited ${fmtDur(a.gate_wait)} for a slot, ${a.ahead} ahead`;
         track.append(q);
       }
       track.append(bar(a, v));
       const next = as[i + 1];
       if (a.end && next) {
-        track.append(gap(a.end, next.start - (next.gate_wait || 0), a, v, false));
+        track.append(gap(a.end, next.start - (next.gate_wait || 0) - (next.admission_wait || 0), a, v, false));
       } else if (a.end && a.retry_in && r.state !== "done") {
         track.append(gap(a.end, Math.min(v.t, a.end + a.retry_in), a, v, true));
       }
@@ -355,10 +448,13 @@
   function bar(a, v) {
     const end = a.end || v.t;
     const b = place(el("div", "bar", { outcome: a.outcome, n: a.n }), v.x, a.start, end);
+    if (a.probe) b.dataset.probe = "true";
     const what = a.status ? String(a.status) : (a.error || (a.outcome === "inflight" ? "in flight" : a.outcome));
     if ((end - a.start) * v.pxPerMs > 30) b.textContent = a.status ? String(a.status) : "";
     b.title = `attempt ${a.n}: ${what}, ${fmtDur(end - a.start)}` +
       (a.error && a.status ? ` (${a.error})` : "") +
+      (a.probe ? "\nthe upstream's probe, while it was down" : "") +
+      (a.admission_wait ? `\nwaited ${fmtDur(a.admission_wait)} for the upstream` : "") +
       (a.retry_after ? `\nRetry-After ${fmtDur(a.retry_after)}` : "") +
       (a.retry_in ? `\nnext attempt in ${fmtDur(a.retry_in)}` : "");
     return b;
