@@ -296,6 +296,15 @@ func TestServeConfigErrors(t *testing.T) {
 		args: []string{"--upstream", "http://x", "--waits", ""},
 		want: `serve: --waits "": empty`,
 	}, {
+		// A budget without admission would do nothing: say so.
+		name: "retry budget without admission",
+		args: []string{"--upstream", "http://x", "--admission=false", "--retry-budget", "0.1"},
+		want: `serve: --retry-budget "0.1": a retry budget needs admission: drop --admission=false`,
+	}, {
+		name: "retry budget out of range",
+		args: []string{"--upstream", "http://x", "--retry-budget", "-1"},
+		want: `serve: --retry-budget "-1": want a ratio from 0 to 10, such as 0.1`,
+	}, {
 		name: "negative slots flag",
 		args: []string{"--upstream", "http://x", "--slots", "-1"},
 		want: `serve: --slots "-1": is negative: want 0 or more`,

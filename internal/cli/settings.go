@@ -118,6 +118,21 @@ var settings = []setting{
 			}
 			return err
 		}},
+	{flag: "retry-budget", key: "retry_budget", scope: upstream, def: "0", arg: "RATIO", example: "0.1",
+		help: "with admission, throttle retries as gRPC does: a bucket of 10 tokens loses one per failed attempt and gains RATIO per success, and a retry goes only while more than half are left, else 503 upstream-down. 0 means off; 0.1 holds retries to about a tenth of successes",
+		set: func(t target, s string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+			if err != nil || !(f >= 0 && f <= 10) {
+				return errors.New("want a ratio from 0 to 10, such as 0.1")
+			}
+			if f > 0 && t.up.Admission == nil {
+				return errors.New("a retry budget needs admission: drop --admission=false")
+			}
+			if t.up.Admission != nil {
+				t.up.Admission.RetryBudget = f
+			}
+			return nil
+		}},
 	{flag: "queue", key: "queue", scope: upstream, def: strconv.Itoa(gateway.DefaultQueue), arg: "N", example: "0",
 		help: "requests that may wait for a slot; more are refused at once with 503. 0 means none may wait",
 		set:  count(func(t target, n int) { t.up.Queue = parse.ZeroIsNone(n) })},
