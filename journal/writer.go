@@ -149,23 +149,11 @@ func NewWriter(s Store, cfg WriterConfig) *Writer {
 // The Writer keeps rec's Header and Attempts as they are: the caller must
 // not change them after Add.
 func (w *Writer) Add(rec record.Request) bool {
-	if validate(&rec) != nil {
-		w.dropped.Add(1)
-		return false
-	}
-	w.mu.Lock()
-	if w.closed || w.held() >= w.size {
-		w.mu.Unlock()
-		w.dropped.Add(1)
-		return false
-	}
-	w.pending = append(w.pending, rec)
-	n := len(w.pending)
-	w.mu.Unlock()
-	if n == 1 || n == w.max {
-		w.wake()
-	}
-	return true
+	return w.take(validate(&rec), func() bool {
+		w.pending = append(w.pending, rec)
+		n := len(w.pending)
+		return n == 1 || n == w.max
+	})
 }
 
 // AddState queues c, an upstream's state change, to be written with the
@@ -173,7 +161,17 @@ func (w *Writer) Add(rec record.Request) bool {
 // and counts c as Add drops a record: when the Writer holds Size records
 // and changes already, when c has no time, or after Close.
 func (w *Writer) AddState(c record.StateChange) bool {
-	if validateState(&c) != nil {
+	return w.take(validateState(&c), func() bool {
+		w.states = append(w.states, c)
+		return len(w.states) == 1
+	})
+}
+
+// take is Add's and AddState's bookkeeping: unless invalid is not nil,
+// the Writer is closed or it is full, it calls push with w.mu held, and
+// wakes the batcher if push says to; otherwise it counts a drop.
+func (w *Writer) take(invalid error, push func() (wake bool)) bool {
+	if invalid != nil {
 		w.dropped.Add(1)
 		return false
 	}
@@ -183,10 +181,9 @@ func (w *Writer) AddState(c record.StateChange) bool {
 		w.dropped.Add(1)
 		return false
 	}
-	w.states = append(w.states, c)
-	n := len(w.states)
+	wake := push()
 	w.mu.Unlock()
-	if n == 1 {
+	if wake {
 		w.wake()
 	}
 	return true
