@@ -87,12 +87,6 @@ var quick = map[string]string{
 	"max-time":   "300ms",
 }
 
-// usageError is a bad command line: main exits 2 for it.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
 func parseConfig(args []string, stderr io.Writer) (config, error) {
 	c := defaults()
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
@@ -137,10 +131,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		if err == flag.ErrHelp {
 			return c, err
 		}
-		return c, usageError{err}
+		return c, usageError{Err: err}
 	}
 	if fs.NArg() > 0 {
-		return c, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+		return c, usageError{Err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
 	if c.Quick {
 		set := map[string]bool{}
@@ -159,27 +153,27 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 func (c config) validate() error {
 	switch {
 	case c.Chunks < 1:
-		return usageError{fmt.Errorf("--chunks %d: want 1 or more", c.Chunks)}
+		return usageError{Err: fmt.Errorf("--chunks %d: want 1 or more", c.Chunks)}
 	case c.PromptBytes < 0 || c.PromptBytes > 1<<20:
-		return usageError{fmt.Errorf("--prompt-bytes %d: want 0 to 1048576", c.PromptBytes)}
+		return usageError{Err: fmt.Errorf("--prompt-bytes %d: want 0 to 1048576", c.PromptBytes)}
 	case c.SeqRounds < 1 || c.SeqPerRound < 1:
-		return usageError{fmt.Errorf("--seq-rounds %d, --seq %d: want 1 or more", c.SeqRounds, c.SeqPerRound)}
+		return usageError{Err: fmt.Errorf("--seq-rounds %d, --seq %d: want 1 or more", c.SeqRounds, c.SeqPerRound)}
 	case c.Rate <= 0 || c.Rate > 1e6:
-		return usageError{fmt.Errorf("--rate %g: want more than 0 and at most 1e6", c.Rate)}
+		return usageError{Err: fmt.Errorf("--rate %g: want more than 0 and at most 1e6", c.Rate)}
 	case c.Slice <= 0 || c.RateDur < c.Slice:
-		return usageError{fmt.Errorf("--slice %v, --rate-time %v: want 0 < slice <= rate-time", c.Slice, c.RateDur)}
+		return usageError{Err: fmt.Errorf("--slice %v, --rate-time %v: want 0 < slice <= rate-time", c.Slice, c.RateDur)}
 	case c.MaxDur <= 0:
-		return usageError{fmt.Errorf("--max-time %v: want more than 0", c.MaxDur)}
+		return usageError{Err: fmt.Errorf("--max-time %v: want more than 0", c.MaxDur)}
 	case c.InFlight < 1:
-		return usageError{fmt.Errorf("--inflight %d: want 1 or more", c.InFlight)}
+		return usageError{Err: fmt.Errorf("--inflight %d: want 1 or more", c.InFlight)}
 	case c.Slots < 0 || c.GateSlots < 0:
-		return usageError{fmt.Errorf("--slots %d, --gate-slots %d: want 0 or more", c.Slots, c.GateSlots)}
+		return usageError{Err: fmt.Errorf("--slots %d, --gate-slots %d: want 0 or more", c.Slots, c.GateSlots)}
 	case c.UpIdle < 1:
-		return usageError{fmt.Errorf("--upstream-idle %d: want 1 or more", c.UpIdle)}
+		return usageError{Err: fmt.Errorf("--upstream-idle %d: want 1 or more", c.UpIdle)}
 	case c.ProfileDur <= 0:
-		return usageError{fmt.Errorf("--profile-time %v: want more than 0", c.ProfileDur)}
+		return usageError{Err: fmt.Errorf("--profile-time %v: want more than 0", c.ProfileDur)}
 	case c.Timeout <= 0:
-		return usageError{fmt.Errorf("--timeout %v: want more than 0", c.Timeout)}
+		return usageError{Err: fmt.Errorf("--timeout %v: want more than 0", c.Timeout)}
 	}
 	return nil
 }

@@ -21,13 +21,14 @@
 package main
 
 import (
-	"errors"
-
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 	"github.com/outlast-llm/outlast/server"
 )
 
 func main() {
 	server.RunJournalWriter()
-	cmdline.Main("load", run, func(err error) bool { return errors.As(err, new(usageError)) })
+	cmdline.Main("load", run)
 }
+
+// usageError is a bad command line: main exits 2 for it.
+type usageError = cmdline.UsageError

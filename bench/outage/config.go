@@ -113,12 +113,6 @@ type config struct {
 	Parallel int
 }
 
-// usageError is a bad command line: main exits 2 for it.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
 // parseConfig reads the flags. The help text goes to stderr.
 func parseConfig(args []string, stderr io.Writer) (config, error) {
 	c := config{Scenario: defaultScenario(), Seeds: 10, SeedBase: 1, SVG: "outage.svg"}
@@ -148,10 +142,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
 		}
-		return c, usageError{err}
+		return c, usageError{Err: err}
 	}
 	if fs.NArg() > 0 {
-		return c, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+		return c, usageError{Err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
 	rateSet := false
 	fs.Visit(func(f *flag.Flag) { rateSet = rateSet || f.Name == "rate" })
@@ -177,12 +171,12 @@ func applyService(s *scenario, name string, rateSet bool) error {
 		}
 		return nil
 	}
-	return usageError{fmt.Errorf("-service %q: want api or llm", name)}
+	return usageError{Err: fmt.Errorf("-service %q: want api or llm", name)}
 }
 
 func (c *config) validate() error {
 	s := &c.Scenario
-	bad := func(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+	bad := func(format string, args ...any) error { return usageError{Err: fmt.Errorf(format, args...)} }
 	switch {
 	case c.Seeds < 1:
 		return bad("-seeds %d: want at least 1", c.Seeds)
@@ -198,7 +192,7 @@ func (c *config) validate() error {
 		return bad("-shape %q: want one of %s", s.Shape, shapeNames())
 	}
 	if _, _, err := s.retryAfterMode(); err != nil {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	return nil
 }

@@ -14,11 +14,12 @@
 package main
 
 import (
-	"errors"
-
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 )
 
 func main() {
-	cmdline.Main("outage", run, func(err error) bool { return errors.As(err, new(usageError)) })
+	cmdline.Main("outage", run)
 }
+
+// usageError is a bad command line: main exits 2 for it.
+type usageError = cmdline.UsageError

@@ -53,7 +53,7 @@ func measureAll(b bubbler, c config, progress io.Writer) result {
 	pols := selectPolicies(c.Policies)
 	oracle := c.Policies == "" || strings.Contains(c.Policies, "oracle")
 	if len(pols) == 0 && !oracle {
-		return result{err: usageError{fmt.Errorf("-policies %q names no policy", c.Policies)}}
+		return result{err: usageError{Err: fmt.Errorf("-policies %q names no policy", c.Policies)}}
 	}
 	seeds := make([]uint64, c.Seeds)
 	for i := range seeds {

@@ -40,10 +40,11 @@ import (
 )
 
 func main() {
-	cmdline.Main("realtime", run, func(err error) bool { return errors.As(err, new(usageError)) })
+	cmdline.Main("realtime", run)
 }
 
-type usageError struct{ error }
+// usageError is a bad command line: main exits 2 for it.
+type usageError = cmdline.UsageError
 
 // config is a run's settings.
 type config struct {
@@ -71,10 +72,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	if c.callers < 1 || c.duration <= c.outage || c.capacity < 1 || c.every <= 0 || c.seeds < 1 {
-		return usageError{errors.New("want --callers, --capacity and --seeds of 1 or more, --every above 0, and --duration longer than --outage")}
+		return usageError{Err: errors.New("want --callers, --capacity and --seeds of 1 or more, --every above 0, and --duration longer than --outage")}
 	}
 	dir, err := os.MkdirTemp("", "outlast-realtime")
 	if err != nil {

@@ -54,12 +54,6 @@ func defaults() config {
 // defaultSteps is the grants a probe steps through when --steps is 0.
 const defaultSteps = 200
 
-// usageError is a bad command line: main exits 2 for it.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
 func parseConfig(args []string, stderr io.Writer) (config, error) {
 	c := defaults()
 	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
@@ -91,10 +85,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		if err == flag.ErrHelp {
 			return c, err
 		}
-		return c, usageError{err}
+		return c, usageError{Err: err}
 	}
 	if fs.NArg() > 0 {
-		return c, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+		return c, usageError{Err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
 	if c.Steps == 0 {
 		c.Steps = min(defaultSteps, c.Queue)
@@ -109,33 +103,33 @@ func (c config) validate() error {
 	}
 	switch {
 	case len(c.Slots) == 0:
-		return usageError{fmt.Errorf("--slots %q: want at least one phase", c.Slots.String())}
+		return usageError{Err: fmt.Errorf("--slots %q: want at least one phase", c.Slots.String())}
 	case c.MaxConns < -1:
-		return usageError{fmt.Errorf("--max-conns %d: want -1 (none), 0 (the callers plus 64) or a bound", c.MaxConns)}
+		return usageError{Err: fmt.Errorf("--max-conns %d: want -1 (none), 0 (the callers plus 64) or a bound", c.MaxConns)}
 	case c.Queue < 1:
-		return usageError{fmt.Errorf("--queue %d: want 1 or more, so that requests queue", c.Queue)}
+		return usageError{Err: fmt.Errorf("--queue %d: want 1 or more, so that requests queue", c.Queue)}
 	case c.Callers <= maxSlots+c.Queue:
 		// Busy needs more callers than there are places; the probes wait
 		// for a full queue and a refusal, which would never come.
-		return usageError{fmt.Errorf("--callers %d: want more than the slots plus the queue (%d + %d)", c.Callers, maxSlots, c.Queue)}
+		return usageError{Err: fmt.Errorf("--callers %d: want more than the slots plus the queue (%d + %d)", c.Callers, maxSlots, c.Queue)}
 	case c.Duration <= 0:
-		return usageError{fmt.Errorf("--duration %v: want more than 0", c.Duration)}
+		return usageError{Err: fmt.Errorf("--duration %v: want more than 0", c.Duration)}
 	case c.FaultRate < 0 || c.FaultRate >= 1:
-		return usageError{fmt.Errorf("--fault-rate %g: want 0 or more, below 1", c.FaultRate)}
+		return usageError{Err: fmt.Errorf("--fault-rate %g: want 0 or more, below 1", c.FaultRate)}
 	case c.StreamShare < 0 || c.StreamShare > 1:
-		return usageError{fmt.Errorf("--stream-share %g: want 0 to 1", c.StreamShare)}
+		return usageError{Err: fmt.Errorf("--stream-share %g: want 0 to 1", c.StreamShare)}
 	case c.Work < 0:
-		return usageError{fmt.Errorf("--work %v: want 0 or more", c.Work)}
+		return usageError{Err: fmt.Errorf("--work %v: want 0 or more", c.Work)}
 	case c.Chunks < 1:
-		return usageError{fmt.Errorf("--chunks %d: want 1 or more", c.Chunks)}
+		return usageError{Err: fmt.Errorf("--chunks %d: want 1 or more", c.Chunks)}
 	case c.Probes < 0:
-		return usageError{fmt.Errorf("--probes %d: want 0 or more", c.Probes)}
+		return usageError{Err: fmt.Errorf("--probes %d: want 0 or more", c.Probes)}
 	case c.Steps < 1 || c.Steps > c.Queue:
 		// A step frees a slot for the queue's front waiter; past the
 		// waiters the probe found, a step might free it for nobody.
-		return usageError{fmt.Errorf("--steps %d: want 1 to --queue (%d)", c.Steps, c.Queue)}
+		return usageError{Err: fmt.Errorf("--steps %d: want 1 to --queue (%d)", c.Steps, c.Queue)}
 	case c.BusyWait < 0 || c.Timeout <= 0 || c.Stuck <= 0:
-		return usageError{fmt.Errorf("--busy-wait %v, --timeout %v, --stuck %v: want 0 or more, and more than 0 for the bounds", c.BusyWait, c.Timeout, c.Stuck)}
+		return usageError{Err: fmt.Errorf("--busy-wait %v, --timeout %v, --stuck %v: want 0 or more, and more than 0 for the bounds", c.BusyWait, c.Timeout, c.Stuck)}
 	}
 	return nil
 }

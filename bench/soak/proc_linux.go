@@ -21,7 +21,7 @@ func raiseFileLimit(need uint64) error {
 		return nil
 	}
 	if rl.Max < need {
-		return usageError{fmt.Errorf("--callers needs %d open files (two per caller, and some), and RLIMIT_NOFILE's hard limit is %d: raise it, or give fewer callers", need, rl.Max)}
+		return usageError{Err: fmt.Errorf("--callers needs %d open files (two per caller, and some), and RLIMIT_NOFILE's hard limit is %d: raise it, or give fewer callers", need, rl.Max)}
 	}
 	rl.Cur = need
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {

@@ -19,15 +19,15 @@ import (
 
 // Main runs run with the process's arguments until SIGINT or SIGTERM,
 // prints its error as one line prefixed with name, and exits 0, 1, or 2
-// for an error that usage says is about how the program was called.
-func Main(name string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error, usage func(error) bool) {
+// for a UsageError, an error in how the program was called.
+func Main(name string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		os.Exit(0)
-	case usage(err):
+	case errors.As(err, new(UsageError)):
 		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(2)
 	default:
@@ -35,6 +35,12 @@ func Main(name string, run func(ctx context.Context, args []string, stdout, stde
 		os.Exit(1)
 	}
 }
+
+// UsageError is a bad command line: Main exits 2 for it.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
 
 // CommandLine returns the shell command that reproduces a run of the
 // program in bench/prog with args, quoting the arguments that need it.
