@@ -346,30 +346,35 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 	return w.tok, time.Since(now), w.err
 }
 
-// grantNow returns a token for a request that may go at once, if one may,
-// with the queue empty: the probe of a down key whose probe is due, or a
-// request under a recovering key's limit.
+// grantNow returns a token for a request that may go at once, with
+// nobody waiting ahead of it, or nil.
 func (a *Admission) grantNow(k *admKey, now time.Time, changes *[]transition) *admToken {
 	if len(k.q) > 0 {
 		return nil
 	}
-	switch k.state {
-	case Down:
-		if now.Before(k.nextProbe) || now.Before(k.notBefore) {
-			return nil
-		}
-		a.setState(k, Probing, changes)
-		k.inFlight++
-		k.probe = &admToken{a: a, k: k, probe: true}
-		return k.probe
-	case Recovering:
-		if k.inFlight >= int(k.limit) || now.Before(k.notBefore) {
-			return nil
-		}
-		k.inFlight++
-		return &admToken{a: a, k: k}
+	return a.take(k, now, changes)
+}
+
+// take returns a token for one more attempt at k now, if k lets one go,
+// or nil: the probe of a down key whose probe is due, or a place under a
+// recovering key's limit, never before a server's not-before time.
+func (a *Admission) take(k *admKey, now time.Time, changes *[]transition) *admToken {
+	if now.Before(k.notBefore) {
+		return nil
 	}
-	return nil
+	var tok *admToken
+	switch {
+	case k.state == Down && !now.Before(k.nextProbe):
+		a.setState(k, Probing, changes)
+		tok = &admToken{a: a, k: k, probe: true}
+		k.probe = tok
+	case k.state == Recovering && k.inFlight < int(k.limit):
+		tok = &admToken{a: a, k: k}
+	default:
+		return nil
+	}
+	k.inFlight++
+	return tok
 }
 
 // tooLate returns the error for a request that cannot wait: the next
@@ -466,29 +471,11 @@ func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition)
 		a.sendAway(k, now)
 	}
 	for len(k.q) > 0 {
-		var tok *admToken
-		switch k.state {
-		case Down:
-			if now.Before(k.nextProbe) || now.Before(k.notBefore) {
-				a.arm(k, now)
-				return
-			}
-			a.setState(k, Probing, changes)
-			tok = &admToken{a: a, k: k, probe: true}
-			k.probe = tok
-		case Recovering:
-			if k.inFlight >= int(k.limit) {
-				return
-			}
-			if now.Before(k.notBefore) {
-				a.arm(k, now)
-				return
-			}
-			tok = &admToken{a: a, k: k}
-		default:
-			return
+		tok := a.take(k, now, changes)
+		if tok == nil {
+			a.arm(k, now) // for the next probe or the end of a not-before time, if one is ahead
+			break
 		}
-		k.inFlight++
 		w := k.q[0]
 		k.q = k.q[1:]
 		w.tok = tok

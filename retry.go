@@ -48,30 +48,6 @@ func mark(ctx context.Context, p *Policy) *markCtx {
 	return &markCtx{Context: ctx, reserve: p.reserve()}
 }
 
-// waitBound returns the latest time a wait before an attempt may end,
-// and whether there is one: for a retry of a request with a deadline, the
-// deadline less the reserve, whichever layer retries it. own says this
-// layer retries the request, and retry that this attempt is a retry, under
-// reserve; an inner layer reads the outer layer's attempt and reserve from
-// the mark. A first attempt may use the whole deadline.
-func waitBound(ctx context.Context, own, retry bool, reserve time.Duration) (time.Time, bool) {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		return time.Time{}, false
-	}
-	if !own {
-		m := markOf(ctx)
-		if m == nil {
-			return deadline, false
-		}
-		retry, reserve = m.n.Load() > 1, m.reserve
-	}
-	if !retry {
-		return deadline, false
-	}
-	return deadline.Add(-reserve), true
-}
-
 // Do calls attempt until it succeeds, p says to stop, or ctx ends, waiting
 // between calls as p says. It returns nil or the last attempt's error.
 //

@@ -299,24 +299,23 @@ func (c *call) admit(r *http.Request, at *Attempt) (*admToken, error) {
 	if a == nil {
 		return nil, nil
 	}
-	if a.RetryBudget > 0 && c.isRetry() && !a.retryAllowed() {
-		if c.last == nil { // an outer layer's retry: it knows the failure
-			return nil, ErrRetryBudget
+	if a.RetryBudget > 0 {
+		if retry, _ := c.retrying(); retry && !a.retryAllowed() {
+			if c.last == nil { // an outer layer's retry: it knows the failure
+				return nil, ErrRetryBudget
+			}
+			return nil, fmt.Errorf("%w (the last attempt: %w)", ErrRetryBudget, c.last)
 		}
-		return nil, fmt.Errorf("%w (the last attempt: %w)", ErrRetryBudget, c.last)
 	}
 	if a.troubled.Load() == 0 {
 		return nil, nil // every key healthy: the success path's one atomic load
 	}
+	_, reserve := c.retrying()
 	key := c.t.admissionKey(r)
 	// Every wait here, the first attempt's too, counts against the
 	// deadline less the reserve of the layer that retries.
 	bound, ok := c.ctx.Deadline()
 	if ok {
-		reserve := c.reserve()
-		if m := markOf(c.ctx); !c.retry && m != nil {
-			reserve = m.reserve
-		}
 		bound = bound.Add(-reserve)
 	}
 	hooks := c.hooks
@@ -325,14 +324,18 @@ func (c *call) admit(r *http.Request, at *Attempt) (*admToken, error) {
 	return tok, err
 }
 
-// isRetry reports whether the attempt about to be made is a retry, by this
-// layer or by an outer one.
-func (c *call) isRetry() bool {
+// retrying reports whether the attempt about to be made is a retry, and
+// the reserve of the layer that retries the request: this one, or an
+// outer one that the context's mark tells of (Do around this Transport).
+// Without either, there is no retry and no reserve.
+func (c *call) retrying() (retry bool, reserve time.Duration) {
 	if c.retry {
-		return c.n > 1
+		return c.n > 1, c.sched.p.reserve()
 	}
-	m := markOf(c.ctx)
-	return m != nil && m.n.Load() > 1
+	if m := markOf(c.ctx); m != nil {
+		return m.n.Load() > 1, m.reserve
+	}
+	return false, 0
 }
 
 // admitted tells the Admission of the attempt's result and gives back what
@@ -470,19 +473,12 @@ func (c *call) acquire(r *http.Request, at *Attempt) (release func(), err error)
 // The first attempt, like the first attempt without a gate, may use the
 // whole deadline.
 func (c *call) gateContext() (context.Context, context.CancelFunc) {
-	bound, ok := waitBound(c.ctx, c.retry, c.last != nil, c.reserve())
-	if !ok {
+	deadline, ok := c.ctx.Deadline()
+	retry, reserve := c.retrying()
+	if !ok || !retry {
 		return c.ctx, func() {}
 	}
-	return context.WithDeadline(c.ctx, bound)
-}
-
-// reserve returns the reserve of this layer's policy, or 0 without one.
-func (c *call) reserve() time.Duration {
-	if !c.retry {
-		return 0
-	}
-	return c.sched.p.reserve()
+	return context.WithDeadline(c.ctx, deadline.Add(-reserve))
 }
 
 // errBusyGate wraps a gate's refusal so that its text names the key.
