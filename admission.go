@@ -599,9 +599,8 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 	default: // an outage failure, or a delay a server set
 		if outage {
 			k.streak++
-			k.last = err
 		}
-		if k.last == nil {
+		if outage || k.last == nil { // a delay's failure stands in until an outage's
 			k.last = err
 		}
 		switch {
@@ -615,9 +614,9 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		case k.state == Recovering || k.state == Healthy:
 			if k.streak >= a.downAfter() || paced {
 				k.probes = 0
-				k.nextProbe = now.Add(a.probeWait(0))
-				if paced {
-					k.nextProbe = k.notBefore
+				k.nextProbe = k.notBefore // a server's delay, or the first probe wait
+				if !paced {
+					k.nextProbe = now.Add(a.probeWait(0))
 				}
 				a.setState(k, Down, &changes)
 			}
