@@ -137,7 +137,7 @@ type mockStats struct {
 func once(ctx context.Context, bin string, c config, admission bool, seed uint64) (result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	mockAddr, gwAddr, err := freeAddr(), freeAddr(), error(nil)
+	mockAddr, gwAddr := freeAddr(), freeAddr()
 	mock := exec.CommandContext(ctx, bin, "mock", "--listen", mockAddr, "--quiet", "--from-first-request",
 		"--script", fmt.Sprintf("503 for %v,ok", c.outage), "--capacity", strconv.Itoa(c.capacity),
 		"--slots", "0", "--chunks", "4", "--chunk-delay", "50ms")
@@ -152,15 +152,15 @@ func once(ctx context.Context, bin string, c config, admission bool, seed uint64
 		defer func() { cancel(); p.Wait() }()
 	}
 	for _, u := range []string{"http://" + mockAddr + "/health", "http://" + gwAddr + "/outlast/health"} {
-		if err = ready(ctx, u); err != nil {
+		if err := ready(ctx, u); err != nil {
 			return result{}, err
 		}
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.callers}}
 	rng := rand.New(rand.NewPCG(seed, 0))
-	var requests, ok atomic.Int64
+	var ok atomic.Int64
 	var mu sync.Mutex
-	var took []time.Duration
+	var took []time.Duration // one per request sent
 	end := time.Now().Add(c.duration)
 	var wg sync.WaitGroup
 	for range c.callers {
@@ -175,7 +175,6 @@ func once(ctx context.Context, bin string, c config, admission bool, seed uint64
 				start := time.Now()
 				good := send(ctx, client, "http://"+gwAddr+"/v1/chat/completions")
 				d := time.Since(start)
-				requests.Add(1)
 				if good {
 					ok.Add(1)
 				}
@@ -190,7 +189,7 @@ func once(ctx context.Context, bin string, c config, admission bool, seed uint64
 		})
 	}
 	wg.Wait()
-	r := result{requests: int(requests.Load()), ok: int(ok.Load()), p99: percentile(took, 0.99)}
+	r := result{requests: len(took), ok: int(ok.Load()), p99: percentile(took, 0.99)}
 	if r.requests == 0 {
 		return r, errors.New("no request was sent")
 	}
