@@ -96,7 +96,9 @@ func (s UpstreamState) String() string {
 // When a probe is answered the key recovers: the queue is released under a
 // limit of requests in flight, which starts at 2, grows by one with each
 // success (doubling each round trip, as TCP's slow start does), halves on a
-// 429 or 529, and ends at MaxLimit, where the key is healthy again; it is
+// 429 or 529 (at a limit of 1, a 429 holds the key for the first probe
+// wait instead, jittered as probes are: the upstream is full of others'
+// requests), and ends at MaxLimit, where the key is healthy again; it is
 // healthy sooner when nobody waits and less than half the limit is in use,
 // since demand is then below it. A 429
 // without a delay on a healthy key is left to the request's own policy: it
@@ -563,10 +565,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 	}
 	if paced {
 		// Jittered upward, by up to a tenth, never earlier.
-		nb := now.Add(delay + time.Duration(rand.Int64N(int64(delay/10)+1)))
-		if nb.After(k.notBefore) {
-			k.notBefore = nb
-		}
+		k.pause(now.Add(delay + time.Duration(rand.Int64N(int64(delay/10)+1))))
 	}
 	probe := tok != nil && tok == k.probe && k.state == Probing
 	switch {
@@ -593,6 +592,13 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 			k.probes = 0
 			k.limit = 1
 			a.setState(k, Recovering, &changes)
+		case k.state == Recovering && k.limit < 2:
+			// Busy even at one at a time: others that share the
+			// upstream hold it. The key holds for the first probe
+			// wait, jittered, before the next one goes, so that
+			// many small clients, each at a limit of 1, do not
+			// keep it full of their 429s.
+			k.pause(now.Add(a.probeWait(0)))
 		case k.state == Recovering:
 			k.limit = max(1, k.limit/2)
 		}
@@ -634,6 +640,13 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 	a.grantQueued(k, now, &changes)
 	a.mu.Unlock()
 	a.notify(changes)
+}
+
+// pause holds k until at least until: no request goes before it.
+func (k *admKey) pause(until time.Time) {
+	if until.After(k.notBefore) {
+		k.notBefore = until
+	}
 }
 
 // isOutage reports whether an attempt's class says that the whole upstream

@@ -450,6 +450,39 @@ func TestAdmissionPacesOnRateLimitHeaders(t *testing.T) {
 	}
 }
 
+// A recovering key at a limit of 1 that still gets a 429 holds for the
+// first probe wait, jittered up by as much as half, before its next
+// attempt: others hold the upstream, and a client that kept one request
+// at it would keep it full of 429s. Before that, a probe's 429 recovers
+// the key at a limit of 1, and the request's own policy paces its retry.
+func TestAdmissionRateLimitedAtOnePauses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refused := step{err: errRefused}
+		busy := step{status: 429}
+		f := newFake(refused, refused, refused, busy, busy, step{})
+		a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}}
+		for i := range 3 {
+			send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "mark"+strconv.Itoa(i))
+		}
+		tr := &outlast.Transport{Base: f, Admission: a, Policy: patient()}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		if err := send1(ctx, tr, "r"); err != nil {
+			t.Fatal(err)
+		}
+		at := f.attempts()
+		if len(at) != 6 {
+			t.Fatalf("%d attempts, want 6: 3 refused, the probe's 429, a 429 at a limit of 1, a success", len(at))
+		}
+		if d := at[4].at.Sub(at[3].at); d != 500*time.Millisecond {
+			t.Errorf("the retry after the probe's 429 went %v after it, want the policy's 500ms", d)
+		}
+		if d := at[5].at.Sub(at[4].at); d < time.Second || d > 1500*time.Millisecond {
+			t.Errorf("the retry after a 429 at a limit of 1 went %v after it, want the first probe wait, 1 s to 1.5 s", d)
+		}
+	})
+}
+
 // With a retry budget, retries stop once failures have spent half the
 // bucket, for every request of the key, and first attempts still go; a
 // success refills it by RetryBudget.

@@ -134,7 +134,7 @@ func policies() []policy {
 		{"outlast", "outlast", "seed 000 scaled to the deadline: waits from 2 s doubling, reserve 5 × median service", outlastPlain},
 		{"outlast, jitter", "outlast", "the same, Jitter{Spread: 0.25}, Retry-After only lengthened", outlastJitter},
 		{"outlast, jitter + gate", "outlast", "the same, and a per-client gate of ⌈K/clients⌉ slots", outlastGated},
-		{"outlast, admission", "outlast", "outlast, jitter, and an Admission per client (its limit ending at ⌈K/clients⌉)", outlastAdmission},
+		{"outlast, admission", "outlast", "outlast, jitter, and an Admission per client (its limit ending at ⌈K/clients⌉, probe waits 2 s, 4 s, 8 s)", outlastAdmission},
 		{"outlast, shared", "outlast", "outlast, jitter, with one Admission and one gate of K slots for all clients, as behind one gateway", outlastShared},
 		{"outlast, admission + budget", "outlast", "outlast, admission, and Admission.RetryBudget 0.1 per client", outlastBudget},
 	}
@@ -459,14 +459,19 @@ func outlastGated(b build, rt http.RoundTripper) caller {
 	return outlastStack(b, rt, b.jittered, gate.New(slots, 1<<20))
 }
 
+// fleetProbeWaits are the per-process rows' probe waits: the README's
+// advice for a fleet of processes that each have an Admission, whose
+// probes add up across the fleet. Twice the defaults.
+var fleetProbeWaits = []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second}
+
 func outlastAdmission(b build, rt http.RoundTripper) caller {
 	slots := (b.sc.Slots + b.sc.Clients - 1) / b.sc.Clients
-	return outlastAdmitted(b, rt, b.jittered, nil, &outlast.Admission{MaxLimit: slots})
+	return outlastAdmitted(b, rt, b.jittered, nil, &outlast.Admission{MaxLimit: slots, ProbeWaits: fleetProbeWaits})
 }
 
 func outlastBudget(b build, rt http.RoundTripper) caller {
 	slots := (b.sc.Slots + b.sc.Clients - 1) / b.sc.Clients
-	return outlastAdmitted(b, rt, b.jittered, nil, &outlast.Admission{MaxLimit: slots, RetryBudget: 0.1})
+	return outlastAdmitted(b, rt, b.jittered, nil, &outlast.Admission{MaxLimit: slots, ProbeWaits: fleetProbeWaits, RetryBudget: 0.1})
 }
 
 func outlastShared(b build, rt http.RoundTripper) caller {
