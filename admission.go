@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,6 +144,11 @@ type Admission struct {
 	RetryBudget float64
 	spent       atomic.Int64 // thousandths of a token taken from the budget's bucket
 
+	// Fleet, if not nil, shares each key's state with the other
+	// processes that front the same upstream, so that they act as one
+	// Admission: see [Fleet]. Nil, the default, is this process alone.
+	Fleet Fleet
+
 	// troubled counts the keys in keys: those not healthy, or with an
 	// outage failure not yet followed by a success. While it is zero,
 	// nothing is locked.
@@ -201,6 +207,7 @@ type admKey struct {
 	q         []*admWaiter
 	last      error // the last outage failure
 	timer     *time.Timer
+	asking    bool // the Fleet is being asked for the probe
 }
 
 // An arrival places a request in a key's queue: by when it arrived, its
@@ -239,6 +246,10 @@ type admToken struct {
 	k        *admKey
 	probe    bool
 	released bool
+	// fleetDone, if not nil, gives back what the Fleet granted: the
+	// probe, told the state its answer led to, or a place under the
+	// fleet's limit.
+	fleetDone func(FleetState)
 }
 
 // transition records a state change for OnState, called once the lock is
@@ -247,6 +258,7 @@ type transition struct {
 	key      string
 	from, to UpstreamState
 	at       time.Time
+	learned  bool // from the Fleet: not told back to it
 }
 
 func (a *Admission) downAfter() int { return cmpOr(a.DownAfter, DefaultDownAfter) }
@@ -302,6 +314,12 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 	if tok := a.grantNow(k, now, &changes); tok != nil {
 		a.mu.Unlock()
 		a.notify(changes)
+		if !tok.probe && a.Fleet != nil {
+			if err := a.fleetSend(ctx, tok, bound); err != nil {
+				return nil, time.Since(now), err
+			}
+			return tok, time.Since(now), nil
+		}
 		return tok, 0, nil
 	}
 	if err := a.tooLate(k, bound, now); err != nil {
@@ -345,6 +363,11 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 			return nil, time.Since(now), ctx.Err()
 		}
 	}
+	if w.tok != nil && !w.tok.probe && a.Fleet != nil {
+		if err := a.fleetSend(ctx, w.tok, bound); err != nil {
+			return nil, time.Since(now), err
+		}
+	}
 	return w.tok, time.Since(now), w.err
 }
 
@@ -366,6 +389,14 @@ func (a *Admission) take(k *admKey, now time.Time, changes *[]transition) *admTo
 	}
 	var tok *admToken
 	switch {
+	case k.state == Down && !now.Before(k.nextProbe) && a.Fleet != nil:
+		// The fleet's one probe: the Fleet is asked first, away from
+		// the lock, and the front waiter probes if it grants it.
+		if !k.asking {
+			k.asking = true
+			go a.askProbe(k)
+		}
+		return nil
 	case k.state == Down && !now.Before(k.nextProbe):
 		a.setState(k, Probing, changes)
 		tok = &admToken{a: a, k: k, probe: true}
@@ -443,8 +474,8 @@ func (k *admKey) remove(w *admWaiter) {
 // arm sets k's timer for the next time a waiter may go: the probe of a
 // down key, or the end of a not-before time of any key.
 func (a *Admission) arm(k *admKey, now time.Time) {
-	if len(k.q) == 0 {
-		return
+	if len(k.q) == 0 || k.asking {
+		return // askProbe arms it, if the probe is not granted
 	}
 	d := k.nextChance(now).Sub(now)
 	if d <= 0 && k.state != Down {
@@ -517,19 +548,26 @@ func (t *admToken) release() {
 	}
 	a := t.a
 	var changes []transition
+	var fleetDone func(FleetState)
+	var told FleetState
 	a.mu.Lock()
 	if !t.released {
 		t.released = true
 		k := t.k
 		k.inFlight--
+		fleetDone, t.fleetDone = t.fleetDone, nil
 		if t == k.probe && k.state == Probing {
 			// The probe ended without a result (its caller gave up):
 			// the next waiter may probe at once.
 			a.setState(k, Down, &changes)
 		}
 		a.grantQueued(k, time.Now(), &changes)
+		told = a.fleetState(k)
 	}
 	a.mu.Unlock()
+	if fleetDone != nil {
+		fleetDone(told)
+	}
 	a.notify(changes)
 }
 
@@ -568,6 +606,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		k.pause(now.Add(delay + time.Duration(rand.Int64N(int64(delay/10)+1))))
 	}
 	probe := tok != nil && tok == k.probe && k.state == Probing
+	first := len(changes)
 	switch {
 	case class == ClassNone || (!outage && !paced && class != ClassRateLimited):
 		// An answer: the upstream is up, whatever it thought of the
@@ -638,7 +677,20 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		a.setState(k, Down, &changes)
 	}
 	a.grantQueued(k, now, &changes)
+	var fleetDone func(FleetState)
+	var told FleetState
+	if probe && tok.fleetDone != nil {
+		// The probe's answer goes to the fleet with the probe's end,
+		// in one step, not as a change of its own.
+		fleetDone, tok.fleetDone, told = tok.fleetDone, nil, a.fleetState(k)
+		for i := first; i < len(changes); i++ {
+			changes[i].learned = true
+		}
+	}
 	a.mu.Unlock()
+	if fleetDone != nil {
+		fleetDone(told)
+	}
 	a.notify(changes)
 }
 
@@ -695,16 +747,41 @@ func (a *Admission) setState(k *admKey, s UpstreamState, changes *[]transition) 
 	if k.state == Probing {
 		k.probe = nil // the probe's answer, if it comes, is an ordinary one
 	}
-	if a.OnState != nil {
-		*changes = append(*changes, transition{k.key, k.state, s, time.Now()})
+	if a.OnState != nil || a.Fleet != nil {
+		*changes = append(*changes, transition{key: k.key, from: k.state, to: s, at: time.Now()})
 	}
 	k.state = s
 }
 
-// notify calls OnState for each change, with no lock held.
+// notify calls OnState for each change, with no lock held, and tells the
+// Fleet, if any, of the state of each key that this process changed.
 func (a *Admission) notify(changes []transition) {
+	if len(changes) == 0 {
+		return
+	}
+	if a.OnState != nil {
+		for _, c := range changes {
+			a.OnState(c.key, c.from, c.to, c.at)
+		}
+	}
+	if a.Fleet == nil {
+		return
+	}
+	var keys []string
 	for _, c := range changes {
-		a.OnState(c.key, c.from, c.to, c.at)
+		if !c.learned && !slices.Contains(keys, c.key) {
+			keys = append(keys, c.key)
+		}
+	}
+	for _, key := range keys {
+		a.mu.Lock()
+		k := a.keys[key]
+		s := FleetState{} // forgotten: healthy
+		if k != nil {
+			s = a.fleetState(k)
+		}
+		a.mu.Unlock()
+		a.Fleet.Tell(key, s)
 	}
 }
 

@@ -1,0 +1,190 @@
+package outlast
+
+import (
+	"context"
+	"time"
+)
+
+// A Fleet shares an [Admission]'s view of each key with the other
+// processes that front the same upstream (gateway replicas, say), so
+// that they act as one:
+//
+//   - a key that one process finds down is down for all of them, with
+//     its next probe and its not-before time;
+//   - exactly one probe is in flight for the whole fleet;
+//   - while the key recovers, the fleet's requests in flight follow one
+//     limit.
+//
+// The Admission tells the Fleet of each state change it makes (Tell),
+// asks it before it sends a probe (Probe) and before each request it
+// sends under a recovering key's limit (Send), and is told of the
+// others' changes through [Admission.Learn], which the Fleet calls. A
+// healthy key costs the Fleet nothing: it is asked only while a key is
+// troubled.
+//
+// A Fleet must not block for long: Tell must return at once (it may
+// send in the background), and Probe and Send must return within a
+// bound of their own, even when the store behind them is unreachable.
+// When it is, a Fleet should let the process act alone, as an Admission
+// without a Fleet does, rather than hold its requests. The package
+// redisgate has one, through Redis.
+type Fleet interface {
+	// Tell shares key's state as this process has just changed it.
+	Tell(key string, s FleetState)
+
+	// Probe asks to send key's probe. It reports ok when no other
+	// process holds the probe; done, called once with the state that
+	// the probe's answer led to, shares that state and lets the next
+	// probe go. The probe is held until done is called or a lease of
+	// the Fleet's own runs out.
+	Probe(key string) (done func(FleetState), ok bool)
+
+	// Send waits for a place under key's limit, counted across the
+	// fleet, for a request this process sends while key recovers; done
+	// gives it back. It returns ctx's error if ctx ends first.
+	Send(ctx context.Context, key string, limit int) (done func(), err error)
+}
+
+// FleetState is what a process of a [Fleet] tells the others of a key.
+type FleetState struct {
+	State UpstreamState
+	// NextProbe is when the next probe may go, while the key is down.
+	NextProbe time.Time
+	// NotBefore is the not-before time a server set, if any.
+	NotBefore time.Time
+	// Limit is the limit of requests in flight while recovering.
+	Limit int
+}
+
+// fleetState returns k's state as the Fleet is told it.
+func (a *Admission) fleetState(k *admKey) FleetState {
+	s := FleetState{State: k.state, NotBefore: k.notBefore}
+	if k.state == Down || k.state == Probing {
+		s.NextProbe = k.nextProbe
+	}
+	if k.state == Recovering {
+		s.Limit = int(k.limit)
+	}
+	return s
+}
+
+// Learn merges a state that another process of a.Fleet told of key into
+// a's own. A key another process found down is down here too, unless a
+// probe of this process's is in flight; its next probe and not-before
+// time are never brought earlier. A recovering key takes the limit told,
+// the last told winning; a key told healthy releases its waiters under
+// MaxLimit. Changes that Learn makes, and those that follow from them,
+// are told to OnState, not back to the Fleet.
+func (a *Admission) Learn(key string, s FleetState) {
+	now := time.Now()
+	var changes []transition
+	a.mu.Lock()
+	k := a.keys[key]
+	if k == nil {
+		if s.State == Healthy {
+			a.mu.Unlock()
+			return
+		}
+		k = a.troubledKey(key)
+	}
+	k.pause(s.NotBefore)
+	switch s.State {
+	case Down, Probing:
+		if k.state == Probing {
+			break // ours is the probe: its answer will tell
+		}
+		if k.state != Down || s.NextProbe.After(k.nextProbe) {
+			k.nextProbe = s.NextProbe
+		}
+		a.learnState(k, Down, &changes)
+	case Recovering:
+		if k.state == Probing {
+			break
+		}
+		k.limit = float64(min(max(s.Limit, 1), a.maxLimit()))
+		a.learnState(k, Recovering, &changes)
+	case Healthy:
+		if k.state == Probing {
+			break
+		}
+		k.streak = 0
+		if len(k.q) > 0 {
+			k.limit = float64(a.maxLimit())
+			a.learnState(k, Recovering, &changes)
+		} else {
+			a.learnState(k, Healthy, &changes)
+		}
+	}
+	a.grantQueued(k, now, &changes)
+	for i := range changes {
+		// What follows from the state told is the fleet's already:
+		// telling it back would echo between the processes.
+		changes[i].learned = true
+	}
+	a.mu.Unlock()
+	a.notify(changes)
+}
+
+// learnState is setState for a change learned from the fleet: OnState is
+// told of it, the Fleet is not.
+func (a *Admission) learnState(k *admKey, s UpstreamState, changes *[]transition) {
+	n := len(*changes)
+	a.setState(k, s, changes)
+	for i := n; i < len(*changes); i++ {
+		(*changes)[i].learned = true
+	}
+}
+
+// askProbe asks the Fleet for k's probe, in a goroutine of its own, since
+// the Fleet may reach over the network: if it is granted, the front
+// waiter probes; if another process holds it, k waits for that probe's
+// answer, or, if none is told, for the first probe wait.
+func (a *Admission) askProbe(k *admKey) {
+	done, ok := a.Fleet.Probe(k.key)
+	now := time.Now()
+	var changes []transition
+	a.mu.Lock()
+	k.asking = false
+	switch {
+	case ok && k.state == Down && len(k.q) > 0 && !now.Before(k.nextChance(now)):
+		a.setState(k, Probing, &changes)
+		tok := &admToken{a: a, k: k, probe: true, fleetDone: done}
+		k.probe = tok
+		k.inFlight++
+		w := k.q[0]
+		k.q = k.q[1:]
+		w.tok = tok
+		close(w.ready)
+	case ok:
+		// Nothing to probe with any more: let another process probe.
+		defer done(a.fleetState(k))
+	default:
+		if next := now.Add(a.probeWait(0)); k.state == Down && next.After(k.nextProbe) {
+			k.nextProbe = next
+		}
+		a.arm(k, now)
+	}
+	a.mu.Unlock()
+	a.notify(changes)
+}
+
+// fleetSend waits for a place under key's fleet-wide limit for a request
+// granted a place under the local one, until bound (zero for none). On
+// an error the local place is given back.
+func (a *Admission) fleetSend(ctx context.Context, tok *admToken, bound time.Time) error {
+	a.mu.Lock()
+	limit := max(int(tok.k.limit), 1)
+	a.mu.Unlock()
+	if !bound.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, bound)
+		defer cancel()
+	}
+	done, err := a.Fleet.Send(ctx, tok.k.key, limit)
+	if err != nil {
+		tok.release()
+		return err
+	}
+	tok.fleetDone = func(FleetState) { done() }
+	return nil
+}

@@ -1,0 +1,193 @@
+package outlast_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+)
+
+// memFleet is a Fleet in memory, for several Admissions in one test: it
+// tells each member's changes to the others at once, holds one probe per
+// key, and counts each key's places under the limit across members.
+type memFleet struct {
+	mu      sync.Mutex
+	members []*outlast.Admission
+	probe   map[string]bool
+	sending map[string]int
+	freed   chan struct{} // closed and replaced when a place is given back
+	probes  int           // probes granted
+	tells   int
+}
+
+func newMemFleet(n int, newAdmission func() *outlast.Admission) (*memFleet, []*outlast.Admission) {
+	f := &memFleet{probe: map[string]bool{}, sending: map[string]int{}, freed: make(chan struct{})}
+	for i := range n {
+		a := newAdmission()
+		a.Fleet = &memMember{f: f, self: i}
+		f.members = append(f.members, a)
+	}
+	return f, f.members
+}
+
+type memMember struct {
+	f    *memFleet
+	self int
+}
+
+func (m *memMember) Tell(key string, s outlast.FleetState) {
+	m.f.mu.Lock()
+	m.f.tells++
+	members := m.f.members
+	m.f.mu.Unlock()
+	for i, a := range members {
+		if i != m.self {
+			a.Learn(key, s)
+		}
+	}
+}
+
+func (m *memMember) Probe(key string) (func(outlast.FleetState), bool) {
+	f := m.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.probe[key] {
+		return nil, false
+	}
+	f.probe[key] = true
+	f.probes++
+	var once sync.Once
+	return func(s outlast.FleetState) {
+		once.Do(func() {
+			f.mu.Lock()
+			delete(f.probe, key)
+			f.mu.Unlock()
+			m.Tell(key, s)
+		})
+	}, true
+}
+
+func (m *memMember) Send(ctx context.Context, key string, limit int) (func(), error) {
+	f := m.f
+	for {
+		f.mu.Lock()
+		if f.sending[key] < limit {
+			f.sending[key]++
+			f.mu.Unlock()
+			var once sync.Once
+			return func() {
+				once.Do(func() {
+					f.mu.Lock()
+					f.sending[key]--
+					close(f.freed)
+					f.freed = make(chan struct{})
+					f.mu.Unlock()
+				})
+			}, nil
+		}
+		freed := f.freed
+		f.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Three processes that share a Fleet act as one Admission: a key that
+// one finds down is down for all, one probe is in flight for the whole
+// fleet, and while the key recovers the fleet's requests in flight
+// follow one limit. The same three processes without a Fleet each probe
+// and each release up to their own limit: the control, which shows that
+// the checks can fail.
+func TestFleetActsAsOne(t *testing.T) {
+	for _, shared := range []bool{true, false} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				u := &upstream{up: start.Add(10 * time.Second), service: time.Second}
+				newAdmission := func() *outlast.Admission { return &outlast.Admission{MaxLimit: 4} }
+				var members []*outlast.Admission
+				var f *memFleet
+				if shared {
+					f, members = newMemFleet(3, newAdmission)
+				} else {
+					members = []*outlast.Admission{newAdmission(), newAdmission(), newAdmission()}
+				}
+				// The first process alone sees the outage begin.
+				for i := range 3 {
+					send1(t.Context(), &outlast.Transport{Base: u, Admission: members[0]}, fmt.Sprintf("mark%d", i))
+				}
+				if shared {
+					for i, a := range members {
+						if s := a.State("model.test"); s.State != outlast.Down {
+							t.Fatalf("process %d: %v after another marked the key down, want down", i, s.State)
+						}
+					}
+				}
+				var wg sync.WaitGroup
+				for i := range 60 {
+					tr := &outlast.Transport{Base: u, Policy: patient(), Admission: members[i%3]}
+					wg.Go(func() {
+						ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+						defer cancel()
+						if err := send1(ctx, tr, fmt.Sprintf("%02d", i)); err != nil {
+							t.Errorf("request %d: %v", i, err)
+						}
+					})
+					synctest.Wait()
+				}
+				wg.Wait()
+				down := u.sentBetween(start.Add(time.Millisecond), u.up)
+				switch {
+				case shared && u.downPeak > 1:
+					t.Errorf("%d attempts in flight at once while down, want 1: the fleet's one probe", u.downPeak)
+				case shared && down > 7:
+					t.Errorf("%d probes in 10 s of outage, want at most 7 (1 s, 2 s, then every 4 s, jittered, for the fleet)", down)
+				case shared && u.peak > 4:
+					t.Errorf("peak in flight %d, want at most the fleet's MaxLimit 4", u.peak)
+				case !shared && u.peak <= 4:
+					t.Errorf("control: peak in flight %d without a Fleet, want above one process's MaxLimit 4", u.peak)
+				}
+				if shared {
+					for i, a := range members {
+						if s := a.State("model.test"); s.State != outlast.Healthy {
+							t.Errorf("process %d after the backlog: %+v, want healthy", i, s)
+						}
+					}
+				}
+				if shared && f.probes == 0 {
+					t.Error("the Fleet granted no probe")
+				}
+				t.Logf("shared=%v: %d attempts while down, peak %d, down peak %d", shared, down, u.peak, u.downPeak)
+			})
+		})
+	}
+}
+
+// A not-before time that one process of a fleet learns holds for all of
+// them: another process's request waits for it, though it never saw the
+// server's delay itself.
+func TestFleetSharesNotBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(step{status: 503, header: map[string]string{"Retry-After": "5"}}, step{})
+		_, members := newMemFleet(2, func() *outlast.Admission { return &outlast.Admission{} })
+		start := time.Now()
+		send1(t.Context(), &outlast.Transport{Base: f, Admission: members[0]}, "a")
+		if err := send1(t.Context(), &outlast.Transport{Base: f, Admission: members[1]}, "b"); err != nil {
+			t.Fatal(err)
+		}
+		at := f.attempts()
+		if len(at) != 2 {
+			t.Fatalf("%d attempts, want 2", len(at))
+		}
+		if d := at[1].at.Sub(start); d < 5*time.Second || d > 5500*time.Millisecond {
+			t.Errorf("the other process's request went after %v, want at the not-before time the first learned, 5 s (to 5.5 s)", d)
+		}
+	})
+}
