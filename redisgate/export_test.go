@@ -1,0 +1,22 @@
+package redisgate
+
+import "context"
+
+// Forsake acquires key as Acquire does, for a process that dies at once
+// after: nothing renews its lease or its heartbeat, and nothing releases
+// it. It reports whether it got a slot rather than a place in the queue.
+func Forsake(ctx context.Context, g *Gate, key string) (held bool, err error) {
+	k, id := g.keys(key), g.member()
+	state, _, err := g.run(ctx, acquireScript, k, id, g.capArg, g.maxQueueArg, g.leaseArg, g.ttlArg, g.wakeArg)
+	switch {
+	case err != nil:
+		return false, err
+	case state == stateGone:
+		return false, ErrBusy
+	}
+	return state == stateHeld, nil
+}
+
+// RedisKeys returns the Redis keys of key: its tickets, holders, queue and
+// heartbeats.
+func RedisKeys(g *Gate, key string) [4]string { return g.keys(key).redis }
