@@ -607,6 +607,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 	}
 	probe := tok != nil && tok == k.probe && k.state == Probing
 	first := len(changes)
+	limit := k.limit
 	switch {
 	case class == ClassNone || (!outage && !paced && class != ClassRateLimited):
 		// An answer: the upstream is up, whatever it thought of the
@@ -675,6 +676,11 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 			k.nextProbe = k.notBefore
 		}
 		a.setState(k, Down, &changes)
+	}
+	if a.Fleet != nil && k.state == Recovering && k.limit != limit && len(changes) == first {
+		// The limit moved with no change of state: the fleet's
+		// follows it.
+		changes = append(changes, transition{key: k.key, from: Recovering, to: Recovering, at: now})
 	}
 	a.grantQueued(k, now, &changes)
 	var fleetDone func(FleetState)
@@ -761,7 +767,9 @@ func (a *Admission) notify(changes []transition) {
 	}
 	if a.OnState != nil {
 		for _, c := range changes {
-			a.OnState(c.key, c.from, c.to, c.at)
+			if c.from != c.to { // not a limit's move, told to the Fleet alone
+				a.OnState(c.key, c.from, c.to, c.at)
+			}
 		}
 	}
 	if a.Fleet == nil {

@@ -17,6 +17,10 @@ func Forsake(ctx context.Context, g *Gate, key string) (held bool, err error) {
 	return state == stateHeld, nil
 }
 
-// RedisKeys returns the Redis keys of key: its tickets, holders, queue and
-// heartbeats.
-func RedisKeys(g *Gate, key string) [4]string { return g.keys(key).redis }
+// RedisKeys returns the Redis keys of key that every acquire touches: its
+// tickets, holders, queue and heartbeats (not the lower capacity that a
+// Fleet may set).
+func RedisKeys(g *Gate, key string) [4]string {
+	k := g.keys(key)
+	return [4]string(k.redis[:4])
+}

@@ -229,6 +229,16 @@ func (g *Gate) run(ctx context.Context, s *redis.Script, k keys, args ...any) (a
 	return int(v[0]), int(v[1]), nil
 }
 
+// setCap lowers key's capacity to c for every Gate that shares it, until
+// it is set again or a ttl passes; 0 removes the lower capacity.
+func (g *Gate) setCap(ctx context.Context, key string, c int) error {
+	_, _, err := g.run(ctx, capScript, g.keys(key), strconv.Itoa(c), g.capArg, g.leaseArg, g.ttlArg, g.wakeArg)
+	if err != nil {
+		return g.fail(ctx, "limit", key, err)
+	}
+	return nil
+}
+
 // leave ends id's hold or wait, under a context of its own: it runs when
 // the caller's context has ended, or has none. An error is dropped: the
 // hold or wait then lapses when its lease runs out.

@@ -14,13 +14,13 @@ const (
 // so that they live in one Redis Cluster slot, as a script's keys must.
 type keys struct {
 	key   string    // the gate key, for errors
-	redis [4]string // KEYS[1..4] of every script: tickets, holders, queue, heartbeats
+	redis [5]string // KEYS[1..5] of every script: tickets, holders, queue, heartbeats, and a lower capacity, if set
 }
 
 // keys returns key's Redis keys.
 func (g *Gate) keys(key string) keys {
 	base := g.prefix + "{" + key + "}"
-	return keys{key: key, redis: [4]string{base + ":t", base + ":h", base + ":q", base + ":e"}}
+	return keys{key: key, redis: [5]string{base + ":t", base + ":h", base + ":q", base + ":e", base + ":c"}}
 }
 
 // prologue starts every script. It reads the clock from Redis, never from a
@@ -34,17 +34,30 @@ func (g *Gate) keys(key string) keys {
 // member before its first ':'. A grant gives a full lease from now, so that
 // the waiter has the time to see it and start renewing.
 //
+// capOf lowers the capacity to the one a Fleet set for the key (C), if
+// it set one: the limit of a recovering upstream, the same for every
+// process.
+//
 // touch sets the idle expiry of the key's structures, so that nothing is
 // left behind once every process has gone: an empty ZSET is deleted by
 // Redis, and the ticket counter lapses ttl after the last operation that
 // touched it. Tickets restarting from 1 then is harmless: they only order
 // the waiters present, and there are none.
 const prologue = `
-local T, H, Q, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local T, H, Q, E, C = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
 
+local function capOf(cap)
+  local c = redis.call('GET', C)
+  if c then
+    return math.min(cap, tonumber(c))
+  end
+  return cap
+end
+
 local function settle(cap, lease, wake)
+  cap = capOf(cap)
   redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
   local dead = redis.call('ZRANGEBYSCORE', E, '-inf', now)
   if #dead > 0 then
@@ -94,7 +107,7 @@ else
   local held, waiting = redis.call('ZCARD', H), redis.call('ZCARD', Q)
   if rank then
     state, n = 2, held + rank
-  elseif waiting == 0 and held < cap then
+  elseif waiting == 0 and held < capOf(cap) then
     redis.call('ZADD', H, now + lease, id)
     state = 1
   elseif waiting < maxq then
@@ -154,4 +167,19 @@ var loadScript = redis.NewScript(prologue + `
 settle(tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[4])
 touch(2, ARGV[3])
 return {redis.call('ZCARD', H), redis.call('ZCARD', Q)}
+`)
+
+// capScript sets the key's lower capacity (C) to ARGV[1], for ttl, or
+// removes it if ARGV[1] is 0, and grants what that frees.
+//
+// ARGV: lower capacity, capacity, lease ms, ttl ms, wake channel prefix.
+var capScript = redis.NewScript(prologue + `
+local c = tonumber(ARGV[1])
+if c > 0 then
+  redis.call('SET', C, c, 'PX', tonumber(ARGV[4]))
+else
+  redis.call('DEL', C)
+end
+settle(tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[5])
+return {0, 0}
 `)

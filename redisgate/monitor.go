@@ -1,0 +1,144 @@
+package redisgate
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outlast-llm/outlast"
+)
+
+// A Monitor tells whether Redis can be reached, for the [Fallback] gates
+// and [Fleet]s that do without it when it cannot. The first failure of a
+// call to Redis marks it degraded; from then on those skip Redis at once,
+// with no call and no timeout per request, and the Monitor pings Redis
+// every interval until it answers, when they use it again.
+//
+// A Monitor is safe for concurrent use. Its zero value is not usable: use
+// [NewMonitor].
+type Monitor struct {
+	client   redis.UniversalClient
+	every    time.Duration
+	timeout  time.Duration
+	onChange func(degraded bool, err error)
+
+	mu       sync.Mutex
+	degraded bool
+	closed   bool
+	stop     chan struct{}
+	done     chan struct{} // closed when the pinger has returned; nil when none runs
+}
+
+// NewMonitor returns a Monitor of client that pings Redis every interval
+// (1 s if zero), each ping bounded by timeout (DefaultTimeout if zero),
+// while Redis is degraded. onChange, if not nil, is called when Redis is
+// found degraded (true, with the failure) and when it answers again
+// (false, nil), in a goroutine of the Monitor's or the caller's, never
+// twice at once.
+func NewMonitor(client redis.UniversalClient, every, timeout time.Duration, onChange func(degraded bool, err error)) *Monitor {
+	if every <= 0 {
+		every = time.Second
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	return &Monitor{client: client, every: every, timeout: timeout, onChange: onChange, stop: make(chan struct{})}
+}
+
+// Degraded reports whether Redis is degraded: its last call failed and no
+// ping has been answered since.
+func (m *Monitor) Degraded() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.degraded
+}
+
+// fail marks Redis degraded after err, a failure to use it, and starts
+// pinging it. It is a no-op once the Monitor is closed.
+func (m *Monitor) fail(err error) {
+	m.mu.Lock()
+	if m.degraded || m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.degraded = true
+	m.done = make(chan struct{})
+	m.mu.Unlock()
+	if m.onChange != nil {
+		m.onChange(true, err)
+	}
+	go m.ping()
+}
+
+// ping pings Redis every interval until it answers or the Monitor is
+// closed.
+func (m *Monitor) ping() {
+	defer close(m.done)
+	t := time.NewTicker(m.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+		err := m.client.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			continue
+		}
+		m.mu.Lock()
+		m.degraded = false
+		m.mu.Unlock()
+		if m.onChange != nil {
+			m.onChange(false, nil)
+		}
+		return
+	}
+}
+
+// Close stops the pinger, if it runs, and waits for it.
+func (m *Monitor) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	close(m.stop)
+	done := m.done
+	m.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	return nil
+}
+
+// Fallback is a Gate that uses shared while Redis can be reached and local,
+// a gate of this process with the same bounds, while it cannot: a gateway
+// replica keeps serving, alone, through an outage of Redis. While Redis is
+// degraded, N processes that share it may send N times its capacity; a
+// request already holding a slot of either keeps it until it releases it.
+type Fallback struct {
+	Shared  *Gate
+	Local   outlast.Gate
+	Monitor *Monitor
+}
+
+// Acquire takes a slot of the shared gate, or of the local one while
+// Redis is degraded. A shared Acquire that fails because Redis could not
+// be used marks it degraded and is tried on the local gate at once.
+func (f *Fallback) Acquire(ctx context.Context, key string, queued func(ahead int)) (func(), error) {
+	if !f.Monitor.Degraded() {
+		release, err := f.Shared.Acquire(ctx, key, queued)
+		if err == nil || !errors.Is(err, ErrUnavailable) {
+			return release, err
+		}
+		f.Monitor.fail(err)
+	}
+	return f.Local.Acquire(ctx, key, queued)
+}
