@@ -66,6 +66,20 @@ type Health struct {
 	// Connections counts the connections Serve holds open now, or is -1
 	// when the gateway is served otherwise.
 	Connections int64 `json:"connections"`
+	// Gate says where the gates are kept.
+	Gate GateHealth `json:"gate"`
+}
+
+// GateHealth says where a gateway's gates and admission state are kept.
+type GateHealth struct {
+	// Backend is "process" (this process's own) or "redis" (shared with
+	// the gateways that use the same Redis).
+	Backend string `json:"backend"`
+	// State is "ok", or, for "redis", "degraded" while Redis cannot be
+	// reached and this process's own gates and admission stand in.
+	State string `json:"state"`
+	// Replica names this gateway among those that share the backend.
+	Replica string `json:"replica,omitempty"`
 }
 
 // JournalHealth is the journal's part of Health.
@@ -133,7 +147,11 @@ func admissionHealth(a *outlast.Admission) *AdmissionHealth {
 
 // Health reports the gateway's upstreams and their load.
 func (g *Gateway) Health() Health {
-	h := Health{Version: outlast.Version, Upstreams: []UpstreamHealth{}, Goroutines: runtime.NumGoroutine(), Connections: -1}
+	h := Health{Version: outlast.Version, Upstreams: []UpstreamHealth{}, Goroutines: runtime.NumGoroutine(), Connections: -1,
+		Gate: GateHealth{Backend: "process", State: "ok"}}
+	if f := g.cfg.GateHealth; f != nil {
+		h.Gate = f()
+	}
 	if c := g.conns.Load(); c != nil {
 		h.Connections = c.open.Load()
 	}

@@ -177,6 +177,29 @@ type Config struct {
 	// "requests/" serves every path below it. The gateway serves
 	// /outlast/health itself. Nil means none.
 	Endpoints map[string]http.Handler
+
+	// Gates, if not nil, makes each upstream's gates in place of
+	// package gate's: its bound (slot false, capacity Slots) and its
+	// named slots (slot true, capacity 1 per key), each with Queue as
+	// its queue's bound. outlast serve --redis shares them between the
+	// gateways that use one Redis (package redisgate). Nil means
+	// gate.New, one process's.
+	Gates func(upstream string, slot bool, capacity, queue int) Gate
+
+	// GateHealth, if not nil, reports where the gates are kept, for
+	// /outlast/health: see GateHealth.
+	GateHealth func() GateHealth
+}
+
+// A Gate is an upstream's gate, as Config.Gates makes it: an outlast.Gate
+// that reports its load, for health and metrics. *gate.Gate is one.
+type Gate interface {
+	outlast.Gate
+	// Load returns the requests holding one of key's slots and those
+	// waiting for one.
+	Load(key string) (inFlight, waiting int)
+	// Keys returns the keys with requests in flight or waiting.
+	Keys() []string
 }
 
 // Gateway is the proxy. It is safe for concurrent use.
@@ -220,7 +243,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	seen := map[string]bool{}
 	for i, u := range cfg.Upstreams {
-		up, err := newUpstream(i, u, base, g.logger)
+		up, err := newUpstream(i, u, base, g.logger, cfg.Gates)
 		if err != nil {
 			return nil, err
 		}

@@ -31,7 +31,7 @@ type upstream struct {
 
 // newUpstream checks u, the i-th of Config.Upstreams, fills in its
 // defaults, and builds its Transport over base.
-func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger) (*upstream, error) {
+func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger, gates func(string, bool, int, int) Gate) (*upstream, error) {
 	if u.URL == nil || (u.URL.Scheme != "http" && u.URL.Scheme != "https") || u.URL.Host == "" {
 		return nil, fmt.Errorf("gateway: upstreams[%d]: url %q is not an absolute http(s) URL", i, redact.URL(u.URL))
 	}
@@ -70,7 +70,7 @@ func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger)
 			return nil, fmt.Errorf("gateway: upstreams[%d] (%s): status path %q does not start with /", i, u.Name, p)
 		}
 	}
-	up := &upstream{Upstream: u, gates: newSlotGates(u.Slots, max(u.Queue, 0))}
+	up := &upstream{Upstream: u, gates: newSlotGates(u.Name, u.Slots, max(u.Queue, 0), gates)}
 	up.transport = &outlast.Transport{
 		Base:             base,
 		Policy:           u.Policy,
@@ -219,14 +219,19 @@ func slotOf(r *http.Request) string {
 // name. No request waits for a named slot while it holds a place in the
 // bound, so the two cannot deadlock.
 type slotGates struct {
-	main  *gate.Gate // nil when the upstream has no bound
-	named *gate.Gate
+	main  Gate // nil when the upstream has no bound
+	named Gate
 }
 
-func newSlotGates(slots, queue int) *slotGates {
-	s := &slotGates{named: gate.New(1, queue)}
+// newSlotGates makes an upstream's gates with make, or with gate.New if
+// make is nil.
+func newSlotGates(name string, slots, queue int, make func(string, bool, int, int) Gate) *slotGates {
+	if make == nil {
+		make = func(_ string, _ bool, capacity, queue int) Gate { return gate.New(capacity, queue) }
+	}
+	s := &slotGates{named: make(name, true, 1, queue)}
 	if slots > 0 {
-		s.main = gate.New(slots, queue)
+		s.main = make(name, false, slots, queue)
 	}
 	return s
 }

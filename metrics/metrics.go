@@ -61,8 +61,9 @@ type Metrics struct {
 	otherOnce sync.Once // makes other on the first unknown upstream
 	other     *series
 
-	loads   atomic.Pointer[func() []record.Load]
-	dropped atomic.Pointer[func() uint64]
+	loads    atomic.Pointer[func() []record.Load]
+	dropped  atomic.Pointer[func() uint64]
+	degraded atomic.Pointer[func() bool]
 }
 
 // series are one upstream's children of the vectors, resolved once so that
@@ -121,8 +122,12 @@ func (m *Metrics) register() {
 		Name: "outlast_journal_dropped_total",
 		Help: "Records the journal dropped because its queue was full.",
 	}, m.journalDropped)
+	degraded := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "outlast_gate_degraded",
+		Help: "1 while the gates and admission state shared through Redis cannot be reached and this gateway's own stand in, else 0.",
+	}, m.gateDegraded)
 	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.retryWait, m.busy,
-		m.latency, m.gateWait, m.admWait, m.probes, dropped, queueDepth{m}, admissionState{m})
+		m.latency, m.gateWait, m.admWait, m.probes, dropped, degraded, queueDepth{m}, admissionState{m})
 }
 
 func (m *Metrics) newSeries(label string) *series {
@@ -257,6 +262,25 @@ func (m *Metrics) SetJournalDropped(f func() uint64) {
 		return
 	}
 	m.dropped.Store(&f)
+}
+
+// SetGateDegraded sets the func that each scrape reads
+// outlast_gate_degraded from: whether the gates and admission state shared
+// through Redis are unreachable, and this process's own stand in. Until it
+// is set, or if f is nil, the gauge is 0.
+func (m *Metrics) SetGateDegraded(f func() bool) {
+	if f == nil {
+		m.degraded.Store(nil)
+		return
+	}
+	m.degraded.Store(&f)
+}
+
+func (m *Metrics) gateDegraded() float64 {
+	if f := m.degraded.Load(); f != nil && (*f)() {
+		return 1
+	}
+	return 0
 }
 
 func (m *Metrics) journalDropped() float64 {

@@ -35,7 +35,7 @@ var (
 // zeroSeries returns every series New must export for the upstreams, each
 // at zero.
 func zeroSeries(upstreams ...string) map[string]float64 {
-	want := map[string]float64{"outlast_journal_dropped_total": 0}
+	want := map[string]float64{"outlast_journal_dropped_total": 0, "outlast_gate_degraded": 0}
 	for _, u := range upstreams {
 		for _, c := range codes {
 			want[fmt.Sprintf(`outlast_requests_total{code=%q,upstream=%q}`, c, u)] = 0
@@ -450,6 +450,22 @@ func TestJournalDropped(t *testing.T) {
 	m.SetJournalDropped(nil)
 	if got := scrape(t, m.Handler())[k]; got != 0 {
 		t.Errorf("%s after SetJournalDropped(nil): got %v, want 0", k, got)
+	}
+}
+
+// outlast_gate_degraded follows the func it is given, read at each scrape.
+func TestGateDegraded(t *testing.T) {
+	t.Parallel()
+	const k = "outlast_gate_degraded"
+	m := metrics.New(nil)
+	degraded := true
+	m.SetGateDegraded(func() bool { return degraded })
+	if got := scrape(t, m.Handler())[k]; got != 1 {
+		t.Errorf("%s while degraded: got %v, want 1", k, got)
+	}
+	degraded = false
+	if got := scrape(t, m.Handler())[k]; got != 0 {
+		t.Errorf("%s once shared again: got %v, want 0", k, got)
 	}
 }
 

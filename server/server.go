@@ -77,6 +77,15 @@ type Config struct {
 	// in memory, are always written inline.
 	JournalWriter string
 
+	// Redis, if not empty, is a redis:// URL: each upstream's gates and
+	// its Admission's state are kept there, shared with every gateway
+	// that uses the same Redis, so that replicas in front of one
+	// upstream keep one bound and one view of it (package redisgate).
+	// While Redis cannot be reached each gateway uses its own, with the
+	// same limits, and says so in its log, its health and
+	// outlast_gate_degraded. Empty means this process's own.
+	Redis string
+
 	// JournalHeaders keeps each request's headers in the journal, without
 	// credentials and Gateway.Redact.
 	JournalHeaders bool
@@ -131,6 +140,7 @@ type Server struct {
 
 	cfg    Config
 	keeper *journal.Keeper
+	shared *shared // nil without Config.Redis
 }
 
 // New assembles the gateway that cfg describes and opens its journal. Its
@@ -153,6 +163,11 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if err := s.openJournal(ctx, logger); err != nil {
 		return nil, err
+	}
+	if cfg.Redis != "" {
+		if s.shared, err = openShared(cfg.Redis, &s.cfg.Gateway, logger); err != nil {
+			return nil, &ConfigError{err}
+		}
 	}
 	if s.Gateway, err = s.newGateway(logger); err != nil {
 		return nil, &ConfigError{err}
@@ -238,6 +253,9 @@ func (s *Server) newGateway(logger *slog.Logger) (*gateway.Gateway, error) {
 	}
 	s.Metrics.SetLoads(g.Loads)
 	s.Feed.SetLoads(g.Loads)
+	if sh := s.shared; sh != nil {
+		s.Metrics.SetGateDegraded(sh.mon.Degraded)
+	}
 	return g, nil
 }
 
@@ -316,6 +334,9 @@ func (s *Server) Close(ctx context.Context) error {
 		if err := s.Store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("the journal: %w", err))
 		}
+	}
+	if s.shared != nil {
+		s.shared.close()
 	}
 	return errors.Join(errs...)
 }

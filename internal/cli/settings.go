@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gateway"
 	"github.com/outlast-llm/outlast/internal/parse"
@@ -238,6 +240,19 @@ var settings = []setting{
 				return errors.New(strings.TrimPrefix(msg, "journal: "))
 			}
 			t.cfg.Journal = s
+			return nil
+		}},
+	{flag: "redis", key: "redis", scope: global, arg: "URL", secret: true, example: "redis://127.0.0.1:6379/0",
+		help: "share the upstreams' gates and admission state with every gateway that uses this Redis, so that replicas keep one bound and one view of each upstream; while it cannot be reached, each uses its own, with the same limits, and says so (log, health, outlast_gate_degraded). Empty: this process's own",
+		set: func(t target, s string) error {
+			if s == "" {
+				t.cfg.Redis = ""
+				return nil
+			}
+			if _, err := redis.ParseURL(s); err != nil {
+				return errors.New("want a URL such as redis://127.0.0.1:6379/0, or rediss:// for TLS")
+			}
+			t.cfg.Redis = s
 			return nil
 		}},
 	{flag: "journal-writer", key: "journal_writer", scope: global, def: server.WriterProcess, arg: "WHO", example: server.WriterInline,

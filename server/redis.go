@@ -1,0 +1,161 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gate"
+	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/redisgate"
+)
+
+// redisTimeout bounds every call the gateway makes to Redis.
+const redisTimeout = 500 * time.Millisecond
+
+// shared is what the gateway keeps in Redis, with Config.Redis: each
+// upstream's gates (redisgate.Gate, with this process's own in their place
+// while Redis cannot be reached) and its Admission's state
+// (redisgate.Fleet).
+type shared struct {
+	client  *redis.Client
+	mon     *redisgate.Monitor
+	replica string
+	closers []func() error
+}
+
+// openShared connects to the Redis that url names, and wires the gates
+// and admissions of gc to it. It sends nothing to Redis before the first
+// request: a Redis down at start is a degraded one, not an error.
+func openShared(url string, gc *gateway.Config, logger *slog.Logger) (*shared, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis %q: %v: want a URL such as redis://127.0.0.1:6379/0", redactRedis(url), err)
+	}
+	// A context's deadline bounds reads and writes only with this set.
+	opts.ContextTimeoutEnabled = true
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = redisTimeout, redisTimeout, redisTimeout
+	opts.MaxRetries = -1 // a retry would double the time to learn that Redis is gone
+	s := &shared{client: redis.NewClient(opts), replica: replicaName()}
+	s.mon = redisgate.NewMonitor(s.client, time.Second, redisTimeout, func(degraded bool, err error) {
+		if degraded {
+			logger.Warn("outlast: redis is unreachable: this gateway's own gates and admission stand in, so replicas together may send more than the shared limits", "error", err)
+			return
+		}
+		logger.Info("outlast: redis is back: gates and admission are shared again")
+	})
+	s.closers = append(s.closers, s.mon.Close)
+	gc.Gates = func(upstream string, slot bool, capacity, queue int) gateway.Gate {
+		kind := "bound"
+		if slot {
+			kind = "slot"
+		}
+		g := redisgate.New(s.client, redisgate.Options{Capacity: capacity, MaxQueue: queue, Timeout: redisTimeout,
+			Prefix: "outlast:gate:" + keyPart(upstream) + ":" + kind + ":"})
+		s.closers = append(s.closers, g.Close)
+		local := gate.New(capacity, queue)
+		return &sharedGate{fb: &redisgate.Fallback{Shared: g, Local: local, Monitor: s.mon}, local: local}
+	}
+	gc.GateHealth = s.health
+	for i := range gc.Upstreams {
+		u := &gc.Upstreams[i]
+		if u.Admission == nil {
+			continue
+		}
+		name := u.Name
+		if name == "" && u.URL != nil {
+			name = u.URL.Host
+		}
+		limit := u.Admission.MaxLimit
+		f := redisgate.NewFleet(s.client, redisgate.FleetOptions{Prefix: "outlast:fleet:" + keyPart(name) + ":", MaxLimit: limit,
+			Timeout: redisTimeout, Monitor: s.mon})
+		f.Join(u.Admission)
+		s.closers = append(s.closers, f.Close)
+	}
+	return s, nil
+}
+
+// health reports the shared backend for /outlast/health.
+func (s *shared) health() gateway.GateHealth {
+	h := gateway.GateHealth{Backend: "redis", State: "ok", Replica: s.replica}
+	if s.mon.Degraded() {
+		h.State = "degraded"
+	}
+	return h
+}
+
+// close stops what the shared state started, and closes the client.
+func (s *shared) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.client.Close()
+}
+
+// sharedGate is an upstream's gate kept in Redis, with this process's own
+// standing in while Redis cannot be reached.
+type sharedGate struct {
+	fb    *redisgate.Fallback
+	local *gate.Gate
+}
+
+// Acquire takes a slot of key: the upstream's bound, "" (kept in Redis as
+// "bound", since Redis Cluster needs a hash tag that is not empty), or a
+// named slot.
+func (g *sharedGate) Acquire(ctx context.Context, key string, queued func(ahead int)) (func(), error) {
+	return g.fb.Acquire(ctx, redisKey(key), queued)
+}
+
+// Load reports key's load across the replicas, or this process's own while
+// Redis cannot be reached.
+func (g *sharedGate) Load(key string) (inFlight, waiting int) {
+	if !g.fb.Monitor.Degraded() {
+		ctx, cancel := context.WithTimeout(context.Background(), redisTimeout)
+		defer cancel()
+		if in, w, err := g.fb.Shared.Load(ctx, redisKey(key)); err == nil {
+			return in, w
+		}
+	}
+	return g.local.Load(key)
+}
+
+// Keys returns the keys this process's own gate has in use: while Redis
+// is shared, the named slots of other replicas are not listed.
+func (g *sharedGate) Keys() []string { return g.local.Keys() }
+
+func redisKey(key string) string {
+	if key == "" {
+		return "bound"
+	}
+	return key
+}
+
+// keyPart makes an upstream's name safe in a Redis key's prefix, which
+// must not hold a hash tag's braces.
+func keyPart(name string) string {
+	return strings.NewReplacer("{", "(", "}", ")").Replace(name)
+}
+
+// replicaName names this process among the gateways that share a Redis:
+// its host and process ID.
+func replicaName() string {
+	host, _ := os.Hostname()
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
+// redactRedis hides a password in a Redis URL.
+func redactRedis(url string) string {
+	if i, j := strings.Index(url, "://"), strings.LastIndex(url, "@"); i >= 0 && j > i {
+		return url[:i+3] + "…@" + url[j+1:]
+	}
+	return url
+}
+
+var _ outlast.Gate = (*sharedGate)(nil)
