@@ -412,3 +412,143 @@ func scrapeMetric(t *testing.T, client *http.Client, p *process, name string) st
 	}
 	return ""
 }
+
+// outageUpstream answers 503 for outage from its first request, then 200
+// after service. It counts attempts, and the most in flight at once
+// while down after from (by then every replica knows it is down).
+type outageUpstream struct {
+	*httptest.Server
+	mu       sync.Mutex
+	start    time.Time
+	outage   time.Duration
+	inFlight int
+	attempts int
+	downPeak int
+	probes   int       // attempts while down, from quiet on
+	quiet    time.Time // from when the down peak and probes count
+}
+
+func newOutageUpstream(t *testing.T, outage, service time.Duration) *outageUpstream {
+	u := &outageUpstream{outage: outage}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		u.mu.Lock()
+		now := time.Now()
+		if u.start.IsZero() {
+			u.start = now
+		}
+		u.attempts++
+		u.inFlight++
+		down := now.Before(u.start.Add(u.outage))
+		if down && !u.quiet.IsZero() && now.After(u.quiet) {
+			u.downPeak = max(u.downPeak, u.inFlight)
+			u.probes++
+		}
+		u.mu.Unlock()
+		defer func() {
+			u.mu.Lock()
+			u.inFlight--
+			u.mu.Unlock()
+		}()
+		if down {
+			time.Sleep(20 * time.Millisecond) // long enough for probes to overlap, were there two
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":{"message":"down","type":"server_error"}}`)
+			return
+		}
+		time.Sleep(service)
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+// An outage of 20 s across three replicas that share Redis: once the
+// fleet knows the upstream is down, the upstream sees one probe at a
+// time, and the attempts per request stay near one replica's alone, not
+// three times its probes.
+func TestReplicasOutage(t *testing.T) {
+	t.Parallel()
+	redis := testRedis(t)
+	run := func(t *testing.T, n int) (perRequest float64, downPeak int, probes float64) {
+		up := newOutageUpstream(t, 20*time.Second, 50*time.Millisecond)
+		args := []string{"--upstream", up.URL, "--waits", "1s,2s,4s", "--reserve", "5s", "--max-conns", "256"}
+		var ps []*process
+		if n > 1 {
+			ps = replicas(t, n, redis, args...)
+		} else {
+			ps = []*process{startProcess(t, append([]string{"--journal", "off"}, args...)...)}
+		}
+		client := newClient(t)
+		client.Timeout = 90 * time.Second
+		// 30 callers, each sending a request every 500 ms, or when its
+		// last ends if later, for 30 s: through the outage and after.
+		const callers = 30
+		end := time.Now().Add(30 * time.Second)
+		var mu sync.Mutex
+		requests, failed := 0, 0
+		var wg sync.WaitGroup
+		for c := range callers {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					next := time.Now().Add(500 * time.Millisecond)
+					req, _ := http.NewRequest(http.MethodPost, ps[c%len(ps)].addr+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+					req.Header.Set("Outlast-Timeout", "60s")
+					resp, err := client.Do(req)
+					mu.Lock()
+					requests++
+					if err != nil || resp.StatusCode != 200 {
+						failed++
+					}
+					mu.Unlock()
+					if err == nil {
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+					time.Sleep(time.Until(next))
+				}
+			})
+		}
+		// Once every replica says the upstream is down, count overlaps.
+		waitUntil(t, 10*time.Second, "every replica to see the upstream down", func() bool {
+			for _, p := range ps {
+				ups := health(t, client, p)["upstreams"].([]any)
+				adm, _ := ups[0].(map[string]any)["admission"].(map[string]any)
+				if adm == nil || adm["state"] == "healthy" {
+					return false
+				}
+			}
+			return true
+		})
+		up.mu.Lock()
+		up.quiet = time.Now()
+		up.mu.Unlock()
+		wg.Wait()
+		up.mu.Lock()
+		defer up.mu.Unlock()
+		left := up.start.Add(up.outage).Sub(up.quiet)
+		t.Logf("%d replicas: %d requests, %d failed, %d attempts (%.2f per request); once all knew: %d probes in %v, down peak %d", n, requests, failed, up.attempts, float64(up.attempts)/float64(requests), up.probes, left.Round(time.Millisecond), up.downPeak)
+		if failed > 0 {
+			t.Errorf("%d of %d requests failed, want none: a 60 s deadline outlasts a 20 s outage", failed, requests)
+		}
+		return float64(up.attempts) / float64(requests), up.downPeak, float64(up.probes) / left.Seconds()
+	}
+	var one, three, oneRate, threeRate float64
+	var peak int
+	var wg sync.WaitGroup
+	wg.Go(func() { one, _, oneRate = run(t, 1) })
+	wg.Go(func() { three, peak, threeRate = run(t, 3) })
+	wg.Wait()
+	// Probes 1 s, 2 s, then every 4 s, jittered up by half: about one
+	// every 5 s for the fleet, as for one replica; three replicas alone
+	// would probe three times as often.
+	if threeRate > oneRate*1.5+0.1 {
+		t.Errorf("three replicas probed %.2f times a second while down, one alone %.2f: want the fleet's one probe, not one each", threeRate, oneRate)
+	}
+	if peak > 1 {
+		t.Errorf("the upstream saw %d attempts at once while the fleet knew it was down, want 1: the fleet's one probe", peak)
+	}
+	if three > one*1.25+0.05 {
+		t.Errorf("three replicas made %.2f attempts per request, one alone %.2f: want the fleet near one replica, not one probe each", three, one)
+	}
+}
