@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/internal/fleettest"
 )
 
 // memFleet is a Fleet in memory, for several Admissions in one test: it
@@ -188,6 +189,20 @@ func TestFleetSharesNotBefore(t *testing.T) {
 		}
 		if d := at[1].at.Sub(start); d < 5*time.Second || d > 5500*time.Millisecond {
 			t.Errorf("the other process's request went after %v, want at the not-before time the first learned, 5 s (to 5.5 s)", d)
+		}
+	})
+}
+
+// The Fleet's rules (internal/fleettest), over the Fleet in memory, as
+// redisgate's tests run them over Redis.
+func TestFleetRules(t *testing.T) {
+	fleettest.Run(t, func(t *testing.T, maxLimit int) func(*outlast.Admission) {
+		f := &memFleet{probe: map[string]bool{}, sending: map[string]int{}, freed: make(chan struct{})}
+		return func(a *outlast.Admission) {
+			f.mu.Lock()
+			a.Fleet = &memMember{f: f, self: len(f.members)}
+			f.members = append(f.members, a)
+			f.mu.Unlock()
 		}
 	})
 }
