@@ -17,6 +17,8 @@ type Attempt struct {
 	CallID string
 	// N is the attempt's number, 1 for the first.
 	N int
+	// Upstream is the Transport's Name, if it has one.
+	Upstream string
 	// Key is the gate key the attempt held, or "" without a gate.
 	Key string
 	// Ahead is how many held or waited for the key when this attempt

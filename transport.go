@@ -73,6 +73,11 @@ type Transport struct {
 	// Base sends each attempt. If nil, http.DefaultTransport is used.
 	Base http.RoundTripper
 
+	// Name, if not empty, names the upstream in every Attempt this
+	// Transport reports (Attempt.Upstream): the upstream that a
+	// [Fallback] sent it to, say.
+	Name string
+
 	// Policy says when to retry. If nil, requests are sent once unless
 	// their context carries a policy (see WithPolicy), which takes
 	// precedence over this one. It is read only after a failure.
@@ -221,7 +226,7 @@ func (c *call) attempt() (result, error) {
 	if c.mark != nil {
 		c.mark.n.Store(int32(min(c.n, math.MaxInt32)))
 	}
-	res := result{at: Attempt{N: c.n}}
+	res := result{at: Attempt{N: c.n, Upstream: c.t.Name}}
 	r, err := c.attemptRequest(c.n)
 	if err != nil {
 		return res, err

@@ -1,0 +1,236 @@
+package outlast_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+)
+
+// attemptLog keeps the attempts that Transports report.
+type attemptLog struct {
+	mu       sync.Mutex
+	attempts []outlast.Attempt
+	moves    []string
+}
+
+func (r *attemptLog) hooks() outlast.Hooks {
+	return outlast.Hooks{AttemptEnd: func(a outlast.Attempt) {
+		r.mu.Lock()
+		r.attempts = append(r.attempts, a)
+		r.mu.Unlock()
+	}}
+}
+
+func (r *attemptLog) upstreams() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, a := range r.attempts {
+		out = append(out, a.Upstream)
+	}
+	return out
+}
+
+// pair is a primary down for 30 s (refusing) and a healthy fallback, each
+// a Transport of its own with an Admission, under one Fallback.
+type pair struct {
+	primary  *upstream
+	fallback *fakeRT
+	rec      *attemptLog
+	f        *outlast.Fallback
+}
+
+func newPair(t *testing.T, prefer outlast.Preference) *pair {
+	p := &pair{
+		primary:  &upstream{up: time.Now().Add(30 * time.Second), service: time.Second},
+		fallback: newFake(step{delay: time.Second}),
+		rec:      &attemptLog{},
+	}
+	policy := &outlast.Policy{Waits: []time.Duration{time.Second, 2 * time.Second}, Reserve: 5 * time.Second}
+	primary := &outlast.Transport{Name: "primary", Base: p.primary, Policy: policy, Admission: &outlast.Admission{}, Hooks: p.rec.hooks()}
+	fallback := &outlast.Transport{Name: "fallback", Base: p.fallback, Policy: policy, Admission: &outlast.Admission{}, Hooks: p.rec.hooks()}
+	p.f = &outlast.Fallback{Upstreams: []*outlast.Transport{primary, fallback}, Prefer: prefer,
+		OnFallback: func(_ *http.Request, from, to int, reason outlast.FallbackReason, err error) {
+			p.rec.mu.Lock()
+			p.rec.moves = append(p.rec.moves, strconv.Itoa(from)+">"+strconv.Itoa(to)+" "+string(reason))
+			p.rec.mu.Unlock()
+		}}
+	// The outage begins: three refusals mark the primary down.
+	for i := range 3 {
+		send1(t.Context(), &outlast.Transport{Base: p.primary, Admission: primary.Admission}, "mark"+strconv.Itoa(i))
+	}
+	return p
+}
+
+func (p *pair) send(t *testing.T, deadline time.Duration) (served string, took time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(t.Context(), deadline)
+	defer cancel()
+	start := time.Now()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://model.test/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+	resp, err := p.f.RoundTrip(req)
+	if err != nil {
+		return "", time.Since(start), err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return "", time.Since(start), errors.New(resp.Status)
+	}
+	ups := p.rec.upstreams()
+	return ups[len(ups)-1], time.Since(start), nil
+}
+
+// The rule, both ways. Preferring the primary (the default), a request
+// whose deadline less reserve cannot outlast the outage moves to the
+// fallback once its next chance at the primary no longer fits, and
+// succeeds there; one whose deadline can outlast it waits for the primary.
+// Preferring what is available, both move at once.
+func TestFallbackRule(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		prefer   outlast.Preference
+		deadline time.Duration
+		want     string
+		before   time.Duration // the move, or the answer, comes before this
+		after    time.Duration // ... and not before this
+	}{
+		{"prefer primary, 20 s deadline", outlast.PreferPrimary, 20 * time.Second, "fallback", 17 * time.Second, 5 * time.Second},
+		{"prefer primary, 2 min deadline", outlast.PreferPrimary, 2 * time.Minute, "primary", 40 * time.Second, 30 * time.Second},
+		{"prefer available, 20 s deadline", outlast.PreferAvailable, 20 * time.Second, "fallback", 1500 * time.Millisecond, 0},
+		{"prefer available, 2 min deadline", outlast.PreferAvailable, 2 * time.Minute, "fallback", 1500 * time.Millisecond, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := newPair(t, c.prefer)
+				served, took, err := p.send(t, c.deadline)
+				if err != nil {
+					t.Fatalf("%v after %v, want an answer from the %s", err, took, c.want)
+				}
+				if served != c.want {
+					t.Errorf("served by %s, want the %s", served, c.want)
+				}
+				if took >= c.before || took < c.after {
+					t.Errorf("answered after %v, want in [%v, %v)", took, c.after, c.before)
+				}
+				// The move's reason: down when the primary's next chance
+				// came too late, spent when the request was the probe
+				// and its policy had no retry left that fitted.
+				if c.want == "fallback" && (len(p.rec.moves) != 1 || !(strings.HasSuffix(p.rec.moves[0], " down") || strings.HasSuffix(p.rec.moves[0], " spent"))) {
+					t.Errorf("moves %v, want one, for the primary being down or its attempts spent", p.rec.moves)
+				}
+				if c.want == "primary" && len(p.rec.moves) != 0 {
+					t.Errorf("moves %v, want none", p.rec.moves)
+				}
+			})
+		})
+	}
+}
+
+// A failure that is not retryable is the answer: it never moves on. Nor
+// does a response returned to be read, whatever its body does after its
+// first byte.
+func TestFallbackKeepsFinalAnswers(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		step   step
+		status int
+	}{
+		{"400", step{status: 400}, 400},
+		{"401", step{status: 401}, 401},
+		{"a stream that broke after its first byte", step{body: "data: {}\n\n", bodyErr: io.ErrUnexpectedEOF, header: map[string]string{"Content-Type": "text/event-stream"}}, 200},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				primary, fallback := newFake(c.step), newFake(step{})
+				policy := &outlast.Policy{Waits: []time.Duration{time.Second}}
+				f := &outlast.Fallback{Upstreams: []*outlast.Transport{{Base: primary, Policy: policy}, {Base: fallback, Policy: policy}}}
+				req, _ := http.NewRequest(http.MethodPost, "http://primary.test/", strings.NewReader("{}"))
+				resp, err := f.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != c.status {
+					t.Errorf("status %d, want %d", resp.StatusCode, c.status)
+				}
+				if n := len(fallback.attempts()); n != 0 {
+					t.Errorf("the fallback got %d attempts, want none", n)
+				}
+			})
+		})
+	}
+}
+
+// With the fallback down too, the request gets the last failure, and the
+// attempts show both upstreams, each attempt named by its own.
+func TestFallbackBothDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &attemptLog{}
+		policy := &outlast.Policy{Waits: []time.Duration{time.Second}, MaxAttempts: 2}
+		f := &outlast.Fallback{Upstreams: []*outlast.Transport{
+			{Name: "a", Base: newFake(step{status: 503}), Policy: policy, Hooks: rec.hooks()},
+			{Name: "b", Base: newFake(step{status: 529}), Policy: policy, Hooks: rec.hooks()},
+		}}
+		req, _ := http.NewRequest(http.MethodPost, "http://a.test/", strings.NewReader("{}"))
+		resp, err := f.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 529 {
+			t.Errorf("status %d, want the fallback's last failure, 529", resp.StatusCode)
+		}
+		if got, want := strings.Join(rec.upstreams(), ","), "a,a,b,b"; got != want {
+			t.Errorf("attempts at %s, want %s", got, want)
+		}
+	})
+}
+
+// Rewrite makes the fallback's request: its model and its credentials
+// reach the fallback, and the caller's credentials do not.
+func TestFallbackRewrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got *http.Request
+		var body string
+		fallback := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			got = r
+			b, _ := io.ReadAll(r.Body)
+			body = string(b)
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+		})
+		f := &outlast.Fallback{
+			Upstreams: []*outlast.Transport{{Base: newFake(step{status: 503})}, {Base: fallback}},
+			Rewrite: func(r *http.Request, i int) (*http.Request, error) {
+				r.URL.Host = "fallback.test"
+				r.Header.Set("Authorization", "Bearer held-by-the-gateway")
+				b, _ := io.ReadAll(r.Body)
+				nb := strings.Replace(string(b), `"gpt-4o"`, `"my-deployment"`, 1)
+				r.Body, r.ContentLength = io.NopCloser(strings.NewReader(nb)), int64(len(nb))
+				return r, nil
+			},
+		}
+		req, _ := http.NewRequest(http.MethodPost, "http://primary.test/", strings.NewReader(`{"model":"gpt-4o"}`))
+		req.Header.Set("Authorization", "Bearer the-callers")
+		resp, err := f.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got == nil {
+			t.Fatal("the fallback got nothing")
+		}
+		if got.URL.Host != "fallback.test" || got.Header.Get("Authorization") != "Bearer held-by-the-gateway" || body != `{"model":"my-deployment"}` {
+			t.Errorf("the fallback got %s %q %s, want fallback.test, the held credentials and the rewritten model", got.URL.Host, got.Header.Get("Authorization"), body)
+		}
+	})
+}
