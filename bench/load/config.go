@@ -33,6 +33,7 @@ type config struct {
 	Slots       int           // the gateway's Slots
 	GateSlots   int           // Slots of the gateway+gate target
 	Journal     bool          // add the gateway+journal target
+	Redis       string        // add the gateway+redis target, its gate kept in this Redis
 	JournalProc bool          // write that journal from a child process at nice 19
 	UpIdle      int           // MaxIdleConnsPerHost of both proxies' transports
 	ProxyPool   bool          // give the bare proxy a buffer pool, as the gateway has
@@ -117,6 +118,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.Late, "late", c.Late, "an open-loop send this far behind its schedule counts as late")
 	fs.IntVar(&c.Slots, "slots", c.Slots, "Slots of the gateway target (0: no gate)")
 	fs.IntVar(&c.GateSlots, "gate-slots", c.GateSlots, "Slots of the gateway+gate target (0: leave the target out)")
+	fs.StringVar(&c.Redis, "redis", c.Redis, "add the gateway+redis target: the gateway+gate target's gate and admission kept in this Redis (a redis:// URL), as outlast serve --redis keeps them (empty: leave the target out)")
 	fs.BoolVar(&c.Journal, "journal", c.Journal, "add the gateway+journal target: the gateway writing its record to SQLite, as outlast serve does by default")
 	fs.BoolVar(&c.JournalProc, "journal-child", c.JournalProc, "write the gateway+journal target's SQLite from a child process at the lowest CPU priority, fed batches through a pipe,\nas outlast serve does by default (false: in this process, as serve --journal-writer inline)")
 	fs.IntVar(&c.UpIdle, "upstream-idle", c.UpIdle, "MaxIdleConnsPerHost of the proxy's and the gateway's transports")

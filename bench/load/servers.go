@@ -202,7 +202,7 @@ var waits = []time.Duration{15 * time.Second, 45 * time.Second, 120 * time.Secon
 // and idle timeouts, its metrics and page, a logger that drops its lines,
 // and the journal that spec names ("off" for none), written as
 // journalWriter says.
-func newGateway(up *url.URL, slots, idle int, spec, journalWriter string, obs record.Observer) (*server.Server, error) {
+func newGateway(up *url.URL, slots, idle int, spec, journalWriter, redis string, obs record.Observer) (*server.Server, error) {
 	return server.New(context.Background(), server.Config{
 		Gateway: gateway.Config{
 			Upstreams: []gateway.Upstream{{
@@ -217,6 +217,7 @@ func newGateway(up *url.URL, slots, idle int, spec, journalWriter string, obs re
 		},
 		Journal:       spec,
 		JournalWriter: journalWriter,
+		Redis:         redis,
 		Observer:      obs,
 	})
 }
@@ -281,13 +282,17 @@ func newStack(c config) (_ *stack, err error) {
 	type variant struct {
 		name  string
 		slots int
+		redis string
 	}
-	gws := []variant{{"gateway", c.Slots}}
+	gws := []variant{{"gateway", c.Slots, ""}}
 	if c.GateSlots > 0 {
-		gws = append(gws, variant{"gateway+gate", c.GateSlots})
+		gws = append(gws, variant{"gateway+gate", c.GateSlots, ""})
+	}
+	if c.Redis != "" {
+		gws = append(gws, variant{"gateway+redis", max(c.GateSlots, 1), c.Redis})
 	}
 	for _, gw := range gws {
-		g, err := newGateway(up.url, gw.slots, c.UpIdle, "off", "", record.Observer{})
+		g, err := newGateway(up.url, gw.slots, c.UpIdle, "off", "", gw.redis, record.Observer{})
 		if err != nil {
 			return nil, err
 		}
@@ -329,7 +334,7 @@ func (s *stack) addJournal(up *url.URL, c config) error {
 		default:
 		}
 	}}
-	g, err := newGateway(up, c.Slots, c.UpIdle, "sqlite:"+filepath.Join(dir, "journal.db"), writer, counter)
+	g, err := newGateway(up, c.Slots, c.UpIdle, "sqlite:"+filepath.Join(dir, "journal.db"), writer, "", counter)
 	if err != nil {
 		return err
 	}
