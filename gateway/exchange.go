@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,10 @@ type exchange struct {
 	opts options
 	out  *response      // what the caller gets
 	rec  record.Request // what observers are told
+
+	body   []byte     // the caller's body, read whole
+	fields bodyFields // what the gateway read of it
+	moved  string     // the reason of a fallback not yet on an attempt
 
 	// shut guards the state that the gateway's shutdown reads, from
 	// Serve's goroutine: the cancel that ends the attempts, and whether
@@ -88,7 +93,8 @@ func (x *exchange) serve() {
 	defer cancel(nil)
 	x.hold(cancel)
 	stop := x.startProgress()
-	resp, err := x.up.transport.RoundTrip(x.outbound(ctx, body))
+	x.body = body
+	resp, err := x.roundTripper().RoundTrip(x.outbound(ctx, x.up))
 	stop()
 	if err != nil {
 		x.failed(ctx, err)
@@ -186,6 +192,7 @@ func (x *exchange) inspect(body []byte) error {
 	// A body it cannot follow is not the gateway's to judge: the upstream
 	// will answer it, and the fields read before the trouble stand.
 	f, _ := scanBody(body)
+	x.fields = f
 	x.rec.Model = keptText(f.model, maxModelLen)
 	x.rec.Stream = x.rec.Stream || f.stream
 	if x.rec.Slot == "" && f.slot >= 0 {
@@ -256,10 +263,39 @@ func (x *exchange) context() (context.Context, context.CancelCauseFunc) {
 	return ctx, cancel
 }
 
-// outbound is the request to send upstream, with body, the caller's read
-// for replay.
-func (x *exchange) outbound(ctx context.Context, body []byte) *http.Request {
-	out := x.up.outbound(ctx, x.r, x.path)
+// roundTripper is what sends the request: the upstream's Transport, or,
+// with Fallbacks, an outlast.Fallback over it and theirs.
+func (x *exchange) roundTripper() http.RoundTripper {
+	if len(x.up.chain) == 0 {
+		return x.up.transport
+	}
+	return &outlast.Fallback{
+		Upstreams: x.up.transports,
+		Prefer:    x.up.Prefer,
+		Rewrite: func(r *http.Request, i int) (*http.Request, error) {
+			return x.outbound(r.Context(), x.up.chain[i]), nil
+		},
+		OnFallback: x.onFallback,
+	}
+}
+
+// onFallback notes a move to another upstream, for the record of its
+// first attempt there, and logs it.
+func (x *exchange) onFallback(_ *http.Request, from, to int, reason outlast.FallbackReason, err error) {
+	x.moved = string(reason)
+	x.g.logger.Info("outlast: falling back", "id", x.rec.ID, "from", x.up.chain[from].Name, "to", x.up.chain[to].Name,
+		"reason", string(reason), "error", redact.Text(err.Error()))
+	x.comment("fallback from=%s to=%s reason=%s", x.up.chain[from].Name, x.up.chain[to].Name, reason)
+}
+
+// outbound is the request to send to upstream u, with the caller's body,
+// read for replay: u's model name and u's credential, if it has them.
+func (x *exchange) outbound(ctx context.Context, u *upstream) *http.Request {
+	out := u.outbound(ctx, x.r, x.path)
+	if u.Auth != nil {
+		u.Auth.apply(out.Header)
+	}
+	body := x.bodyFor(u)
 	out.Body, out.GetBody, out.ContentLength = nil, nil, int64(len(body))
 	if body != nil {
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -281,12 +317,35 @@ func (x *exchange) queued(key string, ahead int) {
 func (x *exchange) attemptStart(a outlast.Attempt) {
 	x.setWaiting(false)
 	if o := x.g.cfg.Observer.AttemptStart; o != nil {
-		o(&x.rec, record.NewAttempt(a))
+		at := record.NewAttempt(a)
+		at.Fallback = x.moved
+		o(&x.rec, at)
 	}
+}
+
+// bodyFor returns the body for upstream u: the caller's, with its model
+// renamed if u's Models rename it.
+func (x *exchange) bodyFor(u *upstream) []byte {
+	to, ok := u.Models[x.fields.model]
+	if !ok || x.fields.modelEnd == 0 {
+		return x.body
+	}
+	q, _ := json.Marshal(to)
+	b := make([]byte, 0, len(x.body)-(x.fields.modelEnd-x.fields.modelAt)+len(q))
+	return append(append(append(b, x.body[:x.fields.modelAt]...), q...), x.body[x.fields.modelEnd:]...)
+}
+
+// answered returns the upstream that answered: the last attempt's.
+func (x *exchange) answered() string {
+	if n := len(x.rec.Attempts); n > 0 && x.rec.Attempts[n-1].Upstream != "" {
+		return x.rec.Attempts[n-1].Upstream
+	}
+	return x.up.Name
 }
 
 func (x *exchange) attemptEnd(a outlast.Attempt) {
 	at := record.NewAttempt(a)
+	at.Fallback, x.moved = x.moved, ""
 	x.rec.Attempts = append(x.rec.Attempts, at)
 	x.up.latency.observe(a.End.Sub(a.Start))
 	if o := x.g.cfg.Observer.AttemptEnd; o != nil {
@@ -433,6 +492,7 @@ func (x *exchange) retried() bool {
 func (x *exchange) ownHeaders(h http.Header) {
 	h.Set(HeaderRequestID, x.rec.ID)
 	h.Set(HeaderAttempts, strconv.Itoa(len(x.rec.Attempts)))
+	h.Set(HeaderUpstream, x.answered())
 }
 
 // failed answers for a request that got no response to forward.

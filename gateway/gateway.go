@@ -112,6 +112,34 @@ type Upstream struct {
 	// being forwarded. Zero means no bound.
 	IdleTimeout time.Duration
 
+	// Fallbacks name the upstreams, by Name, that a request for this one
+	// moves to, in order, when this one cannot serve it within its
+	// deadline less its reserve (outlast.Fallback says when): down with
+	// its next chance too late, its attempts spent on retryable
+	// failures, or its queue full. Only before the commit point, and
+	// never for a failure that is not retryable. Each must speak this
+	// upstream's API: the gateway does not translate between APIs. A
+	// fallback's own Fallbacks are not followed. Nil means none.
+	Fallbacks []string
+
+	// Prefer says when a request leaves this upstream for its
+	// Fallbacks: outlast.PreferPrimary (the zero value) waits while the
+	// upstream's next chance still fits the request's deadline less its
+	// reserve; outlast.PreferAvailable moves on as soon as its
+	// Admission holds it down.
+	Prefer outlast.Preference
+
+	// Models rewrites the body's "model" for this upstream, as when a
+	// request for "gpt-4o" falls back to an Azure deployment of another
+	// name. A model not in the map is sent as it is. Nil means none.
+	Models map[string]string
+
+	// Auth, if not nil, is the credential the gateway holds for this
+	// upstream: it is sent instead of the caller's (Authorization,
+	// x-api-key and api-key are removed). It never reaches a log, the
+	// record, metrics, health or an error body.
+	Auth *Credential
+
 	// StatusPaths are the upstream's health and status endpoints. A GET
 	// or HEAD request for one is forwarded once, outside the gate, and
 	// kept out of the record: a host polls them to learn the server's
@@ -253,6 +281,9 @@ func New(cfg Config) (*Gateway, error) {
 		seen[up.Prefix] = true
 		g.upstreams = append(g.upstreams, up)
 		g.watch(up)
+	}
+	if err := resolveFallbacks(g.upstreams); err != nil {
+		return nil, err
 	}
 	sort.SliceStable(g.upstreams, func(i, j int) bool { return len(g.upstreams[i].Prefix) > len(g.upstreams[j].Prefix) })
 	return g, nil

@@ -35,6 +35,7 @@ const (
 	HeaderToken = "Outlast-Token" // the gateway's token, when it has one (Config.Token)
 
 	HeaderRequestID = "Outlast-Request-Id" // response: the request's ID in the record
+	HeaderUpstream  = "Outlast-Upstream"   // response: the upstream that answered, by name (a fallback's, if the request moved)
 	HeaderAttempts  = "Outlast-Attempts"   // response: how many attempts were made
 	HeaderError     = apierr.Header        // response: the kind of an error the gateway made
 )

@@ -12,6 +12,10 @@ type bodyFields struct {
 	model  string
 	stream bool
 	slot   int // llama.cpp's id_slot; -1 when absent or not a whole number
+	// modelAt and modelEnd bound the value of the last "model" key in
+	// the body, quotes included, if it is a string; modelEnd is 0 when
+	// there is none.
+	modelAt, modelEnd int
 }
 
 // scanBody reads "model", "stream" and "id_slot" from the top level of a
@@ -41,6 +45,12 @@ func scanBody(b []byte) (f bodyFields, ok bool) {
 			return f, false
 		}
 		f.set(key, b[start:s.i])
+		if string(key) == "model" {
+			f.modelAt, f.modelEnd = 0, 0
+			if b[start] == '"' {
+				f.modelAt, f.modelEnd = start, s.i
+			}
+		}
 		switch s.space(); s.peek() {
 		case ',':
 			s.i++

@@ -18,38 +18,55 @@ func TestScanBody(t *testing.T) {
 		want bodyFields
 		ok   bool
 	}{
-		{"OpenAI chat", `{"model":"gpt-x","messages":[{"role":"user","content":"hi, {\"x\":1}"}],"stream":true}`, bodyFields{"gpt-x", true, -1}, true},
-		{"llama.cpp slot", `{ "prompt" : "a]b}" , "id_slot" : 3 , "n_predict": 8 }`, bodyFields{"", false, 3}, true},
+		{"OpenAI chat", `{"model":"gpt-x","messages":[{"role":"user","content":"hi, {\"x\":1}"}],"stream":true}`, bodyFields{model: "gpt-x", stream: true, slot: -1}, true},
+		{"llama.cpp slot", `{ "prompt" : "a]b}" , "id_slot" : 3 , "n_predict": 8 }`, bodyFields{model: "", stream: false, slot: 3}, true},
 		// -1 is llama.cpp's "any slot".
-		{"any slot", `{"id_slot":-1}`, bodyFields{"", false, -1}, true},
-		{"stream false", `{"stream":false,"model":"m"}`, bodyFields{"m", false, -1}, true},
+		{"any slot", `{"id_slot":-1}`, bodyFields{model: "", stream: false, slot: -1}, true},
+		{"stream false", `{"stream":false,"model":"m"}`, bodyFields{model: "m", stream: false, slot: -1}, true},
 		// The last of a repeated key wins, as in encoding/json.
-		{"repeated key", `{"model":"a","model":"b"}`, bodyFields{"b", false, -1}, true},
-		{"escaped model", `{"model":"a\"b\u00e9"}`, bodyFields{"a\"bé", false, -1}, true},
+		{"repeated key", `{"model":"a","model":"b"}`, bodyFields{model: "b", stream: false, slot: -1}, true},
+		{"escaped model", `{"model":"a\"b\u00e9"}`, bodyFields{model: "a\"bé", stream: false, slot: -1}, true},
 		// JSON's escapes are not Go's: \/ is JSON's alone, and a rune
 		// beyond the BMP is a UTF-16 surrogate pair.
-		{"escaped slash", `{"model":"gpt\/4"}`, bodyFields{"gpt/4", false, -1}, true},
-		{"surrogate pair", `{"model":"\ud83d\ude00"}`, bodyFields{"😀", false, -1}, true},
+		{"escaped slash", `{"model":"gpt\/4"}`, bodyFields{model: "gpt/4", stream: false, slot: -1}, true},
+		{"surrogate pair", `{"model":"\ud83d\ude00"}`, bodyFields{model: "😀", stream: false, slot: -1}, true},
 		// The last of a repeated key wins even when it is of another
 		// type, and then it is none.
-		{"repeated model null", `{"model":"a","model":null}`, bodyFields{"", false, -1}, true},
-		{"repeated slot string", `{"id_slot":2,"id_slot":"x"}`, bodyFields{"", false, -1}, true},
-		{"repeated stream", `{"stream":true,"stream":1}`, bodyFields{"", false, -1}, true},
+		{"repeated model null", `{"model":"a","model":null}`, bodyFields{model: "", stream: false, slot: -1}, true},
+		{"repeated slot string", `{"id_slot":2,"id_slot":"x"}`, bodyFields{model: "", stream: false, slot: -1}, true},
+		{"repeated stream", `{"stream":true,"stream":1}`, bodyFields{model: "", stream: false, slot: -1}, true},
 		// llama.cpp takes a null id_slot as none given.
-		{"null slot", `{"id_slot":null}`, bodyFields{"", false, -1}, true},
-		{"nested fields are not read", `{"x":{"model":"inner","stream":true}}`, bodyFields{"", false, -1}, true},
-		{"empty object", `{}`, bodyFields{"", false, -1}, true},
+		{"null slot", `{"id_slot":null}`, bodyFields{model: "", stream: false, slot: -1}, true},
+		{"nested fields are not read", `{"x":{"model":"inner","stream":true}}`, bodyFields{model: "", stream: false, slot: -1}, true},
+		{"empty object", `{}`, bodyFields{model: "", stream: false, slot: -1}, true},
 		// A broken body keeps what came before the break.
-		{"cut short", `{"model":"m","messages":[{"role":`, bodyFields{"m", false, -1}, false},
-		{"not an object", `[1,2]`, bodyFields{"", false, -1}, false},
+		{"cut short", `{"model":"m","messages":[{"role":`, bodyFields{model: "m", stream: false, slot: -1}, false},
+		{"not an object", `[1,2]`, bodyFields{model: "", stream: false, slot: -1}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got, ok := scanBody([]byte(c.body))
+			got.modelAt, got.modelEnd = 0, 0 // TestScanModelSpan checks them
 			if got != c.want || ok != c.ok {
 				t.Errorf("got %+v %v, want %+v %v", got, ok, c.want, c.ok)
 			}
 		})
+	}
+}
+
+// The model's span is its value's, quotes included, for a rewrite: the
+// last of a repeated key's, and none without one.
+func TestScanModelSpan(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{`{"model":"gpt-4o","stream":true}`, `"gpt-4o"`},
+		{`{ "messages":[], "model" : "a\"b" }`, `"a\"b"`},
+		{`{"model":"a","model":"b"}`, `"b"`},
+		{`{"messages":[]}`, ``},
+	} {
+		f, _ := scanBody([]byte(c.body))
+		if got := c.body[f.modelAt:f.modelEnd]; got != c.want {
+			t.Errorf("%s: span %q, want %q", c.body, got, c.want)
+		}
 	}
 }
 
@@ -80,6 +97,15 @@ func FuzzScanBody(f *testing.F) {
 		if !valid || bytes.ContainsRune(b, '\\') {
 			return
 		}
+		// The model's span is its string value, which decodes to the
+		// model read.
+		if got.modelEnd > 0 {
+			var m string
+			if err := json.Unmarshal(b[got.modelAt:got.modelEnd], &m); err != nil || m != got.model {
+				t.Fatalf("scanBody(%q): the model's span %q decodes to %q (%v), want %q", b, b[got.modelAt:got.modelEnd], m, err, got.model)
+			}
+		}
+		got.modelAt, got.modelEnd = 0, 0
 		if want := wantFields(members); !ok || got != want {
 			t.Fatalf("scanBody(%q) = %+v %v, want %+v true", b, got, ok, want)
 		}
@@ -105,6 +131,15 @@ func FuzzScanBodyJSON(f *testing.F) {
 				return // an escaped key the scanner does not read
 			}
 		}
+		// The model's span is its string value, which decodes to the
+		// model read.
+		if got.modelEnd > 0 {
+			var m string
+			if err := json.Unmarshal(b[got.modelAt:got.modelEnd], &m); err != nil || m != got.model {
+				t.Fatalf("scanBody(%q): the model's span %q decodes to %q (%v), want %q", b, b[got.modelAt:got.modelEnd], m, err, got.model)
+			}
+		}
+		got.modelAt, got.modelEnd = 0, 0
 		if want := wantFields(members); !ok || got != want {
 			t.Fatalf("scanBody(%q) = %+v %v, want %+v true", b, got, ok, want)
 		}

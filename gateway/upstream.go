@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -27,6 +28,45 @@ type upstream struct {
 	transport *outlast.Transport
 	gates     *slotGates
 	latency   ewma // attempt durations, for busy responses' Retry-After
+	// chain is this upstream and its Fallbacks, in order, and their
+	// Transports; nil without Fallbacks.
+	chain      []*upstream
+	transports []*outlast.Transport
+}
+
+// resolveFallbacks finds each upstream's Fallbacks by name, in ups in
+// the order of Config.Upstreams.
+func resolveFallbacks(ups []*upstream) error {
+	byName := map[string]*upstream{}
+	for _, u := range ups {
+		if byName[u.Name] != nil {
+			for _, v := range ups {
+				if len(v.Fallbacks) > 0 {
+					return fmt.Errorf("gateway: upstream name %q is used twice, and fallbacks name upstreams: give each its own name", u.Name)
+				}
+			}
+		}
+		byName[u.Name] = u
+	}
+	for _, u := range ups {
+		if len(u.Fallbacks) == 0 {
+			continue
+		}
+		u.chain, u.transports = []*upstream{u}, []*outlast.Transport{u.transport}
+		for _, name := range u.Fallbacks {
+			f := byName[name]
+			switch {
+			case f == nil:
+				return fmt.Errorf("gateway: upstream %s: fallback %q names no upstream: give the name of another upstream", u.Name, name)
+			case f == u:
+				return fmt.Errorf("gateway: upstream %s: fallback %q is the upstream itself", u.Name, name)
+			case slices.Contains(u.chain, f):
+				return fmt.Errorf("gateway: upstream %s: fallback %q is named twice", u.Name, name)
+			}
+			u.chain, u.transports = append(u.chain, f), append(u.transports, f.transport)
+		}
+	}
+	return nil
 }
 
 // newUpstream checks u, the i-th of Config.Upstreams, fills in its
@@ -72,6 +112,7 @@ func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger,
 	}
 	up := &upstream{Upstream: u, gates: newSlotGates(u.Name, u.Slots, max(u.Queue, 0), gates)}
 	up.transport = &outlast.Transport{
+		Name:             u.Name,
 		Base:             base,
 		Policy:           u.Policy,
 		Gate:             up.gates,

@@ -72,6 +72,8 @@ type requestJSON struct {
 type attemptJSON struct {
 	CallID       string   `json:"call_id"`
 	N            int      `json:"n"`
+	Upstream     string   `json:"upstream,omitempty"`
+	Fallback     string   `json:"fallback,omitempty"`
 	StartedAt    jsonTime `json:"started_at"`
 	EndedAt      jsonTime `json:"ended_at"`
 	QueuedAhead  int      `json:"queued_ahead"`
@@ -129,7 +131,7 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 // milliseconds.
 func (a Attempt) MarshalJSON() ([]byte, error) {
 	return json.Marshal(attemptJSON{
-		CallID: a.CallID, N: a.N,
+		CallID: a.CallID, N: a.N, Upstream: a.Upstream, Fallback: a.Fallback,
 		StartedAt: jsonTime(a.Start), EndedAt: jsonTime(a.End),
 		QueuedAhead: a.QueuedAhead, GateWaitMS: a.GateWait.Milliseconds(),
 		AdmissionMS: a.AdmissionWait.Milliseconds(), Probe: a.Probe,
@@ -146,7 +148,7 @@ func (a *Attempt) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*a = Attempt{
-		CallID: j.CallID, N: j.N,
+		CallID: j.CallID, N: j.N, Upstream: j.Upstream, Fallback: j.Fallback,
 		Start: time.Time(j.StartedAt), End: time.Time(j.EndedAt),
 		QueuedAhead: j.QueuedAhead, GateWait: ms(j.GateWaitMS),
 		AdmissionWait: ms(j.AdmissionMS), Probe: j.Probe,

@@ -104,6 +104,13 @@ type Attempt struct {
 	CallID string
 	// N is the attempt's number, 1 for the first.
 	N int
+	// Upstream names the upstream the attempt went to: the request's own,
+	// or one it fell back to. Empty in records made before fallbacks.
+	Upstream string
+	// Fallback is why the request moved to this attempt's upstream
+	// ("down", "spent" or "busy", as outlast.FallbackReason says), on the
+	// first attempt there after a move; else "".
+	Fallback string
 	// Start is when the attempt was sent, after the gate.
 	Start time.Time
 	// End is when its response, first byte or failure came; zero while
@@ -147,6 +154,7 @@ func NewAttempt(a outlast.Attempt) Attempt {
 	at := Attempt{
 		CallID:      a.CallID,
 		N:           a.N,
+		Upstream:    a.Upstream,
 		Start:       a.Start,
 		End:         a.End,
 		Key:         a.Key,

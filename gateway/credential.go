@@ -1,0 +1,47 @@
+package gateway
+
+import (
+	"net/http"
+	"strings"
+)
+
+// A Credential is a secret the gateway holds for an upstream, and the
+// header it goes in. Its String and GoString name the header only, so
+// that printing an Upstream never shows the secret.
+type Credential struct {
+	header string
+	secret string
+}
+
+// NewCredential returns the credential secret, sent in header: for
+// Authorization, as "Bearer " and secret unless secret already has a
+// scheme; for any other header (x-api-key for Anthropic, api-key for
+// Azure OpenAI), as it is.
+func NewCredential(header, secret string) *Credential {
+	return &Credential{header: http.CanonicalHeaderKey(header), secret: secret}
+}
+
+// Header returns the header the credential is sent in.
+func (c *Credential) Header() string { return c.header }
+
+// String names the credential without showing it.
+func (c *Credential) String() string { return "credential in " + c.header }
+
+// GoString is String, for %#v.
+func (c *Credential) GoString() string { return c.String() }
+
+// callerCredentials are the headers a caller's credentials come in,
+// removed when the gateway sends its own.
+var callerCredentials = []string{"Authorization", "X-Api-Key", "Api-Key"}
+
+// apply puts the credential in h, in place of the caller's.
+func (c *Credential) apply(h http.Header) {
+	for _, k := range callerCredentials {
+		h.Del(k)
+	}
+	v := c.secret
+	if c.header == "Authorization" && !strings.Contains(v, " ") {
+		v = "Bearer " + v
+	}
+	h.Set(c.header, v)
+}

@@ -1,0 +1,304 @@
+package gateway_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
+)
+
+// fallbackCanary is the credential the gateway holds for the fallback: it
+// must reach the fallback's requests and nothing else.
+const fallbackCanary = "sk-canary-held-Fb7Q2x"
+
+// twoUpstreams sends primary.test's attempts to primary and the rest to
+// fallback, which answers 200 after a second and keeps what it got.
+type twoUpstreams struct {
+	primary http.RoundTripper
+
+	mu     sync.Mutex
+	got    []*http.Request
+	bodies []string
+}
+
+func (u *twoUpstreams) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Host == "primary.test" {
+		return u.primary.RoundTrip(r)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	u.mu.Lock()
+	u.got, u.bodies = append(u.got, r), append(u.bodies, string(b))
+	u.mu.Unlock()
+	select {
+	case <-time.After(time.Second):
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(`{"from":"fallback"}`)), Request: r}, nil
+}
+
+// fallbackGateway is a gateway with a primary that falls back to a
+// second upstream, which renames gpt-4o and holds its own credential.
+func fallbackGateway(t *testing.T, primary http.RoundTripper, prefer outlast.Preference, log io.Writer, obs record.Observer) (*gateway.Gateway, *twoUpstreams) {
+	t.Helper()
+	ups := &twoUpstreams{primary: primary}
+	pu, _ := url.Parse("http://primary.test")
+	fu, _ := url.Parse("http://fallback.test/openai")
+	policy := &outlast.Policy{Waits: []time.Duration{2 * time.Second}, Reserve: 5 * time.Second}
+	g, err := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{
+			{Name: "primary", URL: pu, Policy: policy, Admission: &outlast.Admission{}, Fallbacks: []string{"fallback"}, Prefer: prefer},
+			{Name: "fallback", Prefix: "/fallback", URL: fu, Policy: policy, Admission: &outlast.Admission{},
+				Models: map[string]string{"gpt-4o": "my-gpt-4o-deployment"}, Auth: gateway.NewCredential("api-key", fallbackCanary)},
+		},
+		Transport: ups,
+		Logger:    slog.New(slog.NewJSONHandler(log, nil)),
+		Observer:  obs,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, ups
+}
+
+// markDown sends three requests with no time to wait, so that the
+// primary's Admission marks it down.
+func markDown(g http.Handler) {
+	for range 3 {
+		serve(g, `{"model":"gpt-4o"}`, map[string]string{"Outlast-Timeout": "10s", "Outlast-Retry": "off"})
+	}
+}
+
+// The rule, both ways, in front of a primary down for 30 s. Preferring
+// the primary (the default): a request with a 20 s deadline, which
+// cannot outlast the outage less its 5 s reserve, moves to the fallback
+// and succeeds there, its model renamed and the caller's credential
+// replaced by the gateway's; one with a 2 min deadline waits for the
+// primary. Preferring what is up, both move at once.
+func TestGatewayFallback(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		prefer outlast.Preference
+		want   map[string]string // deadline → the upstream that answers
+	}{
+		{"prefer primary", outlast.PreferPrimary, map[string]string{"20s": "fallback", "2m": "primary"}},
+		{"prefer available", outlast.PreferAvailable, map[string]string{"20s": "fallback", "2m": "fallback"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mu sync.Mutex
+				done := map[string]*record.Request{}
+				obs := record.Observer{Done: func(r *record.Request) {
+					mu.Lock()
+					done[r.ID] = r
+					mu.Unlock()
+				}}
+				var log bytes.Buffer
+				g, ups := fallbackGateway(t, &outage{up: time.Now().Add(30 * time.Second)}, c.prefer, &lockedWriter{w: &log}, obs)
+				markDown(g)
+				ups.mu.Lock()
+				ups.got, ups.bodies = nil, nil
+				ups.mu.Unlock()
+				for deadline, want := range c.want {
+					rec := serve(g, `{"model":"gpt-4o","messages":[]}`, map[string]string{"Outlast-Timeout": deadline, "Authorization": "Bearer the-callers-key"})
+					if rec.Code != 200 || rec.Header().Get("Outlast-Upstream") != want {
+						t.Errorf("%s deadline: %d, Outlast-Upstream %q, want 200 from the %s", deadline, rec.Code, rec.Header().Get("Outlast-Upstream"), want)
+						continue
+					}
+					r := done[rec.Header().Get("Outlast-Request-Id")]
+					if r == nil {
+						t.Fatalf("%s deadline: no record", deadline)
+					}
+					last := r.Attempts[len(r.Attempts)-1]
+					if last.Upstream != want {
+						t.Errorf("%s deadline: the last attempt went to %q, want %q", deadline, last.Upstream, want)
+					}
+					if want == "fallback" {
+						moved := 0
+						for _, a := range r.Attempts {
+							if a.Fallback != "" {
+								moved++
+								if a.Upstream != "fallback" || (a.Fallback != "down" && a.Fallback != "spent") {
+									t.Errorf("%s deadline: attempt %+v, want the first at the fallback to say why it moved: down or spent", deadline, a)
+								}
+							}
+						}
+						if moved != 1 {
+							t.Errorf("%s deadline: %d attempts say the request moved, want 1", deadline, moved)
+						}
+					}
+				}
+				ups.mu.Lock()
+				defer ups.mu.Unlock()
+				for i, r := range ups.got {
+					if r.Header.Get("Api-Key") != fallbackCanary || r.Header.Get("Authorization") != "" {
+						t.Errorf("the fallback's request %d: api-key %q, Authorization %q, want the held credential and not the caller's", i, r.Header.Get("Api-Key"), r.Header.Get("Authorization"))
+					}
+					if ups.bodies[i] != `{"model":"my-gpt-4o-deployment","messages":[]}` {
+						t.Errorf("the fallback's body %d: %s, want the model renamed", i, ups.bodies[i])
+					}
+					if r.URL.Path != "/openai/v1/chat/completions" {
+						t.Errorf("the fallback's path %q, want its URL's path joined to the request's", r.URL.Path)
+					}
+				}
+				if strings.Contains(log.String(), fallbackCanary) {
+					t.Errorf("the held credential is in the log:\n%s", log.String())
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, r := range done {
+					b, _ := json.Marshal(r)
+					if bytes.Contains(b, []byte(fallbackCanary)) {
+						t.Errorf("the held credential is in the record: %s", b)
+					}
+				}
+			})
+		})
+	}
+}
+
+// With the fallback down too, the request gets the last failure, and its
+// record shows the attempts at both.
+func TestGatewayFallbackBothDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got *record.Request
+		obs := record.Observer{Done: func(r *record.Request) { got = r }}
+		g, err := gateway.New(gateway.Config{
+			Upstreams: []gateway.Upstream{
+				{Name: "a", URL: mustURL("http://a.test"), Policy: &outlast.Policy{Waits: []time.Duration{time.Second}, MaxAttempts: 2}, Fallbacks: []string{"b"}},
+				{Name: "b", Prefix: "/b", URL: mustURL("http://b.test"), Policy: &outlast.Policy{Waits: []time.Duration{time.Second}, MaxAttempts: 2}},
+			},
+			Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				code := map[string]int{"a.test": 503, "b.test": 529}[r.URL.Host]
+				return &http.Response{StatusCode: code, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{}`)), Request: r}, nil
+			}),
+			Logger:   slog.New(slog.DiscardHandler),
+			Observer: obs,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := serve(g, `{"model":"m"}`, nil)
+		if rec.Code != 529 || rec.Header().Get("Outlast-Upstream") != "b" {
+			t.Errorf("%d from %q, want the fallback's last failure, 529 from b", rec.Code, rec.Header().Get("Outlast-Upstream"))
+		}
+		var ups []string
+		for _, a := range got.Attempts {
+			ups = append(ups, a.Upstream+":"+a.Fallback)
+		}
+		if strings.Join(ups, ",") != "a:,a:,b:spent,b:" {
+			t.Errorf("attempts %v, want two at a, then two at b, the first saying the request moved for spent attempts", ups)
+		}
+	})
+}
+
+// A stream that has sent its first byte never moves, and nor does a
+// failure that is not retryable.
+func TestGatewayFallbackOnlyBeforeCommit(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		resp func(r *http.Request) *http.Response
+		code int
+	}{
+		{"a stream after its first byte", func(r *http.Request) *http.Response {
+			pr, pw := io.Pipe()
+			go func() {
+				pw.Write([]byte("data: {\"choices\":[]}\n\n"))
+				pw.CloseWithError(io.ErrUnexpectedEOF)
+			}()
+			return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: pr, Request: r}
+		}, 200},
+		{"400", func(r *http.Request) *http.Response {
+			return &http.Response{StatusCode: 400, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{}`)), Request: r}
+		}, 400},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g, ups := fallbackGateway(t, roundTripFunc(func(r *http.Request) (*http.Response, error) { return c.resp(r), nil }), outlast.PreferPrimary, io.Discard, record.Observer{})
+				rec := serve(g, `{"model":"gpt-4o","stream":true}`, map[string]string{"Accept": "text/event-stream"})
+				if rec.Code != c.code || rec.Header().Get("Outlast-Upstream") != "primary" {
+					t.Errorf("%d from %q, want %d from the primary", rec.Code, rec.Header().Get("Outlast-Upstream"), c.code)
+				}
+				ups.mu.Lock()
+				defer ups.mu.Unlock()
+				if len(ups.got) != 0 {
+					t.Errorf("the fallback got %d requests, want none", len(ups.got))
+				}
+			})
+		})
+	}
+}
+
+// A fallback that names no upstream, or the upstream itself, is refused
+// at New, by name.
+func TestGatewayFallbackConfig(t *testing.T) {
+	for _, c := range []struct {
+		fallbacks []string
+		want      string
+	}{
+		{[]string{"nope"}, `fallback "nope" names no upstream`},
+		{[]string{"a"}, `fallback "a" is the upstream itself`},
+		{[]string{"b", "b"}, `fallback "b" is named twice`},
+	} {
+		_, err := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{
+			{Name: "a", URL: mustURL("http://a.test"), Fallbacks: c.fallbacks},
+			{Name: "b", Prefix: "/b", URL: mustURL("http://b.test")},
+		}})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("fallbacks %v: %v, want an error saying %s", c.fallbacks, err, c.want)
+		}
+	}
+}
+
+// The credential's String never shows the secret.
+func TestCredentialString(t *testing.T) {
+	c := gateway.NewCredential("x-api-key", fallbackCanary)
+	u := gateway.Upstream{Name: "x", Auth: c}
+	for _, s := range []string{c.String(), c.GoString(), fmtAll(u)} {
+		if strings.Contains(s, fallbackCanary) {
+			t.Errorf("%q shows the secret", s)
+		}
+	}
+}
+
+func mustURL(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return u
+}
+
+// lockedWriter serialises writes, for a log written from many goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// fmtAll prints v every way fmt can.
+func fmtAll(v any) string {
+	return fmt.Sprintf("%v %+v %#v %s", v, v, v, v)
+}
