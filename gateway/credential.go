@@ -21,6 +21,11 @@ func NewCredential(header, secret string) *Credential {
 	return &Credential{header: http.CanonicalHeaderKey(header), secret: secret}
 }
 
+// WithHeader returns the credential, sent in header instead.
+func (c *Credential) WithHeader(header string) *Credential {
+	return NewCredential(header, c.secret)
+}
+
 // Header returns the header the credential is sent in.
 func (c *Credential) Header() string { return c.header }
 

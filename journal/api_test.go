@@ -82,6 +82,10 @@ func TestAPIThroughGateway(t *testing.T) {
 	if a1.Status != 503 || a1.RetryIn != 20*time.Millisecond || a1.Class != outlast.ClassStatus5xx || a2.Status != 200 || a2.RetryIn != 0 || a2.Bytes != 11 {
 		t.Errorf("got attempts %+v and %+v", a1, a2)
 	}
+	// Each attempt names the upstream it went to; neither moved.
+	if a1.Upstream != "up" || a2.Upstream != "up" || a1.Fallback != "" || a2.Fallback != "" {
+		t.Errorf("attempts' upstreams: got %q (%q) and %q (%q), want up and up, no fallback", a1.Upstream, a1.Fallback, a2.Upstream, a2.Fallback)
+	}
 	if rec.Header["Authorization"] != nil {
 		t.Error("the record holds the Authorization header")
 	}
@@ -177,6 +181,32 @@ func getJSON(t *testing.T, url string, status int, v any) {
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("GET %s: %v in %s", url, err, b)
+	}
+}
+
+// A request that fell back is served with each attempt's upstream and,
+// on the first attempt after the move, why it moved; an attempt that did
+// not move has no "fallback" at all.
+func TestAPIFallback(t *testing.T) {
+	t.Parallel()
+	s := open(t, sqliteBackend.fresh(t))
+	r := request("fb", "", t0, 200, 2)
+	r.Attempts[0].Upstream, r.Attempts[0].Status, r.Attempts[0].Class = "openai", 503, outlast.ClassStatus5xx
+	r.Attempts[1].Upstream, r.Attempts[1].Fallback = "azure", "down"
+	write(t, s, r)
+	var got struct {
+		Attempts []map[string]any `json:"attempts"`
+	}
+	getJSON(t, apiGateway(t, &journal.API{Store: s})+"/outlast/requests/fb", 200, &got)
+	if len(got.Attempts) != 2 {
+		t.Fatalf("got %d attempts, want 2", len(got.Attempts))
+	}
+	a1, a2 := got.Attempts[0], got.Attempts[1]
+	if _, ok := a1["fallback"]; a1["upstream"] != "openai" || ok {
+		t.Errorf("attempt 1: got upstream %v, fallback %v; want openai and no fallback key", a1["upstream"], a1["fallback"])
+	}
+	if a2["upstream"] != "azure" || a2["fallback"] != "down" {
+		t.Errorf("attempt 2: got upstream %v, fallback %v; want azure, down", a2["upstream"], a2["fallback"])
 	}
 }
 

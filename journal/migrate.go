@@ -101,6 +101,13 @@ var migrations = []migration{
 		`CREATE INDEX outlast_upstream_states_changed ON outlast_upstream_states (changed_at, id)`,
 		`CREATE INDEX outlast_upstream_states_upstream ON outlast_upstream_states (upstream, changed_at, id)`,
 	}},
+	{5, "fallbacks: attempts' upstreams and why they moved", []string{
+		// As in 4, an older replica's inserts name neither column: ''
+		// fills them, as it fills the rows already there, and reads as
+		// "the request's own upstream, not moved".
+		`ALTER TABLE outlast_attempts ADD COLUMN upstream TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE outlast_attempts ADD COLUMN fallback TEXT NOT NULL DEFAULT ''`,
+	}},
 }
 
 // migrate brings db's schema up to the last migration, in one

@@ -153,6 +153,73 @@ func TestMigrateAdmission(t *testing.T) {
 	})
 }
 
+// TestMigrateFallback opens a database at schema version 4, with a
+// request that an older replica wrote, and checks that Open's migration
+// keeps it whole, its attempts with no upstream of their own and no
+// fallback; that the migrated database keeps what the new version
+// writes; and that an older replica's insert, which names neither new
+// column, still works.
+func TestMigrateFallback(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		spec := b.fresh(t)
+		db := b.raw(t, spec)
+		if err := journal.MigrateTo(ctx, db, b.name, 4); err != nil {
+			t.Fatalf("MigrateTo 4: %v", err)
+		}
+		const start, end = "'2025-03-14T15:09:26.535Z'", "'2025-03-14T15:09:28.000Z'"
+		const v4 = attemptColumns + ", admission_wait_ms, probe"
+		stmts := []string{
+			`INSERT INTO outlast_requests (` + requestColumns + `) VALUES
+				('old', 'run', 'POST', '/v1/messages', 'anthropic', '', 'm', '{}', ` + start + `, ` + end + `, 200, '', 2, FALSE, TRUE, 7)`,
+			`INSERT INTO outlast_attempts (` + v4 + `) VALUES
+				('old', 1, 'call-1', ` + start + `, ` + start + `, 0, 0, 503, 'status_5xx', 'outlast: status 503', 1000, 0, 0, 250, TRUE)`,
+			`INSERT INTO outlast_attempts (` + v4 + `) VALUES
+				('old', 2, 'call-2', ` + end + `, ` + end + `, 0, 0, 200, '', '', 0, 0, 7, 0, FALSE)`,
+		}
+		for _, s := range stmts {
+			if _, err := db.ExecContext(ctx, s); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+		}
+		db.Close() // SQLite's WAL mode, which Open sets, wants the file to itself
+
+		s := open(t, spec)
+		got := get(t, s, "old")
+		at := time.Date(2025, 3, 14, 15, 9, 26, 535e6, time.UTC)
+		want := record.Request{
+			ID: "old", Run: "run", Method: "POST", Path: "/v1/messages", Upstream: "anthropic", Model: "m",
+			Header: http.Header{}, Start: at, End: at.Add(1465 * time.Millisecond), Status: 200, Committed: true, Bytes: 7,
+			Attempts: []record.Attempt{
+				{CallID: "call-1", N: 1, Start: at, End: at, Status: 503, Class: outlast.ClassStatus5xx,
+					Error: "outlast: status 503", RetryIn: time.Second, AdmissionWait: 250 * time.Millisecond, Probe: true},
+				{CallID: "call-2", N: 2, Start: at.Add(1465 * time.Millisecond), End: at.Add(1465 * time.Millisecond), Status: 200, Bytes: 7},
+			},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("the old request: got  %+v\nwant %+v", got, want)
+		}
+
+		// The migrated database keeps what the new version writes...
+		r := request("new", "run", t0, 200, 2)
+		r.Attempts[0].Upstream = "openai"
+		r.Attempts[1].Upstream, r.Attempts[1].Fallback = "azure", "down"
+		write(t, s, r)
+		if got := get(t, s, "new"); !reflect.DeepEqual(got, stored(r)) {
+			t.Errorf("a new request: got %+v, want %+v", got, stored(r))
+		}
+		// ...and what an older replica, sharing it, writes.
+		old := `INSERT INTO outlast_attempts (` + v4 + `) VALUES ('old', 3, 'call-3', NULL, NULL, 0, 0, 200, '', '', 0, 0, 0, 0, FALSE)`
+		if _, err := b.raw(t, spec).ExecContext(ctx, old); err != nil {
+			t.Fatalf("an older replica's insert: %v", err)
+		}
+		if a := get(t, s, "old").Attempts; len(a) != 3 || a[2].Upstream != "" || a[2].Fallback != "" {
+			t.Errorf("the older replica's attempt: got %+v, want a third with no upstream and no fallback", a)
+		}
+		checkVersions(t, b, spec)
+	})
+}
+
 // The columns of the version 1 tables, for rows written by hand.
 const (
 	requestColumns = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes"

@@ -40,6 +40,9 @@ var storeCases = []struct {
 	// An attempt's wait for its upstream and its probe mark come back
 	// as written, in columns of their own.
 	{"admission", testAdmission},
+	// A request that fell back comes back with each attempt's upstream
+	// and, on the first attempt after the move, why it moved.
+	{"fallback", testFallback},
 	// Writing a record again replaces it, attempts and all, so that a
 	// retried batch does no harm.
 	{"rewrite replaces", testRewrite},
@@ -115,8 +118,12 @@ func testRoundTrip(t *testing.T, b backend) {
 			RetryIn: time.Duration(i) * time.Second, RetryAfter: 2500 * time.Microsecond,
 			Bytes:         int64(i),
 			AdmissionWait: time.Duration(i) * 2222 * time.Microsecond, Probe: i%4 == 0,
+			Upstream: "anthropic",
 		})
 	}
+	// The last two fell back, the first of them saying why.
+	r.Attempts[10].Upstream, r.Attempts[10].Fallback = "bedrock", "spent"
+	r.Attempts[11].Upstream = "bedrock"
 	last := &r.Attempts[11]
 	last.Class, last.Error, last.RetryIn, last.Status = outlast.ClassNone, "", 0, 200
 	last.End = time.Time{} // an attempt may lack an end
@@ -154,6 +161,37 @@ func testAdmission(t *testing.T, b backend) {
 	}
 	if want := []string{"1500", "2", "0"}; !reflect.DeepEqual(waits, want) {
 		t.Errorf("admission_wait_ms: got %q, want %q", waits, want)
+	}
+}
+
+func testFallback(t *testing.T, b backend) {
+	spec := b.fresh(t)
+	s := open(t, spec)
+	r := request("fb", "", t0, 200, 3)
+	r.Upstream = "openai"
+	// Two tries at the request's own upstream, then one at azure, where
+	// the request moved because openai was down.
+	r.Attempts[0].Upstream, r.Attempts[0].Status, r.Attempts[0].Class = "openai", 503, outlast.ClassStatus5xx
+	r.Attempts[1].Upstream, r.Attempts[1].Status, r.Attempts[1].Class = "openai", 503, outlast.ClassStatus5xx
+	r.Attempts[2].Upstream, r.Attempts[2].Fallback = "azure", "down"
+	write(t, s, r)
+	got := get(t, s, r.ID)
+	if want := stored(r); !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got.Attempts, want.Attempts)
+	}
+	// Run and List read the attempts the same way as Get.
+	p, err := s.List(context.Background(), journal.Query{})
+	if err != nil || len(p.Requests) != 1 || !reflect.DeepEqual(p.Requests[0], stored(r)) {
+		t.Errorf("List: got %+v, %v; want the one request", p.Requests, err)
+	}
+	// The columns hold the names as given, for readers of the database.
+	cols, err := queryStrings(context.Background(), b.raw(t, spec),
+		`SELECT upstream || '/' || fallback FROM outlast_attempts ORDER BY n`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"openai/", "openai/", "azure/down"}; !reflect.DeepEqual(cols, want) {
+		t.Errorf("upstream/fallback: got %q, want %q", cols, want)
 	}
 }
 
@@ -268,12 +306,14 @@ func testDirtyText(t *testing.T, b backend) {
 	r.Path = "/v1/\x00chat\xff"
 	r.Header = http.Header{"X-Odd": {"a\x00b", "\xfe"}}
 	r.Attempts[0].Error = "bad \x00 byte \xc3"
+	r.Attempts[0].Upstream, r.Attempts[0].Fallback = "az\x00ure\xff", "do\x00wn"
 	write(t, s, r)
 	got := get(t, s, "dirty")
 	want := stored(r)
 	want.Path = "/v1/chat\uFFFD"
 	want.Header = http.Header{"X-Odd": {"ab", "\uFFFD"}}
 	want.Attempts[0].Error = "bad  byte \uFFFD"
+	want.Attempts[0].Upstream, want.Attempts[0].Fallback = "azure\uFFFD", "down"
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"net/http"
 	"strconv"
 	"strings"
@@ -51,6 +52,7 @@ type Metrics struct {
 	gateWait  *prometheus.HistogramVec
 	admWait   *prometheus.HistogramVec
 	probes    *prometheus.CounterVec
+	fallbacks *prometheus.CounterVec
 
 	// byName holds the series of each upstream New was told of. It is
 	// written only by New, so lookups need no lock.
@@ -118,6 +120,7 @@ func (m *Metrics) register() {
 	m.gateWait = histogram("outlast_gate_wait_seconds", "Time a gated attempt waited at the gate.", gateWaitBuckets)
 	m.admWait = histogram("outlast_admission_wait_seconds", "Time an attempt waited for its upstream to come back, before the gate.", admissionWaitBuckets)
 	m.probes = counter("outlast_probes_total", "Attempts sent as the one probe of an upstream that was down.", "upstream")
+	m.fallbacks = counter("outlast_fallbacks_total", "Requests moved from an upstream to its fallback, by why: down (its next chance too late), spent (retryable failures, no retry left) or busy (its queue full).", "from", "to", "reason")
 	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "outlast_journal_dropped_total",
 		Help: "Records the journal dropped because its queue was full.",
@@ -127,7 +130,7 @@ func (m *Metrics) register() {
 		Help: "1 while the gates and admission state shared through Redis cannot be reached and this gateway's own stand in, else 0.",
 	}, m.gateDegraded)
 	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.retryWait, m.busy,
-		m.latency, m.gateWait, m.admWait, m.probes, dropped, degraded, queueDepth{m}, admissionState{m})
+		m.latency, m.gateWait, m.admWait, m.probes, m.fallbacks, dropped, degraded, queueDepth{m}, admissionState{m})
 }
 
 func (m *Metrics) newSeries(label string) *series {
@@ -198,7 +201,7 @@ func (m *Metrics) Observer() record.Observer {
 
 // attemptEnd counts an attempt by its class, and its retry if one follows.
 func (m *Metrics) attemptEnd(r *record.Request, a record.Attempt) {
-	s := m.seriesOf(r.Upstream)
+	s := m.seriesOf(cmp.Or(a.Upstream, r.Upstream)) // a fallback's attempts are its own
 	o := a.Class
 	if int(o) >= len(s.attempts) {
 		o = outlast.ClassOther // not one of the constants: a hand-made record
@@ -235,6 +238,23 @@ func (m *Metrics) done(r *record.Request) {
 	if r.Error == apierr.Busy {
 		s.busy.Inc()
 	}
+	from := r.Upstream
+	for _, a := range r.Attempts {
+		if a.Fallback != "" {
+			m.fallbacks.WithLabelValues(m.upstreamLabel(from), m.upstreamLabel(a.Upstream), fallbackReason(a.Fallback)).Inc()
+		}
+		from = cmp.Or(a.Upstream, from)
+	}
+}
+
+// fallbackReason is the reason label of a move: one of outlast's
+// reasons, or "other" for a hand-made record.
+func fallbackReason(r string) string {
+	switch outlast.FallbackReason(r) {
+	case outlast.FallbackDown, outlast.FallbackSpent, outlast.FallbackBusy:
+		return r
+	}
+	return "other"
 }
 
 // Handler returns the handler that serves m's metrics in Prometheus's

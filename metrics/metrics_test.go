@@ -536,3 +536,25 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// A request that fell back counts one move, from its upstream to the
+// fallback, by why; the fallback's attempts count as the fallback's.
+func TestFallbacks(t *testing.T) {
+	t.Parallel()
+	m := metrics.New([]string{"api", "azure"})
+	drive(m.Observer(), record.Request{Upstream: "api", Status: 200, Attempts: []record.Attempt{
+		{Upstream: "api", Class: outlast.ClassStatus5xx},
+		{Upstream: "azure", Fallback: "down", Class: outlast.ClassNone},
+	}})
+	got := scrape(t, m.Handler())
+	for k, want := range map[string]float64{
+		`outlast_fallbacks_total{from="api",reason="down",to="azure"}`: 1,
+		`outlast_attempts_total{outcome="status_5xx",upstream="api"}`:  1,
+		`outlast_attempts_total{outcome="ok",upstream="azure"}`:        1,
+		`outlast_attempts_total{outcome="ok",upstream="api"}`:          0,
+	} {
+		if got[k] != want {
+			t.Errorf("%s: got %v, want %v", k, got[k], want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -129,6 +130,9 @@ func TestREADMEShowsTheExample(t *testing.T) {
 	}
 }
 
+// The auth setting's example reads its credential from here.
+func init() { os.Setenv("OUTLAST_TEST_AUTH", "sk-table-test-credential") }
+
 // Every setting is declared once, in the table: each has a flag, a key of
 // the config file and a help line, and a value given by flag or by file
 // reaches the same place, a place its default does not already hold.
@@ -151,6 +155,11 @@ func TestSettingsTable(t *testing.T) {
 			t.Parallel()
 			flag := []string{"--" + s.flag + "=" + s.example}
 			entry := fmt.Sprintf("upstreams:\n  - url: %s\n    %s: %q\n", up, s.key, s.example)
+			if s.needs != "" {
+				n := settingNamed(s.needs)
+				flag = append([]string{"--" + n.flag + "=" + n.example}, flag...)
+				entry += fmt.Sprintf("    %s: %q\n", n.key, n.example)
+			}
 			var byFlag, byFile server.Config
 			switch {
 			case s.key == "url":
@@ -518,4 +527,52 @@ func setupServe(args []string) error {
 		return &usageError{err}
 	}
 	return nil
+}
+
+// The README's fallback example, loaded: openai falls back to azure,
+// which renames the model and holds its own key.
+func TestFallbackExampleConfig(t *testing.T) {
+	t.Parallel()
+	const file = "testdata/fallback.example.yaml"
+	c := loadServe(t, "--config", file)
+	ups := c.Gateway.Upstreams
+	if len(ups) != 2 || !slices.Equal(ups[0].Fallbacks, []string{"azure"}) || ups[0].Prefer != outlast.PreferPrimary {
+		t.Fatalf("upstreams %+v, want openai falling back to azure, preferring openai", ups)
+	}
+	if ups[1].Models["gpt-4o"] != "gpt-4o-prod" || ups[1].Auth == nil || ups[1].Auth.Header() != "Api-Key" {
+		t.Errorf("azure: models %v, auth %v, want gpt-4o renamed and a key in api-key", ups[1].Models, ups[1].Auth)
+	}
+	example, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```yaml\n"+string(example)+"```") {
+		t.Errorf("README.md has no yaml block that is %s", file)
+	}
+}
+
+// The fallback example's key, from the environment as a user's would be.
+func init() { os.Setenv("AZURE_OPENAI_API_KEY", "sk-example-azure-key") }
+
+// A held credential that cannot be read is refused at start, by its
+// source, never showing a value.
+func TestAuthSource(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ auth, want string }{
+		{"env:OUTLAST_TEST_UNSET_CREDENTIAL", "env:OUTLAST_TEST_UNSET_CREDENTIAL: the variable is unset or empty"},
+		{"file:/nonexistent/key", "file:/nonexistent/key: no such file or directory"},
+		{"sk-raw-key-in-config", "want env:NAME or file:PATH"},
+	} {
+		_, _, err := serveConfigFrom([]string{"--upstream", "http://127.0.0.1:8080", "--auth", c.auth}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--auth %s: %v, want an error saying %s", c.auth, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "sk-raw-key-in-config") {
+			t.Errorf("--auth: the error shows the value: %v", err)
+		}
+	}
 }

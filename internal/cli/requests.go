@@ -191,14 +191,15 @@ func (p *printer) table(r record.Request) {
 	}
 	fmt.Fprintf(tw, "%s\t%s\t%s\t%s %s\t%s\t%d attempts\t%s\n", r.Start.Local().Format("15:04:05.000"), r.ID, orDash(r.Run), r.Method, r.Path, outcome, len(r.Attempts), took)
 	for _, a := range r.Attempts {
-		fmt.Fprintf(tw, "  #%d\t%s\t%s\n", a.N, a.Start.Local().Format("15:04:05.000"), describeAttempt(a))
+		fmt.Fprintf(tw, "  #%d\t%s\t%s\n", a.N, a.Start.Local().Format("15:04:05.000"), describeAttempt(a, r.Upstream))
 	}
 	tw.Flush()
 }
 
-// describeAttempt says how an attempt ended, its status or the class of a
-// failure that got none, and what it waited for.
-func describeAttempt(a record.Attempt) string {
+// describeAttempt says where an attempt went, if not to upstream (the
+// request's) or after a move, as "→azure (down)"; how it ended, its status
+// or the class of a failure that got none; and what it waited for.
+func describeAttempt(a record.Attempt, upstream string) string {
 	s := fmt.Sprint(a.Status)
 	plain := a.Class == outlast.ClassNone || a.Class.IsStatus() // the status says it all
 	switch {
@@ -227,6 +228,19 @@ func describeAttempt(a record.Attempt) string {
 	}
 	if a.Error != "" && !plain {
 		s += ": " + a.Error
+	}
+	// Where it went goes first: the move came before the attempt. An
+	// attempt with no upstream of its own, recorded before fallbacks,
+	// went to the request's.
+	if moved := a.Upstream != "" && a.Upstream != upstream; moved || a.Fallback != "" {
+		to := "→" + a.Upstream
+		if a.Upstream == "" {
+			to = "→" + orDash(upstream)
+		}
+		if a.Fallback != "" {
+			to += " (" + a.Fallback + ")"
+		}
+		s = to + " " + s
 	}
 	return s
 }

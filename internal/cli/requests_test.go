@@ -47,7 +47,11 @@ func testJournal(t *testing.T, recs ...record.Request) string {
 // run oldest first; --json prints one object a line with the attempts.
 func TestRequestsCommand(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-	spec := testJournal(t, testRecord("a", "run-1", t0), testRecord("b", "run-2", t0.Add(time.Minute)), testRecord("c", "run-1", t0.Add(2*time.Minute)))
+	// d's second attempt fell back from up, which was down, to azure.
+	d := testRecord("d", "run-3", t0.Add(3*time.Minute))
+	d.Attempts[0].Upstream = "up"
+	d.Attempts[1].Upstream, d.Attempts[1].Fallback = "azure", "down"
+	spec := testJournal(t, testRecord("a", "run-1", t0), testRecord("b", "run-2", t0.Add(time.Minute)), testRecord("c", "run-1", t0.Add(2*time.Minute)), d)
 	cases := []struct {
 		name  string
 		args  []string
@@ -62,8 +66,19 @@ func TestRequestsCommand(t *testing.T) {
 			}
 		}},
 		{"limit", []string{"--limit", "1"}, func(t *testing.T, out string) {
-			if strings.Contains(out, " a ") || !strings.Contains(out, " c ") {
-				t.Errorf("want only the newest, c:\n%s", out)
+			if strings.Contains(out, " c ") || !strings.Contains(out, " d ") {
+				t.Errorf("want only the newest, d:\n%s", out)
+			}
+		}},
+		{"a fallback", []string{"--run", "run-3"}, func(t *testing.T, out string) {
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if len(lines) != 3 || strings.Contains(lines[1], "→") || !strings.HasSuffix(lines[2], "  →azure (down) 200") {
+				t.Errorf("want the second attempt alone marked as moved to azure, up being down:\n%s", out)
+			}
+		}},
+		{"a fallback, as JSON", []string{"--json", "--run", "run-3"}, func(t *testing.T, out string) {
+			if !strings.Contains(out, `"upstream":"azure","fallback":"down"`) {
+				t.Errorf("want the second attempt's upstream and fallback:\n%s", out)
 			}
 		}},
 		{"a run", []string{"--run", "run-1"}, func(t *testing.T, out string) {
@@ -185,23 +200,35 @@ func TestRequestsFollowRun(t *testing.T) {
 func TestDescribeAttempt(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name string
-		a    record.Attempt
-		want string
+		name     string
+		a        record.Attempt
+		upstream string // the request's
+		want     string
 	}{
 		// Nothing waited for: the status alone.
-		{"plain", record.Attempt{Status: 200}, "200"},
+		{"plain", record.Attempt{Status: 200}, "", "200"},
 		// The probe that ended an outage, after its wait.
-		{"probe", record.Attempt{Status: 200, AdmissionWait: 1500 * time.Millisecond, Probe: true}, "200, waited 1.5s for the upstream, probe"},
+		{"probe", record.Attempt{Status: 200, AdmissionWait: 1500 * time.Millisecond, Probe: true}, "", "200, waited 1.5s for the upstream, probe"},
 		// A request let go while the upstream recovered, then queued for a
 		// slot: both waits, the upstream's first.
 		{"both waits", record.Attempt{Status: 503, Class: outlast.ClassStatus5xx, AdmissionWait: 250 * time.Millisecond,
 			QueuedAhead: 2, GateWait: 40 * time.Millisecond, RetryIn: time.Second},
-			"503, waited 250ms for the upstream, queued behind 2 for 40ms, retry in 1s"},
+			"", "503, waited 250ms for the upstream, queued behind 2 for 40ms, retry in 1s"},
 		// A probe that failed, with no wait: it was first in line.
-		{"failed probe", record.Attempt{Class: outlast.ClassRefused, Probe: true, Error: "connection refused"}, "refused, probe: connection refused"},
+		{"failed probe", record.Attempt{Class: outlast.ClassRefused, Probe: true, Error: "connection refused"}, "", "refused, probe: connection refused"},
+		// At the request's own upstream: nothing said of it.
+		{"own upstream", record.Attempt{Upstream: "openai", Status: 200}, "openai", "200"},
+		// The first attempt after the request moved: where, and why.
+		{"fell back", record.Attempt{Upstream: "azure", Fallback: "down", Status: 200}, "openai", "→azure (down) 200"},
+		// A later attempt there: where only.
+		{"still moved", record.Attempt{Upstream: "azure", Status: 503, Class: outlast.ClassStatus5xx, RetryIn: time.Second},
+			"openai", "→azure 503, retry in 1s"},
+		// A move with a wait and a failure that got no status.
+		{"moved and refused", record.Attempt{Upstream: "azure", Fallback: "busy", Class: outlast.ClassRefused,
+			QueuedAhead: 1, GateWait: 5 * time.Millisecond, Error: "connection refused"},
+			"openai", "→azure (busy) refused, queued behind 1 for 5ms: connection refused"},
 	} {
-		if got := describeAttempt(c.a); got != c.want {
+		if got := describeAttempt(c.a, c.upstream); got != c.want {
 			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,9 @@ type setting struct {
 	// list says the file may give the value as a YAML list, which is
 	// joined with commas, as the flag takes it.
 	list bool
+	// mapping says the file may give the value as a YAML mapping, which
+	// is joined as the flag takes it: from=to pairs, comma-separated.
+	mapping bool
 	// bool says the flag takes no value: --journal-headers alone is true.
 	bool bool
 	// secret says the value is never shown: not in --help, nor in an
@@ -41,6 +45,9 @@ type setting struct {
 	// example is a value other than the default, for the test that a
 	// value reaches the same place by flag and by file.
 	example string
+	// needs names, by flag, a setting this one is given with: the test
+	// gives that one its example too.
+	needs string
 	// set reads text and puts its value where it goes. Its errors say
 	// what is wrong with the value, and what to type instead; the caller
 	// names the flag or key.
@@ -110,6 +117,61 @@ var settings = []setting{
 	{flag: "slots", key: "slots", scope: upstream, def: "0", arg: "N", example: "2",
 		help: "requests in flight to an upstream; the rest wait in arrival order. A request may name one of the slots 0 to N-1 (Outlast-Slot, or llama.cpp's id_slot) and waits for it alone, within the bound. 0 means no bound, and no slots",
 		set:  count(func(t target, n int) { t.up.Slots = n })},
+	{flag: "fallbacks", key: "fallbacks", scope: identity, arg: "NAMES", list: true, example: "azure",
+		help: "the upstreams, by name, that a request for this one moves to, in order, when this one cannot serve it within its deadline less its reserve (down with its next chance too late, its attempts spent on retryable failures, or its queue full), before its first byte only; each must speak the same API",
+		set: func(t target, s string) error {
+			t.up.Fallbacks = splitList(s)
+			return nil
+		}},
+	{flag: "prefer", key: "prefer", scope: identity, def: "primary", arg: "WHICH", example: "available",
+		help: "when a request leaves this upstream for its fallbacks: primary, only when waiting for its next chance would not fit the request's deadline less its reserve; or available, as soon as it is down",
+		set: func(t target, s string) error {
+			switch s {
+			case "primary":
+				t.up.Prefer = outlast.PreferPrimary
+			case "available":
+				t.up.Prefer = outlast.PreferAvailable
+			default:
+				return errors.New("want primary or available")
+			}
+			return nil
+		}},
+	{flag: "models", key: "models", scope: identity, arg: "FROM=TO,…", mapping: true, example: "gpt-4o=my-gpt-4o",
+		help: "rename the body's model for this upstream, such as a model to an Azure deployment's name; a model not named is sent as it is",
+		set: func(t target, s string) error {
+			m := map[string]string{}
+			for _, pair := range splitList(s) {
+				from, to, ok := strings.Cut(pair, "=")
+				if !ok || from == "" || to == "" {
+					return fmt.Errorf("%q: want FROM=TO, such as gpt-4o=my-gpt-4o", pair)
+				}
+				m[from] = to
+			}
+			t.up.Models = m
+			return nil
+		}},
+	{flag: "auth", key: "auth", scope: identity, arg: "SOURCE", secret: true, example: "env:OUTLAST_TEST_AUTH",
+		help: "a credential the gateway holds for this upstream, sent instead of the caller's: env:NAME reads the variable NAME, file:PATH the file's first line. It never reaches a log, the record, metrics, health or an error",
+		set: func(t target, s string) error {
+			secret, err := readSecret(s)
+			if err != nil {
+				return err
+			}
+			t.up.Auth = gateway.NewCredential("Authorization", secret)
+			return nil
+		}},
+	{flag: "auth-header", key: "auth_header", scope: identity, arg: "HEADER", example: "api-key", needs: "auth",
+		help: `the header the held credential goes in: Authorization (as "Bearer" and the credential; the default), x-api-key for Anthropic, api-key for Azure OpenAI`,
+		set: func(t target, s string) error {
+			if t.up.Auth == nil {
+				return errors.New("give auth too: the credential that goes in it")
+			}
+			if s == "" || strings.ContainsAny(s, " :\r\n") {
+				return fmt.Errorf("%q: want a header name, such as api-key", s)
+			}
+			t.up.Auth = t.up.Auth.WithHeader(s)
+			return nil
+		}},
 	{flag: "admission", key: "admission", scope: upstream, def: "true", bool: true, example: "false",
 		help: "while an upstream is down, send one probe at a time and hold the other requests in arrival order, or answer 503 upstream-down at once to those whose deadline less reserve comes before the next chance; then release them under a limit that grows to --slots (64 without)",
 		set: func(t target, s string) error {
@@ -377,6 +439,30 @@ func upstreamURL(s string) (*url.URL, error) {
 }
 
 // splitList splits a comma-separated value, dropping empty items.
+// readSecret reads a credential from its source: env:NAME or file:PATH.
+// Its errors name the source, never the value.
+func readSecret(source string) (string, error) {
+	kind, where, _ := strings.Cut(source, ":")
+	switch kind {
+	case "env":
+		if v := strings.TrimSpace(os.Getenv(where)); v != "" {
+			return v, nil
+		}
+		return "", fmt.Errorf("env:%s: the variable is unset or empty", where)
+	case "file":
+		b, err := os.ReadFile(where)
+		if err != nil {
+			return "", fmt.Errorf("file:%s: %v", where, errors.Unwrap(err))
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		if line = strings.TrimSpace(line); line != "" {
+			return line, nil
+		}
+		return "", fmt.Errorf("file:%s: its first line is empty", where)
+	}
+	return "", errors.New("want env:NAME or file:PATH")
+}
+
 func splitList(s string) []string {
 	var out []string
 	for item := range strings.SplitSeq(s, ",") {
