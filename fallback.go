@@ -61,9 +61,11 @@ const (
 // has sent its first byte never moves. A request that waited in an
 // upstream's queue and was then sent away may still move on, if the next
 // upstream has time left for an attempt: the wait cost the upstream
-// nothing, and the next one is the request's best chance. It does not move
-// on when its deadline less the next upstream's reserve has passed; it
-// then gets the last failure. If every upstream fails, the request gets
+// nothing, and the next one is the request's best chance. A request sent
+// away when its wait reached its deadline less its reserve has just that
+// reserve left, and moves. It does not move on once its deadline less the
+// next upstream's reserve has passed (by more than 50 ms, a timer's
+// lateness); it then gets the last failure. If every upstream fails, the request gets
 // the last upstream's failure.
 //
 // The request's body is sent again from Request.GetBody, which
@@ -163,8 +165,13 @@ func (f *Fallback) request(req *http.Request, i int) (*http.Request, error) {
 	return f.Rewrite(r, i)
 }
 
+// fallbackSlack is how far past the deadline less the reserve a move may
+// still start: a request that waited in an Admission's queue is sent
+// away when that bound comes, by a timer that fires a little after it.
+const fallbackSlack = 50 * time.Millisecond
+
 // fits reports whether an attempt at t still fits ctx's deadline less
-// t's reserve.
+// t's reserve, give or take fallbackSlack.
 func (f *Fallback) fits(ctx context.Context, t *Transport) bool {
 	if ctx.Err() != nil {
 		return false
@@ -181,7 +188,7 @@ func (f *Fallback) fits(ctx context.Context, t *Transport) bool {
 	if p != nil {
 		reserve = p.reserve()
 	}
-	return time.Until(deadline) > reserve
+	return time.Until(deadline) >= reserve-fallbackSlack
 }
 
 // fallbackReason says why a result lets a request move on, if it does.

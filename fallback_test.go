@@ -234,3 +234,52 @@ func TestFallbackRewrite(t *testing.T) {
 		}
 	})
 }
+
+// A request that waited for its primary until its deadline less its
+// reserve, and was then sent away, has just its reserve left, and moves:
+// the fallback's one attempt fits in it. Here the primary's probe hangs,
+// so the next chance never comes and the wait runs to the bound.
+func TestFallbackAfterWaitingToTheBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		calls := 0
+		primary := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			mu.Lock()
+			calls++
+			n := calls
+			mu.Unlock()
+			if n <= 3 {
+				return nil, errRefused // the outage begins
+			}
+			<-r.Context().Done() // then every attempt hangs
+			return nil, r.Context().Err()
+		})
+		policy := &outlast.Policy{Waits: []time.Duration{time.Second}, Reserve: 5 * time.Second}
+		rec := &attemptLog{}
+		pt := &outlast.Transport{Name: "primary", Base: primary, Policy: policy, Admission: &outlast.Admission{}, Hooks: rec.hooks()}
+		f := &outlast.Fallback{Upstreams: []*outlast.Transport{pt, {Name: "fallback", Base: newFake(step{delay: time.Second}), Policy: policy, Hooks: rec.hooks()}}}
+		for i := range 3 {
+			send1(t.Context(), &outlast.Transport{Base: primary, Admission: pt.Admission}, "mark"+strconv.Itoa(i))
+		}
+		// The probe: a request with all the time in the world, which hangs.
+		probeCtx, stopProbe := context.WithCancel(t.Context())
+		defer stopProbe()
+		go send1(probeCtx, pt, "probe")
+		synctest.Wait()
+		time.Sleep(2 * time.Second) // the probe is in flight
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://model.test/v1/chat/completions", strings.NewReader(`{}`))
+		resp, err := f.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%v after %v, want the fallback's answer", err, time.Since(start))
+		}
+		resp.Body.Close()
+		ups := rec.upstreams()
+		if took := time.Since(start); resp.StatusCode != 200 || ups[len(ups)-1] != "fallback" || took < 35*time.Second {
+			t.Errorf("%d from %v after %v, want 200 from the fallback, after waiting 35 s for the primary", resp.StatusCode, ups, took)
+		}
+		stopProbe()
+	})
+}

@@ -318,7 +318,7 @@ func (x *exchange) attemptStart(a outlast.Attempt) {
 	x.setWaiting(false)
 	if o := x.g.cfg.Observer.AttemptStart; o != nil {
 		at := record.NewAttempt(a)
-		at.Fallback = x.moved
+		at.N, at.Fallback = len(x.rec.Attempts)+1, x.moved
 		o(&x.rec, at)
 	}
 }
@@ -345,6 +345,9 @@ func (x *exchange) answered() string {
 
 func (x *exchange) attemptEnd(a outlast.Attempt) {
 	at := record.NewAttempt(a)
+	// Numbered across the request: each upstream's Transport numbers
+	// its own attempts from 1.
+	at.N = len(x.rec.Attempts) + 1
 	at.Fallback, x.moved = x.moved, ""
 	x.rec.Attempts = append(x.rec.Attempts, at)
 	x.up.latency.observe(a.End.Sub(a.Start))

@@ -196,8 +196,11 @@ func TestGatewayFallbackBothDown(t *testing.T) {
 			t.Errorf("%d from %q, want the fallback's last failure, 529 from b", rec.Code, rec.Header().Get("Outlast-Upstream"))
 		}
 		var ups []string
-		for _, a := range got.Attempts {
+		for i, a := range got.Attempts {
 			ups = append(ups, a.Upstream+":"+a.Fallback)
+			if a.N != i+1 {
+				t.Errorf("attempt %d is numbered %d, want %d: across the request, for the journal's key", i, a.N, i+1)
+			}
 		}
 		if strings.Join(ups, ",") != "a:,a:,b:spent,b:" {
 			t.Errorf("attempts %v, want two at a, then two at b, the first saying the request moved for spent attempts", ups)

@@ -25,6 +25,10 @@ import (
 // providers echo a key they refuse.
 const canary = "sk-canary-5e1f0c9a"
 
+// The credential the gateway holds for the upstream "held" is the canary
+// too: it must reach that upstream and nothing else.
+func init() { os.Setenv("OUTLAST_TEST_CANARY_AUTH", canary) }
+
 // A canary key sent every way a key travels appears in no log line,
 // journal row, SQLite file or its WAL, metric, page, feed, journal API
 // answer, `outlast requests` output, or error body the gateway writes.
@@ -67,7 +71,19 @@ upstreams:
   - name: up
     url: %s/v1?key=%s
     waits: [1ms, 1ms]
-`, canary, down, canary, upstream.URL, canary)), 0o600)
+  - name: down2
+    prefix: /down2
+    url: http://%s/v1
+    waits: [1ms]
+    max_attempts: 2
+    fallbacks: [held]
+  - name: held
+    prefix: /held
+    url: %s/v1
+    waits: [1ms, 1ms]
+    auth: env:OUTLAST_TEST_CANARY_AUTH
+    auth_header: x-api-key
+`, canary, down, canary, upstream.URL, canary, down, upstream.URL)), 0o600)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	addr, spec, done, stderr := startServeLogged(t, ctx, "--config", config)
@@ -101,6 +117,7 @@ upstreams:
 		{"a request retried to success", "/chat/completions?key=" + canary + "&api_key=" + canary, `{"model":"m"}`},
 		{"a stream that opens with an error event", "/stream?key=" + canary, `{"model":"m","stream":true}`},
 		{"an unreachable upstream", "/down/chat?key=" + canary, `{"model":"m"}`},
+		{"a fallback to an upstream with a held key", "/down2/chat", `{"model":"m"}`},
 	} {
 		resp := do(c.name, http.MethodPost, c.path, c.body, canary)
 		ids = append(ids, resp.Header.Get("Outlast-Request-Id"))
