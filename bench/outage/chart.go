@@ -30,7 +30,11 @@ func (r *report) chart(w io.Writer) error {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif" font-size="11">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#fff"/>`+"\n", width, height)
 	sc := r.Scenario
-	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14" font-weight="bold">Attempts per second reaching the provider, mean of %d seeds</text>`+"\n", padL, len(r.Seeds))
+	who := "the provider"
+	if r.Scenario.Fallback > 0 {
+		who = "the primary provider" // series counts the primary's attempts only
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14" font-weight="bold">Attempts per second reaching %s, mean of %d seeds</text>`+"\n", padL, who, len(r.Seeds))
 	fmt.Fprintf(&b, `<text x="%d" y="38" fill="#444">Outage %gs–%gs (shaded, Retry-After %s, shape %s); dashed line: capacity C ≈ %.0f/s; light: all attempts; dark: admitted.</text>`+"\n",
 		padL, sc.OutageStart, sc.OutageStart+sc.Outage, sc.RetryAfter, sc.Shape, r.Capacity)
 	for i, s := range r.Policies {

@@ -28,6 +28,7 @@ type scenario struct {
 	Deadline     time.Duration // each request's context deadline
 	AttemptLimit time.Duration // per-attempt timeout for the hang shape's tuned configurations
 	Reserve      time.Duration // outlast's reserve, overriding the rule when positive
+	Fallback     bool          // a second provider of K/2 slots at fallbackHost, never down, and the rows that use it
 }
 
 // shapes are the failure shapes, with what each does during the outage.
@@ -64,6 +65,15 @@ func defaultScenario() scenario {
 func (s *scenario) Capacity() float64 {
 	mean := s.Median.Seconds() * math.Exp(s.Sigma*s.Sigma/2)
 	return float64(s.Slots) / mean
+}
+
+// FallbackSlots is the fallback provider's requests in flight, K/2, or 0
+// without one. It has the primary's service time and is never down.
+func (s *scenario) FallbackSlots() int {
+	if !s.Fallback {
+		return 0
+	}
+	return max(s.Slots/2, 1)
 }
 
 // OutageEnd is when the provider recovers.
@@ -137,6 +147,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&s.RetryAfter, "retry-after", s.RetryAfter, "Retry-After on the outage 503: none, accurate (time to recovery), or a delay such as 1s or 60s")
 	fs.StringVar(&s.Shape, "shape", s.Shape, "failure shape: "+shapeNames()+"; storm makes each rejection cost a slot for 0.25 × median service, so that retries can keep the provider saturated after the outage (see Shapes below)")
 	fs.DurationVar(&s.Reserve, "reserve", 0, "outlast's reserve, and so the tuned peers' attempt budget (default 5 × median service, at most half the deadline)")
+	fs.BoolVar(&s.Fallback, "fallback", false, "add a second provider of K/2 slots at "+fallbackHost+", same service time, never down, beside the primary and its outage, and the rows that use it (outlast's Fallback and LiteLLM's rule); the other rows use the primary alone")
 	fs.DurationVar(&s.AttemptLimit, "attempt-timeout", 0, "per-attempt timeout of the tuned configurations in the hang shape (default 5 × median service)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

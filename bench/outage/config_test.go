@@ -41,6 +41,13 @@ func TestParseConfig(t *testing.T) {
 		{"down rejections are free", nil, false, func(c config) []string {
 			return want(c.Scenario.rejectionCost() == 0, "a down rejection costs a slot")
 		}},
+		// No fallback provider unless asked for; with one, K/2 slots.
+		{"no fallback by default", nil, false, func(c config) []string {
+			return want(!c.Scenario.Fallback && c.Scenario.FallbackSlots() == 0, "a fallback provider by default")
+		}},
+		{"fallback", []string{"--fallback"}, false, func(c config) []string {
+			return want(c.Scenario.Fallback && c.Scenario.FallbackSlots() == 40, "--fallback does not give a fallback of K/2 = 40 slots")
+		}},
 		// Bad values are usage errors, so main exits 2.
 		{"unknown shape", []string{"-shape", "meteor"}, true, nil},
 		{"fractional Retry-After", []string{"-retry-after", "1.5s"}, true, nil},

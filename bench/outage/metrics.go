@@ -14,16 +14,23 @@ const recoveryWindow = 30 * time.Second
 type measures struct {
 	Success       float64 // requests that got a whole answer
 	OutageSuccess float64 // the same, of requests that arrived during the outage
-	Attempts      float64 // attempts the provider saw, per request
-	Rejected      float64 // 429s and 503s per request
+	Attempts      float64 // attempts the providers saw, per request: the primary and the fallback
+	Rejected      float64 // 429s and 503s per request, at either provider
 	Late          float64 // attempts the provider finished after their client gave up, per request
 	P50, P99      float64 // latency of successes
 	P99Fail       float64 // time to fail, NaN without failures
 	P99FailIdle   float64 // time from a failed request's last attempt to its failure
-	Peak          float64 // most attempts in one second of the recovery window, ÷ C
-	After429      float64 // 429s in the recovery window per request in flight in it
+	Peak          float64 // most attempts at the primary in one second of the recovery window, ÷ C
+	After429      float64 // the primary's 429s in the recovery window per request in flight in it
 	Resent        float64 // attempts sent after one of the same request was committed
 	Hung          float64 // attempts that got no answer, per request
+
+	// With --fallback only (zero without):
+	PrimaryAttempts  float64 // attempts the primary saw, per request
+	FallbackAttempts float64 // attempts the fallback saw, per request
+	FallbackServed   float64 // requests whose answer came from the fallback, of all requests
+	FallbackPeak     float64 // most attempts in service at the fallback at once, ÷ its K/2
+	Fallback429      float64 // the fallback's 429s per request
 }
 
 // measure computes a run's figures.
@@ -61,6 +68,7 @@ func (m *measures) countAttempts(sc *scenario, r simRun, n float64) {
 	bins := make([]int, int(recoveryWindow/time.Second))
 	throttledAfter := 0
 	var rejected, late, hungN int
+	var primaryN, fallbackN, fallback429, fallbackServed int
 	for _, a := range r.Attempts {
 		switch a.Outcome {
 		case throttled, unavailable:
@@ -71,6 +79,17 @@ func (m *measures) countAttempts(sc *scenario, r simRun, n float64) {
 		if a.Late {
 			late++
 		}
+		if a.Upstream == fallback {
+			fallbackN++
+			if a.Outcome == throttled {
+				fallback429++
+			}
+			if a.Outcome == served && a.Committed {
+				fallbackServed++
+			}
+			continue // the recovery's peak and 429s are the primary's
+		}
+		primaryN++
 		if a.Start >= recovery && a.Start < recovery+recoveryWindow {
 			bins[(a.Start-recovery)/time.Second]++
 			if a.Outcome == throttled {
@@ -91,6 +110,39 @@ func (m *measures) countAttempts(sc *scenario, r simRun, n float64) {
 	}
 	m.After429 = ratio(throttledAfter, inFlight)
 	m.Resent = float64(resent(r))
+	if k := sc.FallbackSlots(); k > 0 {
+		m.PrimaryAttempts = float64(primaryN) / n
+		m.FallbackAttempts = float64(fallbackN) / n
+		m.Fallback429 = float64(fallback429) / n
+		m.FallbackServed = float64(fallbackServed) / n
+		m.FallbackPeak = float64(maxInFlight(r, fallback)) / float64(k)
+	}
+}
+
+// maxInFlight is the most attempts in service at once at one provider.
+func maxInFlight(r simRun, upstream uint8) int {
+	type edge struct {
+		t time.Duration
+		d int
+	}
+	var es []edge
+	for _, a := range r.Attempts {
+		if a.Admitted && a.Upstream == upstream {
+			es = append(es, edge{a.Start, 1}, edge{a.End, -1})
+		}
+	}
+	slices.SortFunc(es, func(a, b edge) int {
+		if a.t != b.t {
+			return int(a.t - b.t)
+		}
+		return a.d - b.d // ends before starts at the same instant
+	})
+	n, most := 0, 0
+	for _, e := range es {
+		n += e.d
+		most = max(most, n)
+	}
+	return most
 }
 
 // resent counts attempts that started after an attempt of the same request
@@ -142,12 +194,15 @@ func failIdle(r simRun) float64 {
 	return percentile(idle, 0.99)
 }
 
-// series returns attempts and admitted attempts per second, by start time,
-// from 0 to end.
+// series returns attempts and admitted attempts per second at the primary,
+// by start time, from 0 to end.
 func series(r simRun, end time.Duration) (all, admitted []float64) {
 	n := int(end / time.Second)
 	all, admitted = make([]float64, n), make([]float64, n)
 	for _, a := range r.Attempts {
+		if a.Upstream != primary {
+			continue
+		}
 		i := int(a.Start / time.Second)
 		if i < 0 || i >= n {
 			continue

@@ -18,6 +18,12 @@ import (
 // oracle keeps using the K/4 slots left. In the brownout and headers shapes
 // it sends nothing during the outage, as a client that knew would not. It
 // is never rejected, so in the storm shape it is as in down.
+//
+// With --fallback it sends a request to the fallback's K/2 slots when the
+// primary has no slot free (or is down), and to the primary first
+// otherwise: one FIFO queue over both providers' slots, the same service
+// times for both, so that the limit is that of K + K/2 slots while the
+// primary is up and of K/2 during the outage.
 func simulateOracle(sc *scenario, seed uint64) simRun {
 	o := oracle{
 		sc:  sc,
@@ -35,6 +41,9 @@ func simulateOracle(sc *scenario, seed uint64) simRun {
 		if len(o.busy) > 0 {
 			t = min(t, o.busy[0])
 		}
+		if len(o.fbusy) > 0 {
+			t = min(t, o.fbusy[0])
+		}
 		if o.now < sc.OutageEnd() && len(o.queue) > 0 {
 			t = min(t, sc.OutageEnd())
 		}
@@ -44,6 +53,9 @@ func simulateOracle(sc *scenario, seed uint64) simRun {
 		o.now = t
 		for len(o.busy) > 0 && o.busy[0] <= t {
 			heap.Pop(&o.busy)
+		}
+		for len(o.fbusy) > 0 && o.fbusy[0] <= t {
+			heap.Pop(&o.fbusy)
 		}
 		for next < len(arr) && arr[next].At <= t {
 			a := arr[next]
@@ -61,7 +73,8 @@ type oracle struct {
 	rng      *rand.Rand
 	now      time.Duration
 	queue    []int    // waiting requests, oldest first
-	busy     timeHeap // completion times of the attempts in service
+	busy     timeHeap // completion times of the attempts in service at the primary
+	fbusy    timeHeap // the same at the fallback, with --fallback
 	reqs     []requestRecord
 	attempts []attemptRecord
 	dropped  int
@@ -79,9 +92,17 @@ func (o *oracle) slots() int {
 	return 0
 }
 
-// dispatch sends queued requests, oldest first, while there are slots.
+// dispatch sends queued requests, oldest first, while there are slots:
+// the primary's, then the fallback's.
 func (o *oracle) dispatch() {
-	for len(o.queue) > 0 && len(o.busy) < o.slots() {
+	for len(o.queue) > 0 {
+		busy, upstream := &o.busy, primary
+		if len(o.busy) >= o.slots() {
+			if len(o.fbusy) >= o.sc.FallbackSlots() {
+				return
+			}
+			busy, upstream = &o.fbusy, fallback
+		}
 		i := o.queue[0]
 		o.queue = o.queue[1:]
 		r := &o.reqs[i]
@@ -93,10 +114,10 @@ func (o *oracle) dispatch() {
 			continue
 		}
 		end := o.now + service
-		heap.Push(&o.busy, end)
+		heap.Push(busy, end)
 		r.End, r.OK = end, true
 		o.attempts = append(o.attempts, attemptRecord{
-			Req: int32(i), Client: r.Client, Start: o.now, End: end,
+			Req: int32(i), Client: r.Client, Upstream: upstream, Start: o.now, End: end,
 			Outcome: served, Admitted: true, Committed: true,
 		})
 	}

@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"runtime"
-	"slices"
 	"testing"
 	"time"
 )
@@ -60,7 +60,7 @@ func TestOracle(t *testing.T) {
 				if m.Attempts > 1 || (c.tol == 0 && m.Attempts != 1) {
 					t.Errorf("seed %d: %.4f attempts per request, want 1.00 (at most 1)", seed, m.Attempts)
 				}
-				if got := maxInFlight(r); got > sc.Slots {
+				if got := maxInFlight(r, primary); got > sc.Slots {
 					t.Errorf("seed %d: %d attempts in flight at once, want at most K = %d", seed, got, sc.Slots)
 				}
 				// K attempts start at the recovery; the few that finish in
@@ -72,32 +72,6 @@ func TestOracle(t *testing.T) {
 			}
 		})
 	}
-}
-
-// maxInFlight is the most attempts in service at once.
-func maxInFlight(r simRun) int {
-	type edge struct {
-		t time.Duration
-		d int
-	}
-	var es []edge
-	for _, a := range r.Attempts {
-		if a.Admitted {
-			es = append(es, edge{a.Start, 1}, edge{a.End, -1})
-		}
-	}
-	slices.SortFunc(es, func(a, b edge) int {
-		if a.t != b.t {
-			return int(a.t - b.t)
-		}
-		return a.d - b.d // ends before starts at the same instant
-	})
-	n, most := 0, 0
-	for _, e := range es {
-		n += e.d
-		most = max(most, n)
-	}
-	return most
 }
 
 // TestInvariants runs every policy in the default scenario and checks what
@@ -131,7 +105,7 @@ func TestInvariants(t *testing.T) {
 			if n := resent(r); n != 0 {
 				t.Errorf("%s seed %d: %d attempts sent after a commit, want 0", name, r.Seed, n)
 			}
-			if got := maxInFlight(r); got > sc.Slots {
+			if got := maxInFlight(r, primary); got > sc.Slots {
 				t.Errorf("%s seed %d: %d in service at once, want at most K = %d", name, r.Seed, got, sc.Slots)
 			}
 		}
@@ -231,6 +205,208 @@ func TestSelectPolicies(t *testing.T) {
 	want := []string{"outlast, admission", "outlast, admission + budget"}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("selectPolicies(\"outlast, admission,oracle\") = %q, want %q (the oracle runs apart)", got, want)
+	}
+	// The fallback rows are there with --fallback only, after the others.
+	sc := defaultScenario()
+	if n, all := len(policies()), len(available(&sc)); all != n {
+		t.Errorf("default scenario: %d rows, want policies()' %d", all, n)
+	}
+	sc.Fallback = true
+	fb := selectFrom(available(&sc), "outlast, fallback")
+	if len(fb) != 3 || fb[0].Name != "outlast, fallback" {
+		t.Errorf("--fallback: \"outlast, fallback\" selects %d rows starting with %q, want 3 starting with outlast, fallback", len(fb), fb[0].Name)
+	}
+}
+
+// TestOracleFallback checks the limit with a fallback provider: every
+// request sent once and served, the fallback used during the outage, and
+// neither provider ever holding more than its slots.
+func TestOracleFallback(t *testing.T) {
+	t.Parallel()
+	sc := defaultScenario()
+	sc.Fallback = true
+	for _, seed := range seeds() {
+		r := simulateOracle(&sc, seed)
+		m := measure(&sc, r)
+		if m.Success != 1 || m.Attempts != 1 {
+			t.Errorf("seed %d: success %.4f at %.4f attempts per request, want 1 and 1", seed, m.Success, m.Attempts)
+		}
+		if m.FallbackServed == 0 {
+			t.Errorf("seed %d: nothing served by the fallback", seed)
+		}
+		if got := maxInFlight(r, primary); got > sc.Slots {
+			t.Errorf("seed %d: %d in service at the primary, want at most K = %d", seed, got, sc.Slots)
+		}
+		if got := maxInFlight(r, fallback); got > sc.FallbackSlots() {
+			t.Errorf("seed %d: %d in service at the fallback, want at most K/2 = %d", seed, got, sc.FallbackSlots())
+		}
+	}
+}
+
+// TestFallback runs the rows that use a fallback provider, beside outlast,
+// shared, in the default scenario with --fallback. It checks that each row
+// runs and that the rows that should use the fallback do; that outlast's
+// Fallback in the shared topology gets at least outlast, shared's
+// success; and, for every row, that nothing reached the fallback once the
+// primary had returned a 200 for the same logical request (or the other
+// way round), that each request was answered at most once, that the
+// requests that succeeded are exactly those answered, and that neither
+// provider held more than its slots.
+func TestFallback(t *testing.T) {
+	t.Parallel()
+	sc := defaultScenario()
+	sc.Fallback = true
+	pols := append(selectPolicies("outlast, shared"), fallbackPolicies()...)
+	runs := runPolicies(t, sc, pols)
+	mean := func(name string, f func(measures) float64) float64 {
+		sum := 0.0
+		for _, r := range runs[name] {
+			sum += f(measure(&sc, r))
+		}
+		return sum / float64(len(runs[name]))
+	}
+	success := func(m measures) float64 { return m.Success }
+	for _, p := range pols {
+		rs := runs[p.Name]
+		if len(rs) != len(seeds()) {
+			t.Fatalf("%s: %d runs, want %d", p.Name, len(rs), len(seeds()))
+		}
+		served := mean(p.Name, func(m measures) float64 { return m.FallbackServed })
+		t.Logf("%s: success %.4f, %.4f attempts per request at the fallback, %.4f of requests served there",
+			p.Name, mean(p.Name, success), mean(p.Name, func(m measures) float64 { return m.FallbackAttempts }), served)
+		switch p.Name {
+		case "outlast, shared":
+			if served != 0 {
+				t.Errorf("%s: %.4f of requests served by the fallback, want none: it does not know of one", p.Name, served)
+			}
+		case "outlast, fallback, prefer available", "LiteLLM's rule":
+			if served == 0 {
+				t.Errorf("%s: nothing served by the fallback", p.Name)
+			}
+		}
+		for _, r := range rs {
+			checkFallbackRun(t, &sc, p.Name, r)
+		}
+	}
+	if f, s := mean("outlast, fallback", success), mean("outlast, shared", success); f < s {
+		t.Errorf("outlast, fallback: success %.4f, below outlast, shared's %.4f", f, s)
+	}
+}
+
+// checkFallbackRun reports fallbackViolations' findings for one run.
+func checkFallbackRun(t *testing.T, sc *scenario, name string, r simRun) {
+	t.Helper()
+	for _, msg := range fallbackViolations(sc, r) {
+		t.Errorf("%s seed %d: %s", name, r.Seed, msg)
+	}
+}
+
+// fallbackViolations checks one run of a fallback row: no attempt at
+// either provider started once another attempt of the same request had
+// returned its 200 headers; each request answered at most once; a request
+// succeeded if and only if it was answered; no provider over its slots.
+func fallbackViolations(sc *scenario, r simRun) []string {
+	var out []string
+	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	type answer struct {
+		at       time.Duration
+		upstream uint8
+		n        int
+	}
+	answered := map[int32]*answer{}
+	for _, a := range r.Attempts {
+		if !a.Committed {
+			continue
+		}
+		if q := answered[a.Req]; q != nil {
+			q.n++
+			q.at = min(q.at, a.End)
+			continue
+		}
+		answered[a.Req] = &answer{a.End, a.Upstream, 1}
+	}
+	for _, a := range r.Attempts {
+		if q := answered[a.Req]; q != nil && a.Start >= q.at && !(a.Committed && a.End == q.at) {
+			bad("request %d sent to upstream %d at %v, after upstream %d returned its 200 at %v", a.Req, a.Upstream, a.Start, q.upstream, q.at)
+		}
+	}
+	ok := 0
+	for i, q := range r.Requests {
+		a := answered[int32(i)]
+		if a != nil && a.n > 1 {
+			bad("request %d answered %d times, want at most once", i, a.n)
+		}
+		if q.OK != (a != nil) {
+			bad("request %d: succeeded %v, answered %v", i, q.OK, a != nil)
+		}
+		if q.OK {
+			ok++
+		}
+	}
+	if ok != len(answered) {
+		bad("%d successes, %d requests answered; want equal", ok, len(answered))
+	}
+	if got := maxInFlight(r, primary); got > sc.Slots {
+		bad("%d in service at the primary, want at most K = %d", got, sc.Slots)
+	}
+	if got := maxInFlight(r, fallback); got > sc.FallbackSlots() {
+		bad("%d in service at the fallback, want at most K/2 = %d", got, sc.FallbackSlots())
+	}
+	return out
+}
+
+// fallbackViolations finds a request sent to the fallback after the
+// primary returned its 200, and one answered twice.
+func TestFallbackViolations(t *testing.T) {
+	t.Parallel()
+	sc := defaultScenario()
+	sc.Fallback = true
+	s := time.Second
+	r := simRun{
+		Requests: []requestRecord{{Arrival: 0, End: 3 * s, OK: true}, {Arrival: 0, End: 6 * s, OK: true}},
+		Attempts: []attemptRecord{
+			// Request 0: a 503 at the primary, then served at the fallback.
+			{Req: 0, Upstream: primary, Start: 0, End: s / 20, Outcome: unavailable},
+			{Req: 0, Upstream: fallback, Start: s, End: 3 * s, Outcome: served, Admitted: true, Committed: true},
+			// Request 1: served at the primary, then sent to the fallback.
+			{Req: 1, Upstream: primary, Start: 0, End: 2 * s, Outcome: served, Admitted: true, Committed: true},
+			{Req: 1, Upstream: fallback, Start: 3 * s, End: 5 * s, Outcome: served, Admitted: true, Committed: true},
+		},
+	}
+	got := fallbackViolations(&sc, r)
+	if len(got) != 2 {
+		t.Fatalf("got %d violations %q, want 2: request 1 sent after its 200, and answered twice", len(got), got)
+	}
+	r.Attempts = r.Attempts[:3]
+	if got := fallbackViolations(&sc, r); len(got) != 0 {
+		t.Errorf("a clean run: got violations %q", got)
+	}
+}
+
+// TestFallbackLongOutage checks that outlast's Fallback with PreferPrimary
+// does move requests when the primary cannot serve them in time: with an
+// outage of 70 s, longer than the deadline less the reserve (50 s), the
+// requests that arrive early in it cannot wait for the recovery, and
+// outlast, fallback must send them to the fallback and get more through
+// than outlast, shared, which has none.
+func TestFallbackLongOutage(t *testing.T) {
+	t.Parallel()
+	sc := defaultScenario()
+	sc.Fallback = true
+	sc.Outage = 70 * time.Second
+	pols := selectFrom(available(&sc), "outlast, shared,outlast, fallback")[:2]
+	if pols[0].Name != "outlast, shared" || pols[1].Name != "outlast, fallback" {
+		t.Fatalf("got rows %q and %q", pols[0].Name, pols[1].Name)
+	}
+	runs := runPolicies(t, sc, pols)
+	for i, fr := range runs["outlast, fallback"] {
+		sr := runs["outlast, shared"][i]
+		fm, sm := measure(&sc, fr), measure(&sc, sr)
+		t.Logf("seed %d: success %.4f with the fallback (%.4f served there), %.4f without", fr.Seed, fm.Success, fm.FallbackServed, sm.Success)
+		if fm.FallbackServed == 0 || fm.Success <= sm.Success {
+			t.Errorf("seed %d: success %.4f with the fallback (%.4f served there), %.4f without; want more with it", fr.Seed, fm.Success, fm.FallbackServed, sm.Success)
+		}
+		checkFallbackRun(t, &sc, "outlast, fallback", fr)
 	}
 }
 

@@ -35,7 +35,7 @@ type caller func(ctx context.Context) error
 // its own budget, gate and state, as separate processes would.
 type policy struct {
 	Name   string // the table's row
-	Group  string // baseline, defaults, matched, peers' limits, outlast or limit
+	Group  string // baseline, defaults, matched, peers' limits, outlast, fallback or limit
 	Config string // the configuration, in one line
 	client func(b build, rt http.RoundTripper) caller
 }
@@ -54,6 +54,10 @@ type build struct {
 	shared struct {
 		admission *outlast.Admission
 		gate      *gate.Gate
+		// With --fallback, the same for the fallback provider: one
+		// admission controller and one gate of its K/2 slots.
+		fallbackAdmission *outlast.Admission
+		fallbackGate      *gate.Gate
 	}
 }
 
@@ -70,6 +74,10 @@ func newBuild(sc *scenario) build {
 	b.attempts = attemptBudget(sc, b.outlast)
 	b.shared.admission = &outlast.Admission{MaxLimit: sc.Slots}
 	b.shared.gate = gate.New(sc.Slots, 1<<20)
+	if k := sc.FallbackSlots(); k > 0 {
+		b.shared.fallbackAdmission = &outlast.Admission{MaxLimit: k}
+		b.shared.fallbackGate = gate.New(k, 1<<20)
+	}
 	return b
 }
 
@@ -140,12 +148,37 @@ func policies() []policy {
 	}
 }
 
+// fallbackPolicies are the rows that use the fallback provider, run with
+// --fallback only, after policies' rows. The other rows use the primary
+// alone, with the fallback or without it.
+func fallbackPolicies() []policy {
+	return []policy{
+		{"outlast, fallback", "fallback", "outlast, shared for the primary, and one Admission and one gate of K/2 for the fallback, under one outlast.Fallback per client over the two, PreferPrimary (the default)", outlastFallbackShared},
+		{"outlast, fallback, prefer available", "fallback", "outlast, fallback, with PreferAvailable: a request leaves the primary at once while its Admission holds it down", outlastFallbackAvailable},
+		{"outlast, fallback, per process", "fallback", "outlast, admission for the primary, and an Admission per client for the fallback (its limit ending at ⌈(K/2)/clients⌉, probe waits 2 s, 4 s, 8 s), under one outlast.Fallback per client, PreferPrimary", outlastFallbackPerProcess},
+		{"LiteLLM's rule", "fallback", "this benchmark's code, after LiteLLM's docs (LiteLLM is Python): go-retryablehttp, matched, at the primary; once its retries are spent, go-retryablehttp, matched, at the fallback; no cooldown", litellmRule},
+	}
+}
+
+// available returns the rows a scenario can run: policies', and with
+// --fallback fallbackPolicies' after them.
+func available(sc *scenario) []policy {
+	all := policies()
+	if sc.Fallback {
+		all = append(all, fallbackPolicies()...)
+	}
+	return all
+}
+
 // oracleName is the row of the physical limit, which runs no client code.
 const oracleName = "oracle (limit)"
 
 // The SDKs' requests.
 
-const baseURL = "http://api.sim/v1/"
+const (
+	baseURL     = "http://" + primaryHost + "/v1/"
+	fallbackURL = "http://" + fallbackHost + "/v1/"
+)
 
 func newOpenAI(hc *http.Client, retries int, perAttempt time.Duration, extra ...option.RequestOption) openai.Client {
 	opts := []option.RequestOption{
@@ -174,7 +207,7 @@ func chat(c openai.Client) caller {
 
 func newAnthropic(hc *http.Client, retries int, perAttempt time.Duration) anthropic.Client {
 	opts := []aoption.RequestOption{
-		aoption.WithBaseURL("http://api.sim/"),
+		aoption.WithBaseURL("http://" + primaryHost + "/"),
 		aoption.WithAPIKey("sk-ant-sim"),
 		aoption.WithHTTPClient(hc),
 	}
@@ -260,6 +293,14 @@ func retryableStack(b build, rt http.RoundTripper, matched bool) caller {
 		rt = retryable(b, rt, matched).StandardClient().Transport
 	}
 	return chat(newOpenAI(&http.Client{Transport: rt}, 0, 0))
+}
+
+// retryableAt is retryableStack with openai-go pointed at url.
+func retryableAt(b build, rt http.RoundTripper, matched bool, url string) caller {
+	for range b.layers {
+		rt = retryable(b, rt, matched).StandardClient().Transport
+	}
+	return chat(newOpenAI(&http.Client{Transport: rt}, 0, 0, option.WithBaseURL(url)))
 }
 
 func retryableDefaults(b build, rt http.RoundTripper) caller { return retryableStack(b, rt, false) }
@@ -419,6 +460,12 @@ func outlastStack(b build, rt http.RoundTripper, p *outlast.Policy, g outlast.Ga
 
 func outlastAdmitted(b build, rt http.RoundTripper, p *outlast.Policy, g outlast.Gate, a *outlast.Admission) caller {
 	t := &outlast.Transport{Base: rt, Policy: p, Gate: g, Admission: a, Logger: discard, FirstByteTimeout: b.timeout}
+	return outlastSDK(b, t, p)
+}
+
+// outlastSDK is openai-go over t, outlast's Transport or Fallback, with the
+// SDK's retries off, and in the layers shape Do with p around it.
+func outlastSDK(b build, t http.RoundTripper, p *outlast.Policy) caller {
 	call := chat(newOpenAI(&http.Client{Transport: t}, 0, 0))
 	if b.layers < 2 {
 		return call
@@ -478,10 +525,83 @@ func outlastShared(b build, rt http.RoundTripper) caller {
 	return outlastAdmitted(b, rt, b.jittered, b.shared.gate, b.shared.admission)
 }
 
+// The fallback rows, with --fallback: a second provider of K/2 slots at
+// fallbackHost, never down.
+
+// outlastFallback is outlast.Fallback over two Transports, each with the
+// jittered policy and its own gate and Admission (pg and pa for the
+// primary, fg and fa for the fallback), under openai-go with the SDK's
+// retries off. Rewrite points the fallback's request at fallbackHost.
+func outlastFallback(b build, rt http.RoundTripper, prefer outlast.Preference, pg, fg outlast.Gate, pa, fa *outlast.Admission) caller {
+	upstream := func(name string, g outlast.Gate, a *outlast.Admission) *outlast.Transport {
+		return &outlast.Transport{Base: rt, Name: name, Policy: b.jittered, Gate: g, Admission: a, Logger: discard, FirstByteTimeout: b.timeout}
+	}
+	f := &outlast.Fallback{
+		Upstreams: []*outlast.Transport{upstream(primaryHost, pg, pa), upstream(fallbackHost, fg, fa)},
+		Rewrite:   toFallback,
+		Prefer:    prefer,
+	}
+	return outlastSDK(b, f, b.jittered)
+}
+
+// toFallback points a request at the fallback provider.
+func toFallback(r *http.Request, _ int) (*http.Request, error) {
+	r.URL.Host, r.Host = fallbackHost, fallbackHost
+	return r, nil
+}
+
+// outlastFallbackShared is the shared topology with a fallback: every
+// client's Fallback holds the primary's one Admission and gate of K, and
+// the fallback's one Admission and gate of K/2, as behind one gateway.
+func outlastFallbackShared(b build, rt http.RoundTripper) caller {
+	s := &b.shared
+	return outlastFallback(b, rt, outlast.PreferPrimary, s.gate, s.fallbackGate, s.admission, s.fallbackAdmission)
+}
+
+func outlastFallbackAvailable(b build, rt http.RoundTripper) caller {
+	s := &b.shared
+	return outlastFallback(b, rt, outlast.PreferAvailable, s.gate, s.fallbackGate, s.admission, s.fallbackAdmission)
+}
+
+// outlastFallbackPerProcess is outlast, admission with a fallback: each
+// client process has its own Fallback over its own two Admissions, their
+// limits ending at its share of each provider's slots, and no gate.
+func outlastFallbackPerProcess(b build, rt http.RoundTripper) caller {
+	share := func(slots int) int { return (slots + b.sc.Clients - 1) / b.sc.Clients }
+	pa := &outlast.Admission{MaxLimit: share(b.sc.Slots), ProbeWaits: fleetProbeWaits}
+	fa := &outlast.Admission{MaxLimit: share(b.sc.FallbackSlots()), ProbeWaits: fleetProbeWaits}
+	return outlastFallback(b, rt, outlast.PreferPrimary, nil, nil, pa, fa)
+}
+
+// litellmRule is LiteLLM's fallback rule as its docs describe it,
+// implemented by this benchmark, since LiteLLM is Python: a request is
+// retried at the primary per its retry policy (num_retries), and only
+// once those retries are spent does it go to the fallback, retried there
+// with the same policy. The retry policy is go-retryablehttp, matched
+// (outlast's attempt budget, 2 s doubling to outlast's longest wait,
+// Retry-After honoured), its library's own code; the rule is the few
+// lines below. It moves on from any failure but the caller's deadline:
+// here the only failures are 429s, 503s and the deadline. LiteLLM's
+// cooldown of a failing deployment (allowed_fails, cooldown_time) is not
+// modelled: each model group here has one deployment.
+func litellmRule(b build, rt http.RoundTripper) caller {
+	first := retryableAt(b, rt, true, baseURL)
+	second := retryableAt(b, rt, true, fallbackURL)
+	return func(ctx context.Context) error {
+		err := first(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		return second(ctx)
+	}
+}
+
 // selectPolicies returns the policies whose names match the filter: a
 // comma-separated list of names or prefixes.
-func selectPolicies(filter string) []policy {
-	all := policies()
+func selectPolicies(filter string) []policy { return selectFrom(policies(), filter) }
+
+// selectFrom returns the policies of all whose names match the filter.
+func selectFrom(all []policy, filter string) []policy {
 	if filter == "" {
 		return all
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -27,10 +28,24 @@ var outcomeNames = [...]string{"served", "broken", "throttled", "unavailable", "
 
 func (o outcome) String() string { return outcomeNames[o] }
 
+// The providers of a run: the primary, which has the outage, and with
+// --fallback a second one of K/2 slots that is never down.
+const (
+	primary  uint8 = 0
+	fallback uint8 = 1
+)
+
+// The providers' hosts. A request goes to the provider its URL names.
+const (
+	primaryHost  = "api.sim"
+	fallbackHost = "api2.sim"
+)
+
 // An attemptRecord is one attempt as the provider saw it. Times are offsets
 // from the start of the run.
 type attemptRecord struct {
 	Req, Client int32
+	Upstream    uint8         // the provider that saw it: primary, or fallback with --fallback
 	Start, End  time.Duration // End: when the provider finished or answered, or the client gave up on a hang
 	Outcome     outcome
 	Admitted    bool // it held a slot, so it was billed
@@ -40,18 +55,23 @@ type attemptRecord struct {
 
 // provider is the fake API behind every client's RoundTripper: K slots,
 // lognormal service times, and an outage window. It is shared by the
-// clients of one run, and safe for concurrent use.
+// clients of one run, and safe for concurrent use. With --fallback a run
+// has a second one, the fallback, with K/2 slots, the same service time
+// and no outage.
 //
 // An admitted attempt's service runs on a timer that the request's context
 // does not stop: a provider keeps working, and billing, after the client has
 // gone. Only channels and timers block, so that a synctest bubble sees every
 // wait as durable and can move its clock.
 type provider struct {
-	sc     *scenario
-	t0     time.Time // the run's start, in the bubble's clock
-	raNow  bool      // Retry-After: the time to recovery
-	raWait time.Duration
-	busy   sync.WaitGroup // admitted attempts still in service, and rejections still costing a slot
+	sc       *scenario
+	upstream uint8     // primary or fallback, for its records
+	slots    int       // K, or the fallback's K/2
+	outage   bool      // it has the scenario's outage: the primary does, the fallback not
+	t0       time.Time // the run's start, in the bubble's clock
+	raNow    bool      // Retry-After: the time to recovery
+	raWait   time.Duration
+	busy     sync.WaitGroup // admitted attempts still in service, and rejections still costing a slot
 
 	mu       sync.Mutex // guards the fields below
 	rng      *rand.Rand // service times and brownout draws, in admission order
@@ -62,25 +82,43 @@ type provider struct {
 func newProvider(sc *scenario, seed uint64) *provider {
 	accurate, d, _ := sc.retryAfterMode() // validated with the config
 	return &provider{
-		sc:     sc,
-		t0:     time.Now(),
-		raNow:  accurate,
-		raWait: d,
-		rng:    rand.New(rand.NewPCG(seed, streamService)),
+		sc:       sc,
+		upstream: primary,
+		slots:    sc.Slots,
+		outage:   true,
+		t0:       time.Now(),
+		raNow:    accurate,
+		raWait:   d,
+		rng:      rand.New(rand.NewPCG(seed, streamService)),
+	}
+}
+
+// newFallbackProvider returns the fallback: K/2 slots, the primary's
+// service time, never down. Its service times come from a stream of their
+// own, so that the primary's draws are the same with it or without it,
+// for as long as the same attempts reach the primary.
+func newFallbackProvider(sc *scenario, seed uint64) *provider {
+	return &provider{
+		sc:       sc,
+		upstream: fallback,
+		slots:    sc.FallbackSlots(),
+		t0:       time.Now(),
+		rng:      rand.New(rand.NewPCG(seed, streamFallbackService)),
 	}
 }
 
 // Streams of the run's PCG, one per use, so that a change in one does not
 // shift the draws of another.
 const (
-	streamArrivals = 1
-	streamService  = 2
+	streamArrivals        = 1
+	streamService         = 2
+	streamFallbackService = 3
 )
 
 func (p *provider) now() time.Duration { return time.Since(p.t0) }
 
 func (p *provider) inOutage(t time.Duration) bool {
-	return t >= p.sc.OutageStart && t < p.sc.OutageEnd()
+	return p.outage && t >= p.sc.OutageStart && t < p.sc.OutageEnd()
 }
 
 // ticket is an attempt in progress.
@@ -96,8 +134,8 @@ func (p *provider) arrive(req, client int) *ticket {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	t := &ticket{i: len(p.records), outcome: served}
-	rec := attemptRecord{Req: int32(req), Client: int32(client), Start: now}
-	slots := p.sc.Slots
+	rec := attemptRecord{Req: int32(req), Client: int32(client), Upstream: p.upstream, Start: now}
+	slots := p.slots
 	if p.inOutage(now) {
 		switch p.sc.Shape {
 		case "down", "layers", "storm":
@@ -109,7 +147,7 @@ func (p *provider) arrive(req, client int) *ticket {
 				t.outcome = unavailable
 			}
 		case "capacity":
-			slots = max(p.sc.Slots/4, 1)
+			slots = max(p.slots/4, 1)
 		case "headers":
 			t.outcome = broken
 		}
@@ -211,15 +249,17 @@ func withRequest(ctx context.Context, id int) context.Context {
 	return context.WithValue(ctx, reqKey{}, id)
 }
 
-// conn is one client process's connection to the provider: an
+// conn is one client process's connection to the providers: an
 // http.RoundTripper with no sockets, since network I/O would not let a
-// synctest bubble's clock move.
+// synctest bubble's clock move. A request goes to the primary, or to the
+// fallback if its URL names fallbackHost.
 type conn struct {
 	p      *provider
+	fb     *provider // the fallback, or nil without --fallback
 	client int
 }
 
-// RoundTrip sends one attempt to the provider.
+// RoundTrip sends one attempt to the provider its URL names.
 func (c conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Body != nil {
 		// The server reads the request; RoundTrip must close it either way.
@@ -230,8 +270,13 @@ func (c conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // like http.Transport: a done request is never sent
 	}
-	id, _ := ctx.Value(reqKey{}).(int)
 	p := c.p
+	if req.URL.Host == fallbackHost {
+		if p = c.fb; p == nil {
+			return nil, errors.New("no fallback provider: run with --fallback")
+		}
+	}
+	id, _ := ctx.Value(reqKey{}).(int)
 	t := p.arrive(id, c.client)
 	switch t.outcome {
 	case throttled, unavailable:

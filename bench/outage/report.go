@@ -10,25 +10,32 @@ import (
 
 // A summary is one policy's figures over the seeds.
 type summary struct {
-	Policy        string         `json:"policy"`
-	Group         string         `json:"group"`
-	Config        string         `json:"config"`
-	Success       stat           `json:"success"`
-	OutageSuccess stat           `json:"success_outage_arrivals"`
-	Attempts      stat           `json:"attempts_per_request"`
-	Rejected      stat           `json:"rejected_per_request"`
-	Late          stat           `json:"late_per_request"`
-	Hung          stat           `json:"hung_per_request"`
-	P50           stat           `json:"p50_success_s"`
-	P99           stat           `json:"p99_success_s"`
-	P99Fail       stat           `json:"p99_time_to_fail_s"`
-	P99FailIdle   stat           `json:"p99_fail_idle_s"`
-	Peak          stat           `json:"peak_over_capacity"`
-	After429      stat           `json:"throttled_per_request_after_recovery"`
-	Resent        stat           `json:"resent_after_commit"`
-	Errors        map[string]int `json:"errors"`
-	Series        []float64      `json:"attempts_per_s"`
-	Admitted      []float64      `json:"admitted_per_s"`
+	Policy        string `json:"policy"`
+	Group         string `json:"group"`
+	Config        string `json:"config"`
+	Success       stat   `json:"success"`
+	OutageSuccess stat   `json:"success_outage_arrivals"`
+	Attempts      stat   `json:"attempts_per_request"`
+	Rejected      stat   `json:"rejected_per_request"`
+	Late          stat   `json:"late_per_request"`
+	Hung          stat   `json:"hung_per_request"`
+	P50           stat   `json:"p50_success_s"`
+	P99           stat   `json:"p99_success_s"`
+	P99Fail       stat   `json:"p99_time_to_fail_s"`
+	P99FailIdle   stat   `json:"p99_fail_idle_s"`
+	Peak          stat   `json:"peak_over_capacity"`
+	After429      stat   `json:"throttled_per_request_after_recovery"`
+	Resent        stat   `json:"resent_after_commit"`
+	// With --fallback only: the attempts split between the providers, and
+	// the fallback's load.
+	PrimaryAttempts  stat           `json:"primary_attempts_per_request,omitzero"`
+	FallbackAttempts stat           `json:"fallback_attempts_per_request,omitzero"`
+	FallbackServed   stat           `json:"served_by_fallback,omitzero"`
+	FallbackPeak     stat           `json:"fallback_peak_in_flight_over_slots,omitzero"`
+	Fallback429      stat           `json:"fallback_throttled_per_request,omitzero"`
+	Errors           map[string]int `json:"errors"`
+	Series           []float64      `json:"attempts_per_s"`
+	Admitted         []float64      `json:"admitted_per_s"`
 }
 
 // A report is a whole invocation's result.
@@ -57,6 +64,7 @@ type scenarioJSON struct {
 	Duration    float64 `json:"duration_s"`
 	Clients     int     `json:"clients"`
 	Deadline    float64 `json:"deadline_s"`
+	Fallback    int     `json:"fallback_k,omitzero"` // the fallback provider's slots, K/2, with --fallback
 }
 
 func (s *scenario) json() scenarioJSON {
@@ -65,6 +73,7 @@ func (s *scenario) json() scenarioJSON {
 		OutageStart: s.OutageStart.Seconds(), Outage: s.Outage.Seconds(),
 		RetryAfter: s.RetryAfter, Shape: s.Shape, Rate: s.Rate,
 		Duration: s.Duration.Seconds(), Clients: s.Clients, Deadline: s.Deadline.Seconds(),
+		Fallback: s.FallbackSlots(),
 	}
 }
 
@@ -110,6 +119,13 @@ func summarizePolicy(sc *scenario, p policy, rs []simRun, end time.Duration) sum
 		Resent:        col(func(m measures) float64 { return m.Resent }),
 		Errors:        map[string]int{},
 	}
+	if sc.Fallback {
+		s.PrimaryAttempts = col(func(m measures) float64 { return m.PrimaryAttempts })
+		s.FallbackAttempts = col(func(m measures) float64 { return m.FallbackAttempts })
+		s.FallbackServed = col(func(m measures) float64 { return m.FallbackServed })
+		s.FallbackPeak = col(func(m measures) float64 { return m.FallbackPeak })
+		s.Fallback429 = col(func(m measures) float64 { return m.Fallback429 })
+	}
 	n := int(end / time.Second)
 	s.Series, s.Admitted = make([]float64, n), make([]float64, n)
 	for _, r := range rs {
@@ -132,6 +148,9 @@ func (r *report) markdown(w io.Writer) {
 		"%g requests/s for %gs over %d clients, deadline %gs; %d seeds, mean ± 95%% interval.\n\n",
 		sc.Outage, sc.OutageStart, sc.RetryAfter, sc.Shape, sc.Slots, sc.Median, sc.Sigma, r.Capacity,
 		sc.Rate, sc.Duration, sc.Clients, sc.Deadline, len(r.Seeds))
+	if sc.Fallback > 0 {
+		fmt.Fprintf(w, "Fallback provider at %s: %d slots (K/2), the same service time, never down; attempts/req counts both providers, peak ÷ C and 429s/req after are the primary's.\n\n", fallbackHost, sc.Fallback)
+	}
 	fmt.Fprintf(w, "outlast's policy: %s; attempt budget under the deadline: %d.\n\n", r.Outlast, r.Budget)
 	fmt.Fprintln(w, "| policy | success % | success %, outage arrivals | attempts/req | rejected/req | late /1k req | p50 s | p99 s | p99 fail s | p99 idle at fail s | peak ÷ C | 429s/req after |")
 	fmt.Fprintln(w, "| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |")
@@ -142,6 +161,9 @@ func (r *report) markdown(w io.Writer) {
 			num(s.Peak, 2), num(s.After429, 2))
 	}
 	fmt.Fprintln(w)
+	if sc.Fallback > 0 {
+		r.fallbackTable(w)
+	}
 	fmt.Fprintf(w, "Command: `%s` (%v of wall time on %s).\n", r.Command, r.Elapsed.Round(time.Second), machine())
 	var resent []string
 	for _, s := range r.Policies {
@@ -152,6 +174,19 @@ func (r *report) markdown(w io.Writer) {
 	if len(resent) > 0 {
 		fmt.Fprintf(w, "\nAttempts re-sent after their request's 200 headers had arrived, per run: %s.\n", strings.Join(resent, "; "))
 	}
+}
+
+// fallbackTable writes the attempts split between the two providers and
+// the fallback's load, one row per policy.
+func (r *report) fallbackTable(w io.Writer) {
+	fmt.Fprintln(w, "| policy | success % | success %, outage arrivals | attempts/req | primary attempts/req | fallback attempts/req | served by fallback % | primary peak ÷ C | fallback peak in flight ÷ K/2 | fallback 429s/req |")
+	fmt.Fprintln(w, "| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: |")
+	for _, s := range r.Policies {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			s.Policy, pct(s.Success), pct(s.OutageSuccess), num(s.Attempts, 2), num(s.PrimaryAttempts, 2),
+			num(s.FallbackAttempts, 2), pct(s.FallbackServed), num(s.Peak, 2), num(s.FallbackPeak, 2), num(s.Fallback429, 2))
+	}
+	fmt.Fprintln(w)
 }
 
 // pct formats a fraction as a percentage with its interval.

@@ -50,10 +50,14 @@ type result struct {
 // measureAll runs the simulations and summarizes them.
 func measureAll(b bubbler, c config, progress io.Writer) result {
 	sc := &c.Scenario
-	pols := selectPolicies(c.Policies)
+	pols := selectFrom(available(sc), c.Policies)
 	oracle := c.Policies == "" || strings.Contains(c.Policies, "oracle")
 	if len(pols) == 0 && !oracle {
-		return result{err: usageError{Err: fmt.Errorf("-policies %q names no policy", c.Policies)}}
+		hint := ""
+		if !sc.Fallback && len(selectFrom(fallbackPolicies(), c.Policies)) > 0 {
+			hint = " (the fallback rows need --fallback)"
+		}
+		return result{err: usageError{Err: fmt.Errorf("-policies %q names no policy%s", c.Policies, hint)}}
 	}
 	seeds := make([]uint64, c.Seeds)
 	for i := range seeds {
@@ -75,7 +79,11 @@ func measureAll(b bubbler, c config, progress io.Writer) result {
 	bd := newBuild(sc)
 	order := pols
 	if oracle {
-		order = append(order, policy{Name: oracleName, Group: "limit", Config: "central FIFO admission, sends only to a free slot of an up provider, drops what cannot finish"})
+		cfg := "central FIFO admission, sends only to a free slot of an up provider, drops what cannot finish"
+		if sc.Fallback {
+			cfg += "; the fallback's slots when the primary has none free"
+		}
+		order = append(order, policy{Name: oracleName, Group: "limit", Config: cfg})
 	}
 	end := sc.Duration + sc.Deadline
 	rep := &report{

@@ -59,16 +59,27 @@ func simulate(b bubbler, sc *scenario, pol policy, seed uint64) simRun {
 	r := simRun{Policy: pol.Name, Seed: seed}
 	b.run(func() {
 		p := newProvider(sc, seed)
+		var fb *provider
+		if sc.Fallback {
+			fb = newFallbackProvider(sc, seed)
+		}
 		bd := newBuild(sc)
 		callers := make([]caller, sc.Clients)
 		for i := range callers {
-			callers[i] = pol.client(bd, conn{p: p, client: i})
+			callers[i] = pol.client(bd, conn{p: p, fb: fb, client: i})
 		}
 		r.Requests, r.Errors = drive(p, sc, arrivals(sc, seed), callers)
-		p.wait() // the provider finishes what the clients gave up on
-		p.mu.Lock()
-		r.Attempts = p.records
-		p.mu.Unlock()
+		// The providers finish what the clients gave up on. The run's
+		// attempts are the primary's, then the fallback's.
+		for _, q := range []*provider{p, fb} {
+			if q == nil {
+				continue
+			}
+			q.wait()
+			q.mu.Lock()
+			r.Attempts = append(r.Attempts, q.records...)
+			q.mu.Unlock()
+		}
 	})
 	return r
 }
