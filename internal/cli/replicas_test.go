@@ -552,3 +552,60 @@ func TestReplicasOutage(t *testing.T) {
 		t.Errorf("three replicas made %.2f attempts per request, one alone %.2f: want the fleet near one replica, not one probe each", three, one)
 	}
 }
+
+// Replicas that share a PostgreSQL journal keep one record: each one's
+// requests are in it, under IDs unique across them, and any replica's
+// API reads them all.
+func TestReplicasShareTheRecord(t *testing.T) {
+	t.Parallel()
+	redis := testRedis(t)
+	pg := os.Getenv("OUTLAST_TEST_POSTGRES")
+	if pg == "" {
+		t.Skip("OUTLAST_TEST_POSTGRES is unset")
+	}
+	up := newSlotUpstream(t, 0)
+	run := "replicas-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	var ps []*process
+	for range 2 {
+		ps = append(ps, startProcess(t, "--redis", redis, "--journal", pg, "--upstream", up.URL))
+	}
+	client := newClient(t)
+	ids := map[string]bool{}
+	for i, p := range ps {
+		req, _ := http.NewRequest(http.MethodPost, p.addr+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+		req.Header.Set("Outlast-Run", run)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		id := resp.Header.Get("Outlast-Request-Id")
+		if resp.StatusCode != 200 || id == "" || ids[id] {
+			t.Fatalf("replica %d: %d, id %q, want 200 and an ID of its own", i, resp.StatusCode, id)
+		}
+		ids[id] = true
+	}
+	for i, p := range ps {
+		waitUntil(t, 20*time.Second, fmt.Sprintf("replica %d's API to list both replicas' requests", i), func() bool {
+			resp, err := client.Get(p.addr + "/outlast/requests?run=" + run)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var page struct {
+				Requests []struct {
+					ID string `json:"id"`
+				} `json:"requests"`
+			}
+			json.NewDecoder(resp.Body).Decode(&page)
+			found := 0
+			for _, r := range page.Requests {
+				if ids[r.ID] {
+					found++
+				}
+			}
+			return found == len(ids)
+		})
+	}
+}
