@@ -65,8 +65,11 @@ const (
 // away when its wait reached its deadline less its reserve has just that
 // reserve left, and moves. It does not move on once its deadline less the
 // next upstream's reserve has passed (by more than 50 ms, a timer's
-// lateness); it then gets the last failure. If every upstream fails, the request gets
-// the last upstream's failure.
+// lateness); it then gets the last failure. So that the next upstream
+// has that time, each upstream but the last is sent the request under its
+// policy with its reserve raised by the next one's: its retries, and its
+// Admission's wait, stop that much earlier. If every upstream fails, the
+// request gets the last upstream's failure.
 //
 // The request's body is sent again from Request.GetBody, which
 // http.NewRequest sets for in-memory bodies; a request without one is sent
@@ -117,6 +120,9 @@ func (f *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			continue
 		}
+		if i+1 < len(f.Upstreams) {
+			r = f.leaveRoom(r, t, f.Upstreams[i+1])
+		}
 		resp, err = t.RoundTrip(r)
 		if i+1 == len(f.Upstreams) {
 			break
@@ -163,6 +169,24 @@ func (f *Fallback) request(req *http.Request, i int) (*http.Request, error) {
 		return r, nil
 	}
 	return f.Rewrite(r, i)
+}
+
+// leaveRoom returns r for t with t's policy's reserve raised by next's,
+// so that t's retries and waits stop where next still has the time for
+// an attempt. r's context, and so its deadline, is left as it is: a
+// response that t returns is read to its end under it.
+func (f *Fallback) leaveRoom(r *http.Request, t, next *Transport) *http.Request {
+	ctx := r.Context()
+	p, np := t.Policy, next.Policy
+	if cp, ok := policyFrom(ctx); ok {
+		p, np = cp, cp
+	}
+	if p == nil || np == nil || np.reserve() == 0 {
+		return r
+	}
+	q := *p
+	q.Reserve = p.reserve() + np.reserve()
+	return r.WithContext(WithPolicy(ctx, &q))
 }
 
 // fallbackSlack is how far past the deadline less the reserve a move may

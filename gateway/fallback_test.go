@@ -92,10 +92,10 @@ func TestGatewayFallback(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		prefer outlast.Preference
-		want   map[string]string // deadline → the upstream that answers
+		want   [][2]string // deadline, the upstream that answers; in order, from the outage's start
 	}{
-		{"prefer primary", outlast.PreferPrimary, map[string]string{"20s": "fallback", "2m": "primary"}},
-		{"prefer available", outlast.PreferAvailable, map[string]string{"20s": "fallback", "2m": "fallback"}},
+		{"prefer primary", outlast.PreferPrimary, [][2]string{{"20s", "fallback"}, {"2m", "primary"}}},
+		{"prefer available", outlast.PreferAvailable, [][2]string{{"20s", "fallback"}, {"2m", "fallback"}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -112,7 +112,8 @@ func TestGatewayFallback(t *testing.T) {
 				ups.mu.Lock()
 				ups.got, ups.bodies = nil, nil
 				ups.mu.Unlock()
-				for deadline, want := range c.want {
+				for _, w := range c.want {
+					deadline, want := w[0], w[1]
 					rec := serve(g, `{"model":"gpt-4o","messages":[]}`, map[string]string{"Outlast-Timeout": deadline, "Authorization": "Bearer the-callers-key"})
 					if rec.Code != 200 || rec.Header().Get("Outlast-Upstream") != want {
 						t.Errorf("%s deadline: %d, Outlast-Upstream %q, want 200 from the %s", deadline, rec.Code, rec.Header().Get("Outlast-Upstream"), want)
