@@ -278,11 +278,11 @@ func TestAdmissionPacedRecovery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		u := &upstream{up: start.Add(10 * time.Second), service: time.Second}
-		var states []string
+		var changes []stateChange
 		var mu sync.Mutex
-		a := &outlast.Admission{MaxLimit: 8, OnState: func(key string, from, to outlast.UpstreamState, _ time.Time) {
+		a := &outlast.Admission{MaxLimit: 8, OnState: func(key string, from, to outlast.UpstreamState, at time.Time) {
 			mu.Lock()
-			states = append(states, to.String())
+			changes = append(changes, stateChange{from, to, at})
 			mu.Unlock()
 		}}
 		for i := range 3 {
@@ -339,6 +339,10 @@ func TestAdmissionPacedRecovery(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		// Changes made by different goroutines may be told out of
+		// order: their times order them, and at one instant each
+		// change follows from the one before.
+		states := inOrder(changes)
 		// Probes after 1, 2 and then 4 s, each jittered up by as much
 		// as half; the upstream is back at 10 s: 3 or 4 probes.
 		want3 := []string{"down", "probing", "down", "probing", "down", "probing", "recovering", "healthy"}
@@ -347,6 +351,32 @@ func TestAdmissionPacedRecovery(t *testing.T) {
 			t.Errorf("states %v, want %v or %v", states, want3, want4)
 		}
 	})
+}
+
+// stateChange is one call of OnState.
+type stateChange struct {
+	from, to outlast.UpstreamState
+	at       time.Time
+}
+
+// inOrder returns the states changed to, in the order of the changes:
+// by their times, and among those of one instant, each after the change
+// whose state it leaves.
+func inOrder(changes []stateChange) []string {
+	c := slices.Clone(changes)
+	slices.SortStableFunc(c, func(x, y stateChange) int { return x.at.Compare(y.at) })
+	for i := 1; i < len(c); i++ {
+		for j := i + 1; c[i].from != c[i-1].to && j < len(c) && c[j].at.Equal(c[i].at); j++ {
+			if c[j].from == c[i-1].to {
+				c[i], c[j] = c[j], c[i]
+			}
+		}
+	}
+	out := make([]string, len(c))
+	for i, x := range c {
+		out[i] = x.to.String()
+	}
+	return out
 }
 
 // The queue is bounded, and a waiter that gives up leaves it, passing its
