@@ -161,7 +161,7 @@ var settings = []setting{
 			return nil
 		}},
 	{flag: "auth-header", key: "auth_header", scope: identity, arg: "HEADER", example: "api-key", needs: "auth",
-		help: `the header the held credential goes in: Authorization (as "Bearer" and the credential; the default), x-api-key for Anthropic, api-key for Azure OpenAI`,
+		help: `the header the held credential goes in, with --auth: x-api-key for Anthropic, api-key for Azure OpenAI; when not given, Authorization, as "Bearer" and the credential`,
 		set: func(t target, s string) error {
 			if t.up.Auth == nil {
 				return errors.New("give auth too: the credential that goes in it")
