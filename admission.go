@@ -562,7 +562,9 @@ func (t *admToken) release() {
 			a.setState(k, Down, &changes)
 		}
 		a.grantQueued(k, time.Now(), &changes)
-		told = a.fleetState(k)
+		if fleetDone != nil {
+			told = a.fleetState(k)
+		}
 	}
 	a.mu.Unlock()
 	if fleetDone != nil {

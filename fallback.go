@@ -115,9 +115,7 @@ func (f *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		if i+1 < len(f.Upstreams) && f.Prefer == PreferAvailable && t.isDown(r) {
 			closeBody(r)
 			resp, err = nil, downError(t.admissionKey(r), "it is down, and the request prefers an upstream that is up", nil)
-			if !f.move(req, i, FallbackDown, err) {
-				return nil, err
-			}
+			f.moved(req, i, FallbackDown, err)
 			continue
 		}
 		if i+1 < len(f.Upstreams) {
@@ -135,23 +133,16 @@ func (f *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		if failure == nil {
 			failure = &StatusError{StatusCode: resp.StatusCode, Header: resp.Header}
 		}
-		if !f.move(req, i, reason, failure) {
-			break
-		}
+		f.moved(req, i, reason, failure)
 	}
 	return resp, err
 }
 
-// move tells OnFallback of a move from upstream i, and reports whether
-// the request may move: there is a next upstream.
-func (f *Fallback) move(req *http.Request, i int, reason FallbackReason, err error) bool {
-	if i+1 >= len(f.Upstreams) {
-		return false
-	}
+// moved tells OnFallback of a move from upstream i to the next.
+func (f *Fallback) moved(req *http.Request, i int, reason FallbackReason, err error) {
 	if f.OnFallback != nil {
 		f.OnFallback(req, i, i+1, reason, err)
 	}
-	return true
 }
 
 // request returns the request for upstream i: a clone of req with a fresh
@@ -177,10 +168,7 @@ func (f *Fallback) request(req *http.Request, i int) (*http.Request, error) {
 // response that t returns is read to its end under it.
 func (f *Fallback) leaveRoom(r *http.Request, t, next *Transport) *http.Request {
 	ctx := r.Context()
-	p, np := t.Policy, next.Policy
-	if cp, ok := policyFrom(ctx); ok {
-		p, np = cp, cp
-	}
+	p, np := t.policy(ctx), next.policy(ctx)
 	if p == nil || np == nil || np.reserve() == 0 {
 		return r
 	}
@@ -205,11 +193,7 @@ func (f *Fallback) fits(ctx context.Context, t *Transport) bool {
 		return true
 	}
 	var reserve time.Duration
-	p := t.Policy
-	if cp, ok := policyFrom(ctx); ok {
-		p = cp
-	}
-	if p != nil {
+	if p := t.policy(ctx); p != nil {
 		reserve = p.reserve()
 	}
 	return time.Until(deadline) >= reserve-fallbackSlack

@@ -96,13 +96,13 @@ func (a *Admission) Learn(key string, s FleetState) {
 		if k.state != Down || s.NextProbe.After(k.nextProbe) {
 			k.nextProbe = s.NextProbe
 		}
-		a.learnState(k, Down, &changes)
+		a.setState(k, Down, &changes)
 	case Recovering:
 		if k.state == Probing {
 			break
 		}
 		k.limit = float64(min(max(s.Limit, 1), a.maxLimit()))
-		a.learnState(k, Recovering, &changes)
+		a.setState(k, Recovering, &changes)
 	case Healthy:
 		if k.state == Probing {
 			break
@@ -110,9 +110,9 @@ func (a *Admission) Learn(key string, s FleetState) {
 		k.streak = 0
 		if len(k.q) > 0 {
 			k.limit = float64(a.maxLimit())
-			a.learnState(k, Recovering, &changes)
+			a.setState(k, Recovering, &changes)
 		} else {
-			a.learnState(k, Healthy, &changes)
+			a.setState(k, Healthy, &changes)
 		}
 	}
 	a.grantQueued(k, now, &changes)
@@ -123,16 +123,6 @@ func (a *Admission) Learn(key string, s FleetState) {
 	}
 	a.mu.Unlock()
 	a.notify(changes)
-}
-
-// learnState is setState for a change learned from the fleet: OnState is
-// told of it, the Fleet is not.
-func (a *Admission) learnState(k *admKey, s UpstreamState, changes *[]transition) {
-	n := len(*changes)
-	a.setState(k, s, changes)
-	for i := n; i < len(*changes); i++ {
-		(*changes)[i].learned = true
-	}
 }
 
 // askProbe asks the Fleet for k's probe, in a goroutine of its own, since

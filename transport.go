@@ -172,10 +172,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *Transport) newCall(req *http.Request) (call, error) {
 	ctx := req.Context()
 	c := call{t: t, req: req, ctx: ctx, hooks: callHooks{transport: &t.Hooks, request: hooksFrom(ctx)}}
-	p := t.Policy
-	if cp, ok := policyFrom(ctx); ok {
-		p = cp
-	}
+	p := t.policy(ctx)
 	if p == nil || marked(ctx) {
 		return c, nil
 	}
@@ -306,10 +303,7 @@ func (c *call) admit(r *http.Request, at *Attempt) (*admToken, error) {
 	}
 	if a.RetryBudget > 0 {
 		if retry, _ := c.retrying(); retry && !a.retryAllowed() {
-			if c.last == nil { // an outer layer's retry: it knows the failure
-				return nil, ErrRetryBudget
-			}
-			return nil, fmt.Errorf("%w (the last attempt: %w)", ErrRetryBudget, c.last)
+			return nil, c.withLast(ErrRetryBudget)
 		}
 	}
 	if a.troubled.Load() == 0 {
@@ -463,10 +457,7 @@ func (c *call) acquire(r *http.Request, at *Attempt) (release func(), err error)
 	case ctx.Err() != nil && c.ctx.Err() == nil:
 		// The reserve's edge came first: the caller's deadline is not
 		// over, but what is left of it is the caller's, not this run's.
-		if c.last == nil { // an outer layer's retry: it knows the failure
-			return nil, ErrNoTime
-		}
-		return nil, fmt.Errorf("%w (the last attempt: %w)", ErrNoTime, c.last)
+		return nil, c.withLast(ErrNoTime)
 	}
 	return nil, errBusyGate(key, err)
 }
@@ -605,6 +596,24 @@ func (t *Transport) logger() *slog.Logger {
 		return t.Logger
 	}
 	return slog.Default()
+}
+
+// policy returns the policy of a request under ctx: its context's, which
+// takes precedence, or the Transport's; nil for none.
+func (t *Transport) policy(ctx context.Context) *Policy {
+	if p, ok := policyFrom(ctx); ok {
+		return p
+	}
+	return t.Policy
+}
+
+// withLast wraps err, why a retry cannot go, with the last attempt's
+// failure; an outer layer's retry has none here, since it knows it.
+func (c *call) withLast(err error) error {
+	if c.last == nil {
+		return err
+	}
+	return fmt.Errorf("%w (the last attempt: %w)", err, c.last)
 }
 
 func (t *Transport) admissionKey(r *http.Request) string {

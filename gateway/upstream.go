@@ -37,14 +37,13 @@ type upstream struct {
 // resolveFallbacks finds each upstream's Fallbacks by name, in ups in
 // the order of Config.Upstreams.
 func resolveFallbacks(ups []*upstream) error {
+	if !slices.ContainsFunc(ups, func(u *upstream) bool { return len(u.Fallbacks) > 0 }) {
+		return nil
+	}
 	byName := map[string]*upstream{}
 	for _, u := range ups {
 		if byName[u.Name] != nil {
-			for _, v := range ups {
-				if len(v.Fallbacks) > 0 {
-					return fmt.Errorf("gateway: upstream name %q is used twice, and fallbacks name upstreams: give each its own name", u.Name)
-				}
-			}
+			return fmt.Errorf("gateway: upstream name %q is used twice, and fallbacks name upstreams: give each its own name", u.Name)
 		}
 		byName[u.Name] = u
 	}
