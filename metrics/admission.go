@@ -33,7 +33,7 @@ func (a admissionState) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect sends the state of every upstream that has admission on. An
-// upstream not configured counts as "other", whose last load wins.
+// upstream not configured counts as "other", whose first load wins.
 func (a admissionState) Collect(ch chan<- prometheus.Metric) {
 	f := a.m.loads.Load()
 	if f == nil {

@@ -11,18 +11,21 @@
 //
 // # Data layout
 //
-// A gate key K has four Redis keys under the prefix P, which share the hash
-// tag {K} and so one Cluster slot:
+// A gate key K has up to five Redis keys under the prefix P, which share
+// the hash tag {K} and so one Cluster slot:
 //
 //	P{K}:h  ZSET  the holders: member → lease expiry, in ms on Redis's clock
 //	P{K}:q  ZSET  the waiters: member → ticket, their arrival order
 //	P{K}:e  ZSET  the waiters: member → heartbeat expiry, in ms
 //	P{K}:t  STRING the ticket counter, which INCR advances for each waiter
+//	P{K}:c  STRING a capacity lower than Options.Capacity, while a [Fleet]
+//	               holds a recovering upstream to its limit (capScript)
 //
 // A member names one Acquire: its Gate's owner name (16 random hex digits,
 // one per Gate) and a number, as in "3f9c0a1b2c3d4e5f:1k". A Gate's
 // waiters are woken through the channel P + "wake:" + owner. Every
-// operation sets the four keys to expire three leases after it, and a ZSET
+// operation sets the first four keys to expire three leases after it (the
+// lower capacity expires as the Fleet set it), and a ZSET
 // that empties is deleted, so that a key nobody uses any more leaves
 // nothing behind. In a Cluster, a key K must not be empty or begin with
 // '}', which would leave the hash tag empty.
@@ -41,7 +44,8 @@
 // a wait, whichever the member has: it is both release and cancellation,
 // so a grant that raced a cancellation is passed on, not lost. renew
 // extends a holder's lease or a waiter's heartbeat, and tells a waiter
-// whether it has been granted. load reports the holders and waiters.
+// whether it has been granted. load reports the holders and waiters. cap
+// sets or removes the lower capacity and grants what a higher one frees.
 //
 // The scripts are idempotent per member: go-redis sends a command again
 // when a connection breaks before the reply, and a member already holding

@@ -2,8 +2,7 @@ package redisgate
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,9 +105,7 @@ func NewFleet(client redis.UniversalClient, opts FleetOptions) *Fleet {
 		limit = outlast.DefaultMaxLimit
 	}
 	f.send = New(client, Options{Capacity: limit, MaxQueue: 1 << 20, Lease: f.lease, Timeout: f.timeout, Prefix: f.prefix + "send:"})
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	f.id = hex.EncodeToString(b[:])
+	f.id = newOwner()
 	return f
 }
 
@@ -144,9 +141,6 @@ func (f *Fleet) Close() error {
 	}
 	return nil
 }
-
-// Degraded reports whether the Fleet is doing without Redis.
-func (f *Fleet) Degraded() bool { return f.mon.Degraded() }
 
 func (f *Fleet) stateKey(key string) string { return f.prefix + "{" + key + "}:s" }
 func (f *Fleet) probeKey(key string) string { return f.prefix + "{" + key + "}:p" }
@@ -202,7 +196,7 @@ func (f *Fleet) write(script *redis.Script, key string, s outlast.FleetState, ow
 	defer cancel()
 	err := script.Run(ctx, f.client, []string{f.stateKey(key), f.probeKey(key)},
 		int(s.State), ms(s.NextProbe), ms(s.NotBefore), s.Limit, f.id, (10 * time.Minute).Milliseconds(), f.channel(), key, owner).Err()
-	if err != nil && err != redis.Nil {
+	if err != nil {
 		f.mon.fail(err)
 		return
 	}
@@ -247,7 +241,8 @@ func (f *Fleet) Probe(key string) (func(outlast.FleetState), bool) {
 	}, true
 }
 
-// renewProbe extends owner's hold on key's probe every Lease/3 until stop.
+// renewProbe extends owner's hold on key's probe every Lease/3 until
+// stop, the Fleet's Close, or Redis says the hold was lost.
 func (f *Fleet) renewProbe(key, owner string, stop, stopped chan struct{}) {
 	defer close(stopped)
 	t := time.NewTicker(f.lease / 3)
@@ -256,11 +251,16 @@ func (f *Fleet) renewProbe(key, owner string, stop, stopped chan struct{}) {
 		select {
 		case <-stop:
 			return
+		case <-f.stop:
+			return // held until its lease runs out, as Close says
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
-		_ = renewProbeScript.Run(ctx, f.client, []string{f.probeKey(key)}, owner, f.lease.Milliseconds()).Err()
+		held, err := renewProbeScript.Run(ctx, f.client, []string{f.probeKey(key)}, owner, f.lease.Milliseconds()).Int()
 		cancel()
+		if err == nil && held == 0 {
+			return // lapsed: another process may hold it now
+		}
 	}
 }
 
@@ -271,7 +271,7 @@ func (f *Fleet) Send(ctx context.Context, key string, limit int) (func(), error)
 	}
 	release, err := f.send.Acquire(ctx, key, nil)
 	if err != nil {
-		if ctx.Err() == nil {
+		if errors.Is(err, ErrUnavailable) {
 			f.mon.fail(err)
 			return func() {}, nil // alone
 		}

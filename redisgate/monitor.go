@@ -91,12 +91,14 @@ func (m *Monitor) ping() {
 		if err != nil {
 			continue
 		}
-		m.mu.Lock()
-		m.degraded = false
-		m.mu.Unlock()
+		// Told before the state clears: a failure that follows can
+		// only be found, and told, after it, never at once with it.
 		if m.onChange != nil {
 			m.onChange(false, nil)
 		}
+		m.mu.Lock()
+		m.degraded = false
+		m.mu.Unlock()
 		return
 	}
 }
@@ -133,6 +135,17 @@ type Fallback struct {
 // Redis is degraded. A shared Acquire that fails because Redis could not
 // be used marks it degraded and is tried on the local gate at once.
 func (f *Fallback) Acquire(ctx context.Context, key string, queued func(ahead int)) (func(), error) {
+	if queued != nil {
+		// Once, as a Gate promises, even when a wait at the shared
+		// gate fails over to the local one.
+		called, q := false, queued
+		queued = func(ahead int) {
+			if !called {
+				called = true
+				q(ahead)
+			}
+		}
+	}
 	if !f.Monitor.Degraded() {
 		release, err := f.Shared.Acquire(ctx, key, queued)
 		if err == nil || !errors.Is(err, ErrUnavailable) {
@@ -141,4 +154,18 @@ func (f *Fallback) Acquire(ctx context.Context, key string, queued func(ahead in
 		f.Monitor.fail(err)
 	}
 	return f.Local.Acquire(ctx, key, queued)
+}
+
+// Load reports key's holders and waiters: across every process that
+// shares the gate, or this process's own while Redis is degraded. A Load
+// that fails marks Redis degraded, as an Acquire does.
+func (f *Fallback) Load(ctx context.Context, key string, local func(string) (int, int)) (inFlight, waiting int) {
+	if !f.Monitor.Degraded() {
+		in, w, err := f.Shared.Load(ctx, key)
+		if err == nil {
+			return in, w
+		}
+		f.Monitor.fail(err)
+	}
+	return local(key)
 }

@@ -58,7 +58,7 @@ func openShared(url string, gc *gateway.Config, logger *slog.Logger) (*shared, e
 			kind = "slot"
 		}
 		g := redisgate.New(s.client, redisgate.Options{Capacity: capacity, MaxQueue: queue, Timeout: redisTimeout,
-			Prefix: "outlast:gate:" + keyPart(upstream) + ":" + kind + ":"})
+			Prefix: redisgate.DefaultPrefix + keyPart(upstream) + ":" + kind + ":"})
 		s.closers = append(s.closers, g.Close)
 		local := gate.New(capacity, queue)
 		return &sharedGate{fb: &redisgate.Fallback{Shared: g, Local: local, Monitor: s.mon}, local: local}
@@ -74,7 +74,7 @@ func openShared(url string, gc *gateway.Config, logger *slog.Logger) (*shared, e
 			name = u.URL.Host
 		}
 		limit := u.Admission.MaxLimit
-		f := redisgate.NewFleet(s.client, redisgate.FleetOptions{Prefix: "outlast:fleet:" + keyPart(name) + ":", MaxLimit: limit,
+		f := redisgate.NewFleet(s.client, redisgate.FleetOptions{Prefix: redisgate.DefaultFleetPrefix + keyPart(name) + ":", MaxLimit: limit,
 			Timeout: redisTimeout, Monitor: s.mon})
 		f.Join(u.Admission)
 		s.closers = append(s.closers, f.Close)
@@ -116,14 +116,9 @@ func (g *sharedGate) Acquire(ctx context.Context, key string, queued func(ahead 
 // Load reports key's load across the replicas, or this process's own while
 // Redis cannot be reached.
 func (g *sharedGate) Load(key string) (inFlight, waiting int) {
-	if !g.fb.Monitor.Degraded() {
-		ctx, cancel := context.WithTimeout(context.Background(), redisTimeout)
-		defer cancel()
-		if in, w, err := g.fb.Shared.Load(ctx, redisKey(key)); err == nil {
-			return in, w
-		}
-	}
-	return g.local.Load(key)
+	ctx, cancel := context.WithTimeout(context.Background(), redisTimeout)
+	defer cancel()
+	return g.fb.Load(ctx, redisKey(key), func(string) (int, int) { return g.local.Load(key) })
 }
 
 // Keys returns the keys this process's own gate has in use: while Redis

@@ -438,7 +438,6 @@ func upstreamURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// splitList splits a comma-separated value, dropping empty items.
 // readSecret reads a credential from its source: env:NAME or file:PATH.
 // Its errors name the source, never the value.
 func readSecret(source string) (string, error) {
@@ -463,6 +462,7 @@ func readSecret(source string) (string, error) {
 	return "", errors.New("want env:NAME or file:PATH")
 }
 
+// splitList splits a comma-separated value, dropping empty items.
 func splitList(s string) []string {
 	var out []string
 	for item := range strings.SplitSeq(s, ",") {
