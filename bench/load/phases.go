@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/outlast-llm/outlast/bench/internal/stats"
 )
 
 // errDropped is an open-loop send that was never made.
@@ -258,7 +260,7 @@ func (b *bench) step(ctx context.Context, i int, rate float64, stream bool, m *m
 		other, _ := d.foreign()
 		m.Steps = append(m.Steps, stepStat{
 			Rate: rate, Achieved: float64(len(s.lats)) / s.wall.Seconds(),
-			P50: micros(s.percentile(0.5)), P99: micros(s.percentile(0.99)),
+			P50: stats.Micros(s.percentile(0.5)), P99: stats.Micros(s.percentile(0.99)),
 			Errors: s.errs, Dropped: s.dropped, Late: s.late, Other: other, Failed: why,
 		})
 		if why == "" || !b.redo(d) {

@@ -5,7 +5,8 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"time"
+
+	"github.com/outlast-llm/outlast/bench/internal/stats"
 )
 
 // report is a run's findings, as JSON or as markdown.
@@ -78,7 +79,7 @@ func differ(x, base []float64) (delta, change, pValue float64) {
 func roundMicros(s *series, p float64) []float64 {
 	var out []float64
 	for _, d := range s.roundPercentiles(p) {
-		out = append(out, micros(d))
+		out = append(out, stats.Micros(d))
 	}
 	return out
 }
@@ -120,7 +121,7 @@ func (ts *targetStats) setCost(s *series) {
 		return
 	}
 	if s.cost.cpuOK {
-		v := micros(s.cost.cpu) / sent
+		v := stats.Micros(s.cost.cpu) / sent
 		ts.CPU = &v
 	}
 	ts.Allocs = float64(s.cost.mallocs) / sent
@@ -148,8 +149,6 @@ func (ts *targetStats) setAdded(direct, proxy *targetStats) {
 	}
 }
 
-func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
 // addLatency adds a row for series s, one per target, in names' order:
 // direct first, the bare proxy second.
 func (rep *report) addLatency(phase string, stream bool, names []string, s []*series) {
@@ -160,8 +159,8 @@ func (rep *report) addLatency(phase string, stream bool, names []string, s []*se
 	for i, name := range names {
 		ts := targetStats{
 			Name: name, N: s[i].total(), Errors: s[i].errs, Dropped: s[i].dropped, Late: s[i].late,
-			P50: micros(s[i].roundPercentile(0.50)), P99: micros(s[i].roundPercentile(0.99)),
-			PooledP50: micros(s[i].percentile(0.50)), PooledP99: micros(s[i].percentile(0.99)),
+			P50: stats.Micros(s[i].roundPercentile(0.50)), P99: stats.Micros(s[i].roundPercentile(0.99)),
+			PooledP50: stats.Micros(s[i].percentile(0.50)), PooledP99: stats.Micros(s[i].percentile(0.99)),
 		}
 		if f, ok := s[i].cost.foreign(); ok {
 			ts.Foreign = &f

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/outlast-llm/outlast/bench/internal/stats"
 )
 
 // recoveryWindow is how long after the recovery the herd is looked for.
@@ -16,7 +18,7 @@ type measures struct {
 	OutageSuccess float64 // the same, of requests that arrived during the outage
 	Attempts      float64 // attempts the providers saw, per request: the primary and the fallback
 	Rejected      float64 // 429s and 503s per request, at either provider
-	Late          float64 // attempts the provider finished after their client gave up, per request
+	Late          float64 // attempts a provider, primary or fallback, finished after their client gave up, per request
 	P50, P99      float64 // latency of successes
 	P99Fail       float64 // time to fail, NaN without failures
 	P99FailIdle   float64 // time from a failed request's last attempt to its failure
@@ -121,28 +123,13 @@ func (m *measures) countAttempts(sc *scenario, r simRun, n float64) {
 
 // maxInFlight is the most attempts in service at once at one provider.
 func maxInFlight(r simRun, upstream uint8) int {
-	type edge struct {
-		t time.Duration
-		d int
-	}
-	var es []edge
+	var spans [][2]time.Duration
 	for _, a := range r.Attempts {
 		if a.Admitted && a.Upstream == upstream {
-			es = append(es, edge{a.Start, 1}, edge{a.End, -1})
+			spans = append(spans, [2]time.Duration{a.Start, a.End})
 		}
 	}
-	slices.SortFunc(es, func(a, b edge) int {
-		if a.t != b.t {
-			return int(a.t - b.t)
-		}
-		return a.d - b.d // ends before starts at the same instant
-	})
-	n, most := 0, 0
-	for _, e := range es {
-		n += e.d
-		most = max(most, n)
-	}
-	return most
+	return stats.MaxOverlap(spans) // ends before starts at the same instant
 }
 
 // resent counts attempts that started after an attempt of the same request
@@ -227,10 +214,7 @@ func percentile(xs []float64, q float64) float64 {
 	if len(xs) == 0 {
 		return math.NaN()
 	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
+	return stats.Percentile(slices.Sorted(slices.Values(xs)), q)
 }
 
 // A stat is a figure's mean over the seeds with the half-width of its 95%

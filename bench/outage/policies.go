@@ -122,6 +122,10 @@ func attemptBudget(sc *scenario, p *outlast.Policy) int {
 // longestWait is outlast's longest wait, the tuned peers' longest too.
 func (b build) longestWait() time.Duration { return b.outlast.Waits[len(b.outlast.Waits)-1] }
 
+// perClient is one client's share of slots, rounded up: what a client
+// process that cannot know the others' load bounds its own by.
+func (b build) perClient(slots int) int { return (slots + b.sc.Clients - 1) / b.sc.Clients }
+
 // policies returns every policy of the comparison, in the table's order.
 func policies() []policy {
 	return []policy{
@@ -288,11 +292,10 @@ func retryable(b build, rt http.RoundTripper, matched bool) *retryablehttp.Clien
 	return c
 }
 
+// retryableStack is go-retryablehttp under openai-go, in b.layers layers,
+// at the primary.
 func retryableStack(b build, rt http.RoundTripper, matched bool) caller {
-	for range b.layers {
-		rt = retryable(b, rt, matched).StandardClient().Transport
-	}
-	return chat(newOpenAI(&http.Client{Transport: rt}, 0, 0))
+	return retryableAt(b, rt, matched, baseURL)
 }
 
 // retryableAt is retryableStack with openai-go pointed at url.
@@ -502,8 +505,7 @@ func outlastGated(b build, rt http.RoundTripper) caller {
 	// The client's fair share of the provider: a process that cannot know
 	// the others' load bounds its own. The queue is long enough never to
 	// refuse; a request's deadline bounds its wait.
-	slots := (b.sc.Slots + b.sc.Clients - 1) / b.sc.Clients
-	return outlastStack(b, rt, b.jittered, gate.New(slots, 1<<20))
+	return outlastStack(b, rt, b.jittered, gate.New(b.perClient(b.sc.Slots), 1<<20))
 }
 
 // fleetProbeWaits are the per-process rows' probe waits: the README's
@@ -512,13 +514,11 @@ func outlastGated(b build, rt http.RoundTripper) caller {
 var fleetProbeWaits = []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second}
 
 func outlastAdmission(b build, rt http.RoundTripper) caller {
-	slots := (b.sc.Slots + b.sc.Clients - 1) / b.sc.Clients
-	return outlastAdmitted(b, rt, b.jittered, nil, &outlast.Admission{MaxLimit: slots, ProbeWaits: fleetProbeWaits})
+	return outlastAdmitted(b, rt, b.jittered, nil, &outlast.Admission{MaxLimit: b.perClient(b.sc.Slots), ProbeWaits: fleetProbeWaits})
 }
 
 func outlastBudget(b build, rt http.RoundTripper) caller {
-	slots := (b.sc.Slots + b.sc.Clients - 1) / b.sc.Clients
-	return outlastAdmitted(b, rt, b.jittered, nil, &outlast.Admission{MaxLimit: slots, ProbeWaits: fleetProbeWaits, RetryBudget: 0.1})
+	return outlastAdmitted(b, rt, b.jittered, nil, &outlast.Admission{MaxLimit: b.perClient(b.sc.Slots), ProbeWaits: fleetProbeWaits, RetryBudget: 0.1})
 }
 
 func outlastShared(b build, rt http.RoundTripper) caller {
@@ -567,9 +567,8 @@ func outlastFallbackAvailable(b build, rt http.RoundTripper) caller {
 // client process has its own Fallback over its own two Admissions, their
 // limits ending at its share of each provider's slots, and no gate.
 func outlastFallbackPerProcess(b build, rt http.RoundTripper) caller {
-	share := func(slots int) int { return (slots + b.sc.Clients - 1) / b.sc.Clients }
-	pa := &outlast.Admission{MaxLimit: share(b.sc.Slots), ProbeWaits: fleetProbeWaits}
-	fa := &outlast.Admission{MaxLimit: share(b.sc.FallbackSlots()), ProbeWaits: fleetProbeWaits}
+	pa := &outlast.Admission{MaxLimit: b.perClient(b.sc.Slots), ProbeWaits: fleetProbeWaits}
+	fa := &outlast.Admission{MaxLimit: b.perClient(b.sc.FallbackSlots()), ProbeWaits: fleetProbeWaits}
 	return outlastFallback(b, rt, outlast.PreferPrimary, nil, nil, pa, fa)
 }
 
@@ -595,10 +594,6 @@ func litellmRule(b build, rt http.RoundTripper) caller {
 		return second(ctx)
 	}
 }
-
-// selectPolicies returns the policies whose names match the filter: a
-// comma-separated list of names or prefixes.
-func selectPolicies(filter string) []policy { return selectFrom(policies(), filter) }
 
 // selectFrom returns the policies of all whose names match the filter.
 func selectFrom(all []policy, filter string) []policy {

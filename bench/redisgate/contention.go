@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outlast-llm/outlast/bench/internal/stats"
 	"github.com/outlast-llm/outlast/gate"
 )
 
@@ -165,10 +166,10 @@ func (b *bench) sumUp(name, setup string, processes int, tallies []*tally, missi
 	wall := time.Duration(last - first)
 	row.Seconds = wall.Seconds()
 	row.Wait, row.Release, row.Held = summarize(waits), summarize(releases), summarize(held)
-	row.MaxHoldersClock = maxOverlap(holds)
+	row.MaxHoldersClock = stats.MaxOverlap(holds)
 	if wall > 0 {
 		row.PerSecond = float64(row.Grants) / wall.Seconds()
-		slotTime := micros(wall) * float64(row.Capacity)
+		slotTime := stats.Micros(wall) * float64(row.Capacity)
 		busy := row.Held.Mean * float64(row.Held.N)
 		row.SlotsBusy = busy / slotTime
 		if row.Grants > 0 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/bench/internal/stats"
 	"github.com/outlast-llm/outlast/gate"
 	"github.com/outlast-llm/outlast/redisgate"
 )
@@ -50,7 +51,7 @@ func (b *bench) handoffs(ctx context.Context) ([]handoffRow, error) {
 	var rows []handoffRow
 	add := func(name, setup, clock string, took []time.Duration) {
 		s := summarize(took)
-		rows = append(rows, handoffRow{Gate: name, Setup: setup, Clock: clock, Took: s, GoalMet: s.P99 < micros(b.cfg.Goal)})
+		rows = append(rows, handoffRow{Gate: name, Setup: setup, Clock: clock, Took: s, GoalMet: s.P99 < stats.Micros(b.cfg.Goal)})
 	}
 	local := gate.New(1, 1)
 	took, err := b.handoff(ctx, local, "handoff", &goroutineWaiter{ctx: ctx, g: local, key: "handoff"})

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
+	"github.com/outlast-llm/outlast/bench/internal/stats"
 )
 
 // TestMain lets the test binary be the program's children, as the program
@@ -78,7 +79,7 @@ func TestRun(t *testing.T) {
 	}
 	for _, c := range rep.Checks {
 		if !c.Passed {
-			t.Errorf("check failed: %s", c.line())
+			t.Errorf("check failed: %s", c.Line())
 		}
 	}
 }
@@ -130,7 +131,7 @@ func TestMaxOverlap(t *testing.T) {
 		{"none", nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := maxOverlap(tc.spans); got != tc.want {
+			if got := stats.MaxOverlap(tc.spans); got != tc.want {
 				t.Errorf("got %d, want %d", got, tc.want)
 			}
 		})

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 )
 
 // report is a run's figures and checks, as JSON or as markdown.
@@ -31,7 +33,8 @@ type check struct {
 	Detail string `json:"detail"`
 }
 
-func (c check) line() string { return c.Name + ": " + c.Detail }
+func (c check) OK() bool     { return c.Passed }
+func (c check) Line() string { return c.Name + ": " + c.Detail }
 
 // check judges the run: the capacity held, every process reported, no
 // Acquire failed, and, with --check, the hand-off goal was met.
@@ -64,17 +67,6 @@ func suffix(s string) string {
 	return "; " + s
 }
 
-// failed returns the checks that failed.
-func (r *report) failed() []check {
-	var out []check
-	for _, c := range r.Checks {
-		if !c.Passed {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // markdown writes the command, the three tables and the checks.
 func (r *report) markdown(w io.Writer) {
 	fmt.Fprintf(w, "`%s` (%s, GOMAXPROCS %d, %d CPUs; Redis %s at %s, over loopback; %.0f s)\n\n",
@@ -82,19 +74,7 @@ func (r *report) markdown(w io.Writer) {
 	r.uncontendedTable(w)
 	r.contendedTable(w)
 	r.handoffTable(w)
-	failed := len(r.failed())
-	if failed == 0 {
-		fmt.Fprintf(w, "Checks, all %d passed:\n\n", len(r.Checks))
-	} else {
-		fmt.Fprintf(w, "Checks, %d of %d FAILED:\n\n", failed, len(r.Checks))
-	}
-	for _, c := range r.Checks {
-		mark := ""
-		if !c.Passed {
-			mark = "**FAILED** "
-		}
-		fmt.Fprintf(w, "- %s%s\n", mark, c.line())
-	}
+	cmdline.WriteChecks(w, r.Checks)
 }
 
 func (r *report) uncontendedTable(w io.Writer) {

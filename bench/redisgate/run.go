@@ -33,14 +33,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if err := cmdline.Report(stdout, c.JSON, rep, rep.markdown); err != nil {
 		return err
 	}
-	failed := rep.failed()
-	for _, ch := range failed {
-		fmt.Fprintln(stderr, "redisgate: "+ch.line())
-	}
-	if len(failed) > 0 {
-		return fmt.Errorf("%d of %d checks failed", len(failed), len(rep.Checks))
-	}
-	return nil
+	return cmdline.CheckFailures(stderr, "redisgate", rep.Checks)
 }
 
 // bench is one run: its settings, its Redis and the Prefix of its keys.

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
-	"math"
 	"slices"
 	"time"
+
+	"github.com/outlast-llm/outlast/bench/internal/stats"
 )
 
 // summary is a set of durations, in µs.
@@ -30,49 +30,19 @@ func summarize(d []time.Duration) summary {
 	}
 	return summary{
 		N:    len(d),
-		P50:  micros(percentile(d, 0.50)),
-		P99:  micros(percentile(d, 0.99)),
-		Mean: micros(sum) / float64(len(d)),
-		Max:  micros(d[len(d)-1]),
+		P50:  stats.Micros(stats.Percentile(d, 0.50)),
+		P99:  stats.Micros(stats.Percentile(d, 0.99)),
+		Mean: stats.Micros(sum) / float64(len(d)),
+		Max:  stats.Micros(d[len(d)-1]),
 	}
 }
-
-// percentile returns the nearest-rank p-th percentile (0 < p <= 1) of
-// sorted, which is not empty.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	i := int(math.Ceil(p*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // span is one hold on the wall clock: Unix ns from the moment Acquire
-// returned to the moment release was called.
+// returned to the moment release was called. Of spans, stats.MaxOverlap
+// gives the most holders at once: a span that ends at the instant another
+// starts does not overlap it, as the one's release came after its end was
+// read, and the other's grant before its start was.
 type span [2]int64
-
-// maxOverlap returns the most spans that overlap at any one instant. A
-// span that ends at the instant another starts does not overlap it: the
-// one's release came after its end was read, and the other's grant before
-// its start was.
-func maxOverlap(spans []span) int {
-	type event struct {
-		at    int64
-		delta int
-	}
-	ev := make([]event, 0, 2*len(spans))
-	for _, s := range spans {
-		ev = append(ev, event{s[0], +1}, event{s[1], -1})
-	}
-	slices.SortFunc(ev, func(a, b event) int {
-		return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.delta, b.delta)) // ends first
-	})
-	n, most := 0, 0
-	for _, e := range ev {
-		n += e.delta
-		most = max(most, n)
-	}
-	return most
-}
 
 // human formats a time in µs in the unit that suits it.
 func human(us float64) string {

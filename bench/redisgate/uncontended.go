@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/bench/internal/stats"
 	"github.com/outlast-llm/outlast/gate"
 	"github.com/outlast-llm/outlast/redisgate"
 )
@@ -122,7 +123,7 @@ func timeOps(n int, op func() error) (uncontendedRow, error) {
 			return uncontendedRow{}, err
 		}
 	}
-	mean := micros(time.Since(start)) / float64(n)
+	mean := stats.Micros(time.Since(start)) / float64(n)
 	return uncontendedRow{Timed: summarize(took), Mean: mean}, nil
 }
 

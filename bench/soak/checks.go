@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"time"
+
+	"github.com/outlast-llm/outlast/bench/internal/stats"
 )
 
 // A check is one thing the soak asserts of a phase, and how it went.
@@ -16,7 +17,9 @@ type check struct {
 }
 
 // line is the check as one line: its phase, its name and its detail.
-func (c check) line() string {
+func (c check) OK() bool { return c.Passed }
+
+func (c check) Line() string {
 	verdict := ""
 	if !c.Passed {
 		verdict = " failed"
@@ -241,12 +244,8 @@ func (ph *phase) figures(r *result) figures {
 // percentile returns the nearest-rank q-th percentile of ds, or 0 for
 // none. It sorts ds.
 func percentile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
 	slices.Sort(ds)
-	i := int(math.Ceil(float64(len(ds))*q)) - 1
-	return ds[min(max(i, 0), len(ds)-1)]
+	return stats.Percentile(ds, q)
 }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 )
 
 // report is a run's figures and checks, as JSON or as markdown.
@@ -18,17 +20,6 @@ type report struct {
 	FaultRate   float64   `json:"fault_rate"`
 	Phases      []figures `json:"phases"`
 	Checks      []check   `json:"checks"`
-}
-
-// failed returns the checks that failed.
-func (r *report) failed() []check {
-	var out []check
-	for _, c := range r.Checks {
-		if !c.Passed {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // markdown writes the report as the soak section of docs/reliability.md
@@ -51,19 +42,8 @@ func (r *report) markdown(w io.Writer) {
 	fmt.Fprintln(w, "\nThe times are of the requests that no probe held (a probe holds every slot at the upstream for a second or two); "+
 		"the gate wait is per attempt, the end-to-end time per request the upstream answered. "+
 		"Peak RSS is the process's VmHWM, reset at each phase's start, with the callers and the upstream in the same process.")
-	failed := len(r.failed())
-	if failed == 0 {
-		fmt.Fprintf(w, "\nChecks, all %d passed:\n\n", len(r.Checks))
-	} else {
-		fmt.Fprintf(w, "\nChecks, %d of %d FAILED:\n\n", failed, len(r.Checks))
-	}
-	for _, c := range r.Checks {
-		mark := ""
-		if !c.Passed {
-			mark = "**FAILED** "
-		}
-		fmt.Fprintf(w, "- %s%s\n", mark, c.line())
-	}
+	fmt.Fprintln(w)
+	cmdline.WriteChecks(w, r.Checks)
 }
 
 // waitList is the policy's waits, as "5ms, 10ms, … and 160ms".

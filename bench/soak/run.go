@@ -48,12 +48,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := cmdline.Report(stdout, c.JSON, rep, rep.markdown); err != nil {
 		return err
 	}
-	failed := rep.failed()
-	for _, ch := range failed {
-		fmt.Fprintln(stderr, "soak: "+ch.line())
-	}
-	if len(failed) > 0 {
-		return fmt.Errorf("%d of %d checks failed", len(failed), len(rep.Checks))
+	if err := cmdline.CheckFailures(stderr, "soak", rep.Checks); err != nil {
+		return err
 	}
 	if c.Doc != "" {
 		return writeSection(c.Doc, rep.section())

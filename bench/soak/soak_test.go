@@ -51,7 +51,7 @@ func TestSoak(t *testing.T) {
 	for _, c := range rep.Checks {
 		names[c.Name]++
 		if !c.Passed {
-			t.Errorf("%s", c.line())
+			t.Errorf("%s", c.Line())
 		}
 	}
 	for _, name := range []string{"liveness", "capacity", "answers", "attempts", "fifo", "busy", "resources"} {
@@ -99,7 +99,7 @@ func TestChecksFail(t *testing.T) {
 			ph, r := cleanPhase()
 			for _, c := range ph.judgeRun(r).checks {
 				if !c.Passed {
-					t.Fatalf("the clean phase failed: %s", c.line())
+					t.Fatalf("the clean phase failed: %s", c.Line())
 				}
 			}
 			ph, r = cleanPhase()
