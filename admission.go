@@ -90,20 +90,33 @@ func (s UpstreamState) String() string {
 //   - exactly one probe is in flight at a time, and it is a real request:
 //     the front of the queue's attempt, sent on the ProbeWaits schedule and
 //     never before the not-before time that a server set;
+//   - a request whose deadline less its policy's reserve comes before the
+//     next probe brings the probe forward to then, though no sooner than
+//     the first probe wait after the last failure, so that it has the
+//     upstream's answer before it must give up;
 //   - a waiting request leaves at once, with an error that wraps
-//     ErrUpstreamDown and the last failure, when the next probe or the
-//     not-before time comes after its deadline less its policy's reserve.
+//     ErrUpstreamDown and the last failure, when the next chance to send,
+//     brought forward as far as it may be, or the not-before time comes
+//     after its deadline less its policy's reserve.
 //
 // When a probe is answered the key recovers: the queue is released under a
-// limit of requests in flight, which starts at 2, grows by one with each
-// success (doubling each round trip, as TCP's slow start does), halves on a
-// 429 or 529 (at a limit of 1, a 429 holds the key for the first probe
-// wait instead, jittered as probes are: the upstream is full of others'
-// requests), and ends at MaxLimit, where the key is healthy again; it is
-// healthy sooner when nobody waits and less than half the limit is in use,
-// since demand is then below it. A 429
-// without a delay on a healthy key is left to the request's own policy: it
-// is rate limiting, not an outage.
+// limit of requests in flight, which starts at a quarter of MaxLimit (at
+// least 2), grows by half a request with each success (by half each round
+// trip: the whole of MaxLimit in about four round trips, without a burst
+// of it at once), halves on a 429 or 529 (at a limit of 1, a 429 holds the
+// key for the first probe wait instead, and for the next at each 429 in a
+// row, jittered as probes are: the upstream is full of others' requests),
+// and ends at MaxLimit, where the key is healthy again; it is healthy
+// sooner when nobody waits and less than half the limit is in use, since
+// demand is then below it. A 429 without a delay on a healthy key is left
+// to the request's own policy: it is rate limiting, not an outage.
+//
+// A request's failed attempts that went through a troubled key count
+// against its policy's MaxAttempts but do not advance its Waits: the
+// Admission, not the request's backoff, spaces the key's attempts, and a
+// request at the front of the queue, which probes for everyone, would
+// otherwise reach waits too long for its deadline by the time the
+// upstream is back.
 //
 // The zero value is ready to use with the defaults. An Admission is safe for
 // concurrent use and must not be copied after first use.
@@ -199,7 +212,9 @@ type admKey struct {
 	state     UpstreamState
 	streak    int       // outage failures in a row
 	probes    int       // failed probes since the key went down
+	busy      int       // 429s in a row at a limit of 1
 	nextProbe time.Time // Down: when the next probe may go
+	earliest  time.Time // Down: the soonest a probe may be brought forward to, the first probe wait after the last failure
 	notBefore time.Time // the latest not-before time a server set
 	limit     float64   // Recovering: the limit of requests in flight
 	inFlight  int       // sent as the probe or under the limit, not yet released
@@ -270,6 +285,37 @@ func cmpOr(v, def int) int {
 		return def
 	}
 	return v
+}
+
+// recoveryGrowth is what each success adds to a recovering key's limit:
+// half a request, so the limit grows by half each round trip, from a
+// quarter of MaxLimit to all of it in about four round trips.
+const recoveryGrowth = 0.5
+
+// startLimit is a recovering key's first limit: a quarter of MaxLimit, at
+// least 2 (at most MaxLimit).
+func (a *Admission) startLimit() float64 {
+	m := a.maxLimit()
+	return float64(min(max(2, m/4), m))
+}
+
+// probeGap is the least time between a failure that the key's probe
+// schedule follows and a probe brought forward for a waiter: the first
+// probe wait, unjittered.
+func (a *Admission) probeGap() time.Duration {
+	w := a.ProbeWaits
+	if len(w) == 0 {
+		w = DefaultProbeWaits
+	}
+	return w[0]
+}
+
+// maxTime returns the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // probeWait returns the wait before probe n+1, n probes having failed,
@@ -346,18 +392,26 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 	case <-w.ready:
 	case <-wctx.Done():
 		a.mu.Lock()
+		if ctx.Err() == nil {
+			// The bound is the latest a request may be sent: what the
+			// key lets go at that instant, this waiter may be, whether
+			// or not the key's timer has run yet.
+			a.grantQueued(k, time.Now(), &changes)
+		}
 		select {
 		case <-w.ready: // granted or sent away meanwhile
 		default:
 			k.remove(w)
 			last := k.last
 			a.mu.Unlock()
+			a.notify(changes)
 			if ctx.Err() != nil {
 				return nil, time.Since(now), ctx.Err()
 			}
 			return nil, time.Since(now), downError(key, "no chance to send before the deadline's reserve", last)
 		}
 		a.mu.Unlock()
+		a.notify(changes)
 		if w.tok != nil && ctx.Err() != nil {
 			w.tok.release()
 			return nil, time.Since(now), ctx.Err()
@@ -419,6 +473,12 @@ func (a *Admission) tooLate(k *admKey, bound, now time.Time) error {
 	}
 	next := k.nextChance(now) // a probing or recovering key's: a server's not-before time, if any
 	if !next.After(bound) {
+		return nil
+	}
+	if k.state == Down && !k.earliest.After(bound) && !k.notBefore.After(bound) {
+		// The probe is brought forward to bound, so that the request
+		// has the upstream's answer before it must give up.
+		k.nextProbe = maxTime(bound, now)
 		return nil
 	}
 	return downError(k.key, fmt.Sprintf("the next chance to send, in %v, is after the deadline's reserve", next.Sub(now).Round(time.Millisecond)), k.last)
@@ -615,15 +675,16 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		// An answer: the upstream is up, whatever it thought of the
 		// request.
 		k.streak = 0
+		k.busy = 0
 		switch {
 		case probe, (k.state == Down || k.state == Probing) && !now.Before(k.notBefore) && pause == 0:
 			// The probe, or a request sent before the key went down,
 			// was answered; a server's not-before time still holds.
 			k.probes = 0
-			k.limit = float64(min(2, a.maxLimit()))
+			k.limit = a.startLimit()
 			a.setState(k, Recovering, &changes)
 		case k.state == Recovering:
-			k.limit = min(k.limit+1, float64(a.maxLimit()))
+			k.limit = min(k.limit+recoveryGrowth, float64(a.maxLimit()))
 		}
 	case class == ClassRateLimited && !paced:
 		// Rate limiting, not an outage: a recovering key halves its
@@ -640,7 +701,8 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 			// wait, jittered, before the next one goes, so that
 			// many small clients, each at a limit of 1, do not
 			// keep it full of their 429s.
-			k.pause(now.Add(a.probeWait(0)))
+			k.pause(now.Add(a.probeWait(k.busy)))
+			k.busy++
 		case k.state == Recovering:
 			k.limit = max(1, k.limit/2)
 		}
@@ -655,6 +717,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		case probe:
 			k.probes++
 			k.nextProbe = now.Add(a.probeWait(k.probes))
+			k.earliest = now.Add(a.probeGap())
 			a.setState(k, Down, &changes)
 		case k.state == Recovering && class == ClassOverloaded:
 			k.limit = max(1, k.limit/2)
@@ -666,6 +729,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 				if !paced {
 					k.nextProbe = now.Add(a.probeWait(0))
 				}
+				k.earliest = now.Add(a.probeGap())
 				a.setState(k, Down, &changes)
 			}
 		}

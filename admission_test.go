@@ -111,6 +111,44 @@ func send1(ctx context.Context, tr http.RoundTripper, id string) error {
 	return nil
 }
 
+// markDown marks a's key of base down: three refused or failed requests
+// in a row, with no policy.
+func markDown(t *testing.T, base http.RoundTripper, a *outlast.Admission) {
+	t.Helper()
+	for i := range 3 {
+		send1(t.Context(), &outlast.Transport{Base: base, Admission: a}, "mark"+strconv.Itoa(i))
+	}
+}
+
+// sendAll sends n requests through tr at once, each with a timeout of its
+// own, and waits for them: each must succeed.
+func sendAll(t *testing.T, tr http.RoundTripper, n int, timeout time.Duration) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), timeout)
+			defer cancel()
+			if err := send1(ctx, tr, strconv.Itoa(i)); err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// firstSentFrom returns when u saw its first attempt at or after from.
+func (u *upstream) firstSentFrom(from time.Time) time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, at := range u.sent {
+		if !at.Before(from) {
+			return at
+		}
+	}
+	return time.Time{}
+}
+
 // patient is a policy that outlasts a long outage: many attempts, short
 // waits, a small reserve.
 func patient() *outlast.Policy {
@@ -181,9 +219,7 @@ func TestAdmissionFailFast(t *testing.T) {
 		u := &upstream{up: start.Add(20 * time.Second), service: time.Second}
 		a := &outlast.Admission{ProbeWaits: []time.Duration{10 * time.Second}}
 		tr := &outlast.Transport{Base: u, Policy: patient(), Admission: a}
-		for i := range 3 { // marks it down; the next probe is 10 s away
-			send1(t.Context(), &outlast.Transport{Base: u, Admission: a}, "mark"+strconv.Itoa(i))
-		}
+		markDown(t, u, a) // marks it down; the next probe is 10 s away
 		s := a.State("model.test")
 		if in := time.Until(s.NextProbe); s.State != outlast.Down || in < 10*time.Second || in > 15*time.Second {
 			t.Fatalf("state %+v, want down with the next probe in 10 s, jittered up to 15 s", s)
@@ -240,17 +276,7 @@ func TestAdmissionNotBefore(t *testing.T) {
 				if err := send1(t.Context(), &outlast.Transport{Base: u, Admission: a}, "first"); err == nil {
 					t.Fatal("the first request succeeded, want the status")
 				}
-				var wg sync.WaitGroup
-				for i := range 5 {
-					wg.Go(func() {
-						ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-						defer cancel()
-						if err := send1(ctx, tr, strconv.Itoa(i)); err != nil {
-							t.Errorf("request %d: %v", i, err)
-						}
-					})
-				}
-				wg.Wait()
+				sendAll(t, tr, 5, time.Minute)
 				if n := u.sentBetween(start.Add(time.Nanosecond), start.Add(10*time.Second)); n != 0 {
 					t.Errorf("%d attempts before the 10 s the server asked for, want none", n)
 				}
@@ -285,9 +311,7 @@ func TestAdmissionPacedRecovery(t *testing.T) {
 			changes = append(changes, stateChange{from, to, at})
 			mu.Unlock()
 		}}
-		for i := range 3 {
-			send1(t.Context(), &outlast.Transport{Base: u, Admission: a}, "mark"+strconv.Itoa(i))
-		}
+		markDown(t, u, a)
 		tr := &outlast.Transport{Base: u, Policy: patient(), Admission: a}
 		var wg sync.WaitGroup
 		for i := range 30 {
@@ -324,13 +348,7 @@ func TestAdmissionPacedRecovery(t *testing.T) {
 		}
 		// The probe succeeds at the first probe time after 10 s; the
 		// second round holds 2, not the whole queue.
-		probeAt := u.up
-		for _, at := range u.sent {
-			if !at.Before(u.up) {
-				probeAt = at
-				break
-			}
-		}
+		probeAt := u.firstSentFrom(u.up)
 		if n := u.sentBetween(probeAt, probeAt.Add(time.Second+time.Millisecond)); n != 3 {
 			t.Errorf("%d attempts in the probe's second, want 3: the probe, then 2 at once when it succeeds", n)
 		}
@@ -386,9 +404,7 @@ func TestAdmissionQueueAndCancel(t *testing.T) {
 		start := time.Now()
 		u := &upstream{up: start.Add(5 * time.Second), service: time.Second}
 		a := &outlast.Admission{MaxQueue: 2}
-		for i := range 3 {
-			send1(t.Context(), &outlast.Transport{Base: u, Admission: a}, "mark"+strconv.Itoa(i))
-		}
+		markDown(t, u, a)
 		tr := &outlast.Transport{Base: u, Admission: a}
 		quitter, quit := context.WithCancel(t.Context())
 		var wg sync.WaitGroup
@@ -482,18 +498,17 @@ func TestAdmissionPacesOnRateLimitHeaders(t *testing.T) {
 
 // A recovering key at a limit of 1 that still gets a 429 holds for the
 // first probe wait, jittered up by as much as half, before its next
-// attempt: others hold the upstream, and a client that kept one request
-// at it would keep it full of 429s. Before that, a probe's 429 recovers
-// the key at a limit of 1, and the request's own policy paces its retry.
+// attempt, and for the next probe wait at a second 429 in a row: others
+// hold the upstream, and a client that kept one request at it would keep
+// it full of 429s. Before that, a probe's 429 recovers the key at a limit
+// of 1, and the request's own policy paces its retry.
 func TestAdmissionRateLimitedAtOnePauses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		refused := step{err: errRefused}
 		busy := step{status: 429}
-		f := newFake(refused, refused, refused, busy, busy, step{})
-		a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}}
-		for i := range 3 {
-			send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "mark"+strconv.Itoa(i))
-		}
+		f := newFake(refused, refused, refused, busy, busy, busy, step{})
+		a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second, 4 * time.Second}}
+		markDown(t, f, a)
 		tr := &outlast.Transport{Base: f, Admission: a, Policy: patient()}
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
@@ -501,14 +516,17 @@ func TestAdmissionRateLimitedAtOnePauses(t *testing.T) {
 			t.Fatal(err)
 		}
 		at := f.attempts()
-		if len(at) != 6 {
-			t.Fatalf("%d attempts, want 6: 3 refused, the probe's 429, a 429 at a limit of 1, a success", len(at))
+		if len(at) != 7 {
+			t.Fatalf("%d attempts, want 7: 3 refused, the probe's 429, two 429s at a limit of 1, a success", len(at))
 		}
 		if d := at[4].at.Sub(at[3].at); d != 500*time.Millisecond {
 			t.Errorf("the retry after the probe's 429 went %v after it, want the policy's 500ms", d)
 		}
 		if d := at[5].at.Sub(at[4].at); d < time.Second || d > 1500*time.Millisecond {
 			t.Errorf("the retry after a 429 at a limit of 1 went %v after it, want the first probe wait, 1 s to 1.5 s", d)
+		}
+		if d := at[6].at.Sub(at[5].at); d < 4*time.Second || d > 6*time.Second {
+			t.Errorf("the retry after a second 429 in a row at a limit of 1 went %v after it, want the second probe wait, 4 s to 6 s", d)
 		}
 	})
 }
@@ -540,4 +558,110 @@ func TestAdmissionRetryBudget(t *testing.T) {
 			t.Errorf("%d requests refused a retry, want 19", refused)
 		}
 	})
+}
+
+// A request whose deadline less its reserve comes before a down key's
+// next probe, but no sooner than the first probe wait after the last
+// failure, is not sent away: the probe is brought forward to its bound,
+// so that it has the upstream's answer before it must give up. Sooner than
+// that, it is sent away at once.
+func TestAdmissionProbeBroughtForward(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		u := &upstream{up: start.Add(time.Hour), service: time.Second}
+		a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second, time.Minute}}
+		tr := &outlast.Transport{Base: u, Admission: a} // one attempt each: the bound is the deadline
+		for i := range 3 {
+			send1(t.Context(), tr, "mark"+strconv.Itoa(i))
+		}
+		// The first probe, 1 s to 1.5 s after the marking, fails; the
+		// next is a minute away.
+		if err := send1(t.Context(), tr, "first probe"); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("the first probe: %v, want refused", err)
+		}
+		failed := time.Now()
+		if s := a.State("model.test"); s.State != outlast.Down || time.Until(s.NextProbe) < time.Minute {
+			t.Fatalf("after the failed probe: %+v, want down with the next probe a minute or more away", s)
+		}
+		// Half a second is sooner than the first probe wait: sent away.
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		err := send1(ctx, tr, "too soon")
+		cancel()
+		if !errors.Is(err, outlast.ErrUpstreamDown) || time.Since(failed) != 0 {
+			t.Errorf("a 0.5 s deadline: %v after %v, want ErrUpstreamDown at once", err, time.Since(failed))
+		}
+		// 3 s less a 1 s reserve: the probe is brought forward to then.
+		ctx, cancel = context.WithTimeout(t.Context(), 4*time.Second)
+		p := &outlast.Policy{Waits: []time.Duration{time.Second}, Reserve: time.Second}
+		err = send1(ctx, &outlast.Transport{Base: u, Admission: a, Policy: p}, "brought forward")
+		cancel()
+		if !errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, outlast.ErrUpstreamDown) {
+			t.Errorf("a 4 s deadline with a 1 s reserve: %v, want the refused connection of its own probe", err)
+		}
+		u.mu.Lock()
+		last := u.sent[len(u.sent)-1]
+		n := len(u.sent)
+		u.mu.Unlock()
+		if n != 5 || last != failed.Add(3*time.Second) {
+			t.Errorf("%d attempts, the last %v after the failed probe, want 5, the last at 3 s, the deadline less the reserve", n, last.Sub(failed))
+		}
+	})
+}
+
+// A recovering key starts at a quarter of MaxLimit in flight, and each
+// success adds half a request to the limit.
+func TestAdmissionRecoveryStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		u := &upstream{up: start.Add(500 * time.Millisecond), service: time.Second}
+		a := &outlast.Admission{MaxLimit: 40}
+		markDown(t, u, a)
+		tr := &outlast.Transport{Base: u, Policy: patient(), Admission: a}
+		sendAll(t, tr, 60, time.Minute)
+		probeAt := u.firstSentFrom(u.up)
+		// The probe is answered after 1 s: 10 go (a quarter of 40);
+		// each of those adds half a request, so 15 go a second later.
+		for i, want := range []int{1, 10, 15} {
+			from := probeAt.Add(time.Duration(i) * time.Second)
+			if n := u.sentBetween(from, from.Add(time.Millisecond)); n != want {
+				t.Errorf("%d attempts %d s after the probe went, want %d", n, i, want)
+			}
+		}
+	})
+}
+
+// Failed attempts that a troubled key's Admission let through count
+// against MaxAttempts but do not advance the request's waits: the
+// Admission spaces the key's attempts, and a request that probed for
+// everyone would otherwise reach waits too long for its deadline.
+func TestAdmissionAttemptsKeepWaits(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		policy   *outlast.Policy
+		refused  bool // the request fails with the last probe's refused connection
+		attempts int
+	}{
+		// Two failed probes, then the third succeeds: without the rule
+		// the second failure's wait, 10 min, would not fit the minute.
+		{"waits", &outlast.Policy{Waits: []time.Duration{100 * time.Millisecond, 10 * time.Minute}, Reserve: -1}, false, 6},
+		{"MaxAttempts 2", &outlast.Policy{Waits: []time.Duration{100 * time.Millisecond}, MaxAttempts: 2, Reserve: -1}, true, 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				refused := step{err: errRefused}
+				f := newFake(refused, refused, refused, refused, refused, step{})
+				a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}}
+				markDown(t, f, a)
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				defer cancel()
+				err := send1(ctx, &outlast.Transport{Base: f, Admission: a, Policy: c.policy}, "r")
+				if got := errors.Is(err, syscall.ECONNREFUSED); got != c.refused || !got && err != nil {
+					t.Errorf("got %v, want refused %v", err, c.refused)
+				}
+				if n := len(f.attempts()); n != c.attempts {
+					t.Errorf("%d attempts, want %d: 3 to mark the key down, then probes", n, c.attempts)
+				}
+			})
+		})
+	}
 }

@@ -96,6 +96,7 @@ func (a *Admission) Learn(key string, s FleetState) {
 		if k.state != Down || s.NextProbe.After(k.nextProbe) {
 			k.nextProbe = s.NextProbe
 		}
+		k.earliest = now.Add(a.probeGap()) // as after a failure of its own
 		a.setState(k, Down, &changes)
 	case Recovering:
 		if k.state == Probing {

@@ -103,7 +103,7 @@ func doOnce(ctx context.Context, n int, hooks callHooks, attempt func(context.Co
 	retry := false
 	if err != nil {
 		// Do validated the policy, so decide cannot fail.
-		wait, retry, _ = s.decide(ctx, err, at.Start)
+		wait, retry, _ = s.decide(ctx, err, at.Start, false)
 		if retry {
 			at.RetryIn = wait
 			logRetry(ctx, slog.Default(), "", n, err, wait)
@@ -138,13 +138,17 @@ type schedule struct {
 	once  bool      // the request's body cannot be sent again
 	first time.Time // the first attempt's start, for Window
 	n     int       // the failures decided on so far
+	paced int       // of those, attempts that an Admission let through a troubled key
 }
 
 // decide reports whether a request whose latest attempt, sent at start,
 // failed with err is tried again, and after how long a wait. The policy
 // is read only now that a request has failed: the first call checks it,
-// and a policy that fails Validate is an error wrapping err.
-func (s *schedule) decide(ctx context.Context, err error, start time.Time) (time.Duration, bool, error) {
+// and a policy that fails Validate is an error wrapping err. paced says
+// that the attempt went through a troubled key of an Admission: its
+// failure counts against MaxAttempts but does not advance the waits, since
+// the Admission, not the request's backoff, spaces the key's attempts.
+func (s *schedule) decide(ctx context.Context, err error, start time.Time, paced bool) (time.Duration, bool, error) {
 	if s.p == nil || s.once {
 		return 0, false, nil
 	}
@@ -155,6 +159,9 @@ func (s *schedule) decide(ctx context.Context, err error, start time.Time) (time
 		s.first = start
 	}
 	s.n++
+	if paced {
+		s.paced++
+	}
 	if ctx.Err() != nil || !s.p.retryable(err) {
 		return 0, false, nil
 	}
@@ -173,7 +180,7 @@ func (s *schedule) waitFor(ctx context.Context, err error) (time.Duration, bool)
 	if !hasDeadline && s.n > len(p.Waits) {
 		return 0, false // without a deadline, the list is the bound
 	}
-	w := p.Waits[min(s.n, len(p.Waits))-1]
+	w := p.Waits[min(max(s.n-s.paced, 1), len(p.Waits))-1]
 	serverSet := false
 	if d, has := errDelay(err); has {
 		switch p.RetryAfter {

@@ -156,7 +156,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return res.resp, err
 		}
 		// The policy is read only now that an attempt has failed.
-		wait, retry, err := c.sched.decide(c.ctx, res.fail, res.at.Start)
+		wait, retry, err := c.sched.decide(c.ctx, res.fail, res.at.Start, res.admitted)
 		if err != nil || !retry {
 			return c.stop(res, err)
 		}
@@ -208,9 +208,10 @@ type call struct {
 // return at once; otherwise resp, if any, is a failed response whose body
 // is still unread.
 type result struct {
-	resp *http.Response
-	fail error
-	at   Attempt
+	resp     *http.Response
+	fail     error
+	at       Attempt
+	admitted bool // the Admission let it through a troubled key: its pacing, not the request's waits, spaces what follows
 }
 
 // attempt makes the next attempt: it takes the gate, sends, and classifies
@@ -229,6 +230,7 @@ func (c *call) attempt() (result, error) {
 		return res, err
 	}
 	tok, err := c.admit(r, &res.at)
+	res.admitted = tok != nil
 	if err != nil {
 		closeBody(r)
 		return res, err
