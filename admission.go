@@ -93,7 +93,8 @@ func (s UpstreamState) String() string {
 //   - a request whose deadline less its policy's reserve comes before the
 //     next probe brings the probe forward to then, though no sooner than
 //     the first probe wait after the last failure, so that it has the
-//     upstream's answer before it must give up;
+//     upstream's answer before it must give up (not a request without a
+//     reserve, which would have no time left to use it);
 //   - a waiting request leaves at once, with an error that wraps
 //     ErrUpstreamDown and the last failure, when the next chance to send,
 //     brought forward as far as it may be, or the not-before time comes
@@ -248,6 +249,7 @@ func (a arrival) before(b arrival) bool {
 type admWaiter struct {
 	arrived arrival   // its request's, for the queue's order
 	bound   time.Time // its deadline less its reserve; zero for none
+	early   bool      // a probe may be brought forward to bound: its deadline is later
 	ready   chan struct{}
 	// Set under the lock before ready is closed.
 	tok *admToken
@@ -368,7 +370,11 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 		}
 		return tok, 0, nil
 	}
-	if err := a.tooLate(k, bound, now); err != nil {
+	// A probe is brought forward only for a request with time left
+	// after its bound: one without a reserve could not use it.
+	deadline, ok := ctx.Deadline()
+	early := ok && deadline.After(bound)
+	if err := a.tooLate(k, bound, early, now); err != nil {
 		a.mu.Unlock()
 		return nil, 0, err
 	}
@@ -376,7 +382,7 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 		a.mu.Unlock()
 		return nil, 0, fmt.Errorf("outlast: admission %q: %w", key, ErrBusy)
 	}
-	w := &admWaiter{arrived: *arrived, bound: bound, ready: make(chan struct{})}
+	w := &admWaiter{arrived: *arrived, bound: bound, early: early, ready: make(chan struct{})}
 	ahead := k.enqueue(w) + k.inFlight
 	a.arm(k, now)
 	a.mu.Unlock()
@@ -466,8 +472,10 @@ func (a *Admission) take(k *admKey, now time.Time, changes *[]transition) *admTo
 
 // tooLate returns the error for a request that cannot wait: the next
 // chance to send comes after bound, a down key's next probe or a server's
-// not-before time for any key.
-func (a *Admission) tooLate(k *admKey, bound, now time.Time) error {
+// not-before time for any key. For a request that may have its probe
+// brought forward (early), a down key's next probe is brought forward to
+// bound when it may be.
+func (a *Admission) tooLate(k *admKey, bound time.Time, early bool, now time.Time) error {
 	if bound.IsZero() {
 		return nil
 	}
@@ -475,7 +483,7 @@ func (a *Admission) tooLate(k *admKey, bound, now time.Time) error {
 	if !next.After(bound) {
 		return nil
 	}
-	if k.state == Down && !k.earliest.After(bound) && !k.notBefore.After(bound) {
+	if early && k.state == Down && !k.earliest.After(bound) && !k.notBefore.After(bound) {
 		// The probe is brought forward to bound, so that the request
 		// has the upstream's answer before it must give up.
 		k.nextProbe = maxTime(bound, now)
@@ -589,7 +597,7 @@ func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition)
 func (a *Admission) sendAway(k *admKey, now time.Time) {
 	kept := k.q[:0]
 	for _, w := range k.q {
-		if err := a.tooLate(k, w.bound, now); err != nil {
+		if err := a.tooLate(k, w.bound, w.early, now); err != nil {
 			w.err = err
 			close(w.ready)
 			continue

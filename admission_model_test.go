@@ -874,7 +874,7 @@ func (m *model) checkSentAway(r *reqRecord) {
 		if e.to != outlast.Down || !down || !next.After(r.bound) {
 			continue
 		}
-		if !e.at.Add(m.probeWaits[0]).After(r.bound) && !e.after.NotBefore.After(r.bound) {
+		if r.bound.Before(r.deadline) && !e.at.Add(m.probeWaits[0]).After(r.bound) && !e.after.NotBefore.After(r.bound) {
 			continue // the probe is brought forward to its bound
 		}
 		for _, w := range r.queued() {
@@ -1037,13 +1037,13 @@ func (m *model) checkProbeWaits(since time.Time, xs []*sentAttempt) {
 }
 
 // broughtForward reports whether a probe at t may have been brought
-// forward, no sooner than from, for a request under way: one whose
-// deadline less its reserve lies in [from, t], and that had not returned
-// before from. The probe stays brought forward when that request leaves
+// forward, no sooner than from, for a request under way: one with a
+// reserve whose deadline less it lies in [from, t], and that had not
+// returned before from. The probe stays brought forward when that request leaves
 // first.
 func (m *model) broughtForward(from, t time.Time) bool {
 	for _, r := range m.reqs {
-		if r.bound.Before(from) || r.bound.After(t) || r.arrival.After(t) {
+		if r.bound.Before(from) || r.bound.After(t) || r.arrival.After(t) || !r.bound.Before(r.deadline) {
 			continue
 		}
 		if r.ret.IsZero() || !r.ret.Before(from) {

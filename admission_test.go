@@ -590,6 +590,14 @@ func TestAdmissionProbeBroughtForward(t *testing.T) {
 		if !errors.Is(err, outlast.ErrUpstreamDown) || time.Since(failed) != 0 {
 			t.Errorf("a 0.5 s deadline: %v after %v, want ErrUpstreamDown at once", err, time.Since(failed))
 		}
+		// Without a reserve the bound is the deadline, with no time left
+		// for an attempt at it: sent away.
+		ctx, cancel = context.WithTimeout(t.Context(), 3*time.Second)
+		err = send1(ctx, tr, "no reserve")
+		cancel()
+		if !errors.Is(err, outlast.ErrUpstreamDown) || time.Since(failed) != 0 {
+			t.Errorf("a 3 s deadline without a reserve: %v after %v, want ErrUpstreamDown at once", err, time.Since(failed))
+		}
 		// 3 s less a 1 s reserve: the probe is brought forward to then.
 		ctx, cancel = context.WithTimeout(t.Context(), 4*time.Second)
 		p := &outlast.Policy{Waits: []time.Duration{time.Second}, Reserve: time.Second}
