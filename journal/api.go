@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -174,12 +175,8 @@ func (a *API) storeError(w http.ResponseWriter, err error) {
 // parseQuery reads List's parameters, naming the one that is wrong.
 func parseQuery(v url.Values) (Query, error) {
 	q := Query{Run: v.Get("run"), Cursor: v.Get("cursor")}
-	for key := range v {
-		switch key {
-		case "run", "status", "since", "limit", "cursor":
-		default:
-			return q, fmt.Errorf("outlast: unknown query parameter %q (want run, status, since, limit or cursor)", key)
-		}
+	if err := knownKeys(v, "run, status, since, limit or cursor", "run", "status", "since", "limit", "cursor"); err != nil {
+		return q, err
 	}
 	if s := v.Get("status"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -188,48 +185,46 @@ func parseQuery(v url.Values) (Query, error) {
 		}
 		q.Status = n
 	}
-	if s := v.Get("since"); s != "" {
-		t, err := parseSince(s)
-		if err != nil {
-			return q, fmt.Errorf("outlast: since %q: want an RFC 3339 time or a duration ago such as 15m", s)
-		}
-		q.Since = t
-	}
-	if s := v.Get("limit"); s != "" {
-		n, err := parseLimit(s)
-		if err != nil {
-			return q, err
-		}
-		q.Limit = n
-	}
-	return q, nil
+	var err error
+	q.Since, q.Limit, err = sinceAndLimit(v)
+	return q, err
 }
 
 // parseStateQuery reads States' parameters, naming the one that is wrong.
 func parseStateQuery(v url.Values) (StateQuery, error) {
 	q := StateQuery{Upstream: v.Get("upstream")}
+	if err := knownKeys(v, "upstream, since or limit", "upstream", "since", "limit"); err != nil {
+		return q, err
+	}
+	var err error
+	q.Since, q.Limit, err = sinceAndLimit(v)
+	return q, err
+}
+
+// knownKeys returns an error naming the first parameter of v not in keys;
+// want lists them for the message.
+func knownKeys(v url.Values, want string, keys ...string) error {
 	for key := range v {
-		switch key {
-		case "upstream", "since", "limit":
-		default:
-			return q, fmt.Errorf("outlast: unknown query parameter %q (want upstream, since or limit)", key)
+		if !slices.Contains(keys, key) {
+			return fmt.Errorf("outlast: unknown query parameter %q (want %s)", key, want)
 		}
 	}
+	return nil
+}
+
+// sinceAndLimit reads the since and limit parameters, zero when absent.
+func sinceAndLimit(v url.Values) (since time.Time, limit int, err error) {
 	if s := v.Get("since"); s != "" {
-		t, err := parseSince(s)
-		if err != nil {
-			return q, fmt.Errorf("outlast: since %q: want an RFC 3339 time or a duration ago such as 15m", s)
+		if since, err = parseSince(s); err != nil {
+			return since, 0, fmt.Errorf("outlast: since %q: want an RFC 3339 time or a duration ago such as 15m", s)
 		}
-		q.Since = t
 	}
 	if s := v.Get("limit"); s != "" {
-		n, err := parseLimit(s)
-		if err != nil {
-			return q, err
+		if limit, err = parseLimit(s); err != nil {
+			return since, 0, err
 		}
-		q.Limit = n
 	}
-	return q, nil
+	return since, limit, nil
 }
 
 // parseLimit reads a limit parameter.
