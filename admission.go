@@ -103,14 +103,20 @@ func (s UpstreamState) String() string {
 // When a probe is answered the key recovers: the queue is released under a
 // limit of requests in flight, which starts at a quarter of MaxLimit (at
 // least 2), grows by half a request with each success (by half each round
-// trip: the whole of MaxLimit in about four round trips, without a burst
-// of it at once), halves on a 429 or 529 (at a limit of 1, a 429 holds the
+// trip: the whole of MaxLimit in about four round trips), halves on a 429
+// or 529 (at a limit of 1, a 429 holds the
 // key for the first probe wait instead, and for the next at each 429 in a
 // row, jittered as probes are: the upstream is full of others' requests),
 // and ends at MaxLimit, where the key is healthy again; it is healthy
 // sooner when nobody waits and less than half the limit is in use, since
-// demand is then below it. A 429 without a delay on a healthy key is left
-// to the request's own policy: it is rate limiting, not an outage.
+// demand is then below it. While it recovers its requests are paced, one
+// every round trip over the limit (the round trip a moving average of the
+// time to a success, or the latest success's if shorter), so that a
+// limit's worth goes out over a round trip and their answers, and the
+// places those free, do not come in bursts; a waiter at its deadline less
+// its reserve goes ahead of the pace, never of the limit. A 429 without a
+// delay on a healthy key is left to the request's own policy: it is rate
+// limiting, not an outage.
 //
 // A request's failed attempts that went through a troubled key count
 // against its policy's MaxAttempts but do not advance its Waits: the
@@ -211,15 +217,18 @@ func (a *Admission) State(key string) AdmissionState {
 type admKey struct {
 	key       string
 	state     UpstreamState
-	streak    int       // outage failures in a row
-	probes    int       // failed probes since the key went down
-	busy      int       // 429s in a row at a limit of 1
-	nextProbe time.Time // Down: when the next probe may go
-	earliest  time.Time // Down: the soonest a probe may be brought forward to, the first probe wait after the last failure
-	notBefore time.Time // the latest not-before time a server set
-	limit     float64   // Recovering: the limit of requests in flight
-	inFlight  int       // sent as the probe or under the limit, not yet released
-	probe     *admToken // Probing: the probe in flight
+	streak    int           // outage failures in a row
+	probes    int           // failed probes since the key went down
+	busy      int           // 429s in a row at a limit of 1
+	nextProbe time.Time     // Down: when the next probe may go
+	earliest  time.Time     // Down: the soonest a probe may be brought forward to, the first probe wait after the last failure
+	notBefore time.Time     // the latest not-before time a server set
+	limit     float64       // Recovering: the limit of requests in flight
+	rtt       time.Duration // a smoothed round trip of the answers to tokens, 0 until one
+	pace      time.Duration // Recovering: the round trip that paces grants, rtt or the latest answer's if shorter
+	nextGrant time.Time     // Recovering: grants are paced a round trip over the limit apart
+	inFlight  int           // sent as the probe or under the limit, not yet released
+	probe     *admToken     // Probing: the probe in flight
 	q         []*admWaiter
 	last      error // the last outage failure
 	timer     *time.Timer
@@ -263,6 +272,7 @@ type admToken struct {
 	k        *admKey
 	probe    bool
 	released bool
+	granted  time.Time // when it was let go, for the key's round trip
 	// fleetDone, if not nil, gives back what the Fleet granted: the
 	// probe, told the state its answer led to, or a place under the
 	// fleet's limit.
@@ -402,7 +412,12 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 			// The bound is the latest a request may be sent: what the
 			// key lets go at that instant, this waiter may be, whether
 			// or not the key's timer has run yet.
-			a.grantQueued(k, time.Now(), &changes)
+			t := time.Now()
+			a.grantQueued(k, t, &changes)
+			if len(k.q) > 0 && k.q[0] == w && k.state == Recovering && k.inFlight < int(k.limit) && !t.Before(k.notBefore) {
+				k.nextGrant = t // the pace yields to a request at its bound, not the limit
+				a.grantQueued(k, t, &changes)
+			}
 		}
 		select {
 		case <-w.ready: // granted or sent away meanwhile
@@ -461,11 +476,17 @@ func (a *Admission) take(k *admKey, now time.Time, changes *[]transition) *admTo
 		a.setState(k, Probing, changes)
 		tok = &admToken{a: a, k: k, probe: true}
 		k.probe = tok
-	case k.state == Recovering && k.inFlight < int(k.limit):
+	case k.state == Recovering && k.inFlight < int(k.limit) && !now.Before(k.nextGrant):
 		tok = &admToken{a: a, k: k}
+		if k.pace > 0 {
+			// A limit's worth goes out over a round trip, not at once:
+			// their answers, and the grants those free, do not bunch.
+			k.nextGrant = now.Add(time.Duration(float64(k.pace) / k.limit))
+		}
 	default:
 		return nil
 	}
+	tok.granted = now
 	k.inFlight++
 	return tok
 }
@@ -545,7 +566,11 @@ func (a *Admission) arm(k *admKey, now time.Time) {
 	if len(k.q) == 0 || k.asking {
 		return // askProbe arms it, if the probe is not granted
 	}
-	d := k.nextChance(now).Sub(now)
+	at := k.nextChance(now)
+	if k.state == Recovering && k.nextGrant.After(at) && k.inFlight < int(k.limit) {
+		at = k.nextGrant
+	}
+	d := at.Sub(now)
 	if d <= 0 && k.state != Down {
 		return // a recovering key's waiters go as places free up
 	}
@@ -684,6 +709,18 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		// request.
 		k.streak = 0
 		k.busy = 0
+		if tok != nil {
+			// The round trip that paces grants: a moving average, but
+			// never above the latest answer's, so that the pace follows
+			// an upstream that has become faster at once.
+			d := now.Sub(tok.granted)
+			if k.rtt == 0 {
+				k.rtt = d
+			} else {
+				k.rtt += (d - k.rtt) / 8
+			}
+			k.pace = min(k.rtt, d)
+		}
 		switch {
 		case probe, (k.state == Down || k.state == Probing) && !now.Before(k.notBefore) && pause == 0:
 			// The probe, or a request sent before the key went down,

@@ -149,6 +149,20 @@ func (u *upstream) firstSentFrom(from time.Time) time.Time {
 	return time.Time{}
 }
 
+// firstChange returns an OnState func and a channel that gets the time of
+// the first change to state to.
+func firstChange(to outlast.UpstreamState) (func(string, outlast.UpstreamState, outlast.UpstreamState, time.Time), <-chan time.Time) {
+	c := make(chan time.Time, 1)
+	return func(_ string, _, s outlast.UpstreamState, at time.Time) {
+		if s == to {
+			select {
+			case c <- at:
+			default:
+			}
+		}
+	}, c
+}
+
 // patient is a policy that outlasts a long outage: many attempts, short
 // waits, a small reserve.
 func patient() *outlast.Policy {
@@ -347,10 +361,11 @@ func TestAdmissionPacedRecovery(t *testing.T) {
 			t.Errorf("peak in flight %d, want at most MaxLimit 8", u.peak)
 		}
 		// The probe succeeds at the first probe time after 10 s; the
-		// second round holds 2, not the whole queue.
+		// next round holds 2, not the whole queue, half a round trip
+		// apart.
 		probeAt := u.firstSentFrom(u.up)
-		if n := u.sentBetween(probeAt, probeAt.Add(time.Second+time.Millisecond)); n != 3 {
-			t.Errorf("%d attempts in the probe's second, want 3: the probe, then 2 at once when it succeeds", n)
+		if n := u.sentBetween(probeAt, probeAt.Add(1500*time.Millisecond+time.Millisecond)); n != 3 {
+			t.Errorf("%d attempts in the 1.5 s from the probe, want 3: the probe, then 2 paced 0.5 s apart once it succeeds", n)
 		}
 		if s := a.State("model.test"); s.State != outlast.Healthy {
 			t.Errorf("after the backlog: %+v, want healthy", s)
@@ -616,23 +631,42 @@ func TestAdmissionProbeBroughtForward(t *testing.T) {
 	})
 }
 
-// A recovering key starts at a quarter of MaxLimit in flight, and each
-// success adds half a request to the limit.
+// A recovering key starts at a quarter of MaxLimit in flight, its grants
+// paced a round trip over the limit apart, and each success adds half a
+// request to the limit.
 func TestAdmissionRecoveryStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		u := &upstream{up: start.Add(500 * time.Millisecond), service: time.Second}
-		a := &outlast.Admission{MaxLimit: 40}
+		onState, recovered := firstChange(outlast.Recovering)
+		a := &outlast.Admission{MaxLimit: 40, OnState: onState}
 		markDown(t, u, a)
 		tr := &outlast.Transport{Base: u, Policy: patient(), Admission: a}
-		sendAll(t, tr, 60, time.Minute)
-		probeAt := u.firstSentFrom(u.up)
-		// The probe is answered after 1 s: 10 go (a quarter of 40);
-		// each of those adds half a request, so 15 go a second later.
-		for i, want := range []int{1, 10, 15} {
-			from := probeAt.Add(time.Duration(i) * time.Second)
-			if n := u.sentBetween(from, from.Add(time.Millisecond)); n != want {
-				t.Errorf("%d attempts %d s after the probe went, want %d", n, i, want)
+		done := make(chan struct{})
+		go func() { sendAll(t, tr, 60, time.Minute); close(done) }()
+		answered := <-recovered // the probe's answer, 1 s after it went
+		// By 1.95 s later the first round's 10 have succeeded, and none
+		// of the next: 10 + 10 × 0.5.
+		time.Sleep(time.Until(answered.Add(1950 * time.Millisecond)))
+		if s := a.State("model.test"); s.Limit != 15 {
+			t.Errorf("limit %d after the first round's 10 successes, want 15", s.Limit)
+		}
+		<-done
+		// The first round: a quarter of 40, paced 1 s / 10 apart.
+		u.mu.Lock()
+		var round []time.Time
+		for _, at := range u.sent {
+			if !at.Before(answered) && at.Before(answered.Add(time.Second)) {
+				round = append(round, at)
+			}
+		}
+		u.mu.Unlock()
+		if len(round) != 10 {
+			t.Fatalf("%d attempts in the round trip after the probe's answer, want 10: a quarter of MaxLimit 40", len(round))
+		}
+		for i, at := range round {
+			if want := answered.Add(time.Duration(i) * 100 * time.Millisecond); !at.Equal(want) {
+				t.Errorf("attempt %d of the first round went %v after the probe's answer, want %v: paced 100 ms apart", i+1, at.Sub(answered), want.Sub(answered))
 			}
 		}
 	})
@@ -672,4 +706,44 @@ func TestAdmissionAttemptsKeepWaits(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A request at its deadline less its reserve goes ahead of the pace, though
+// not of the limit: the bound is the latest it may be sent.
+func TestAdmissionBoundAheadOfPace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		u := &upstream{up: start.Add(500 * time.Millisecond), service: 10 * time.Second}
+		onState, probing := firstChange(outlast.Probing)
+		a := &outlast.Admission{MaxLimit: 4, OnState: onState}
+		markDown(t, u, a)
+		tr := &outlast.Transport{Base: u, Policy: patient(), Admission: a}
+		var wg sync.WaitGroup
+		for _, id := range []string{"probe", "first"} {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+				defer cancel()
+				if err := send1(ctx, tr, id); err != nil {
+					t.Errorf("%s: %v", id, err)
+				}
+			})
+			synctest.Wait()
+		}
+		// The probe is answered 10 s after it went: the first waiter
+		// goes then, and the pace (10 s over a limit of 2) holds the
+		// next until 5 s later. This one's bound is 1 s after the
+		// answer (its deadline less the policy's 1 s reserve).
+		answered := (<-probing).Add(10 * time.Second)
+		ctx, cancel := context.WithDeadline(t.Context(), answered.Add(2*time.Second))
+		defer cancel()
+		// Sent at its bound, its attempt cannot finish in the second
+		// left: it ends with its deadline, not sent away.
+		if err := send1(ctx, tr, "bound"); errors.Is(err, outlast.ErrUpstreamDown) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("the request with its bound 1 s after the probe's answer: %v, want its deadline, having been sent at its bound ahead of the pace", err)
+		}
+		wg.Wait()
+		if at := u.firstSentFrom(answered.Add(time.Millisecond)); !at.Equal(answered.Add(time.Second)) {
+			t.Errorf("the attempt after the first waiter's went %v after the probe's answer, want 1 s: at the third request's bound", at.Sub(answered))
+		}
+	})
 }

@@ -139,7 +139,7 @@ func (a *Admission) askProbe(k *admKey) {
 	switch {
 	case ok && k.state == Down && len(k.q) > 0 && !now.Before(k.nextChance(now)):
 		a.setState(k, Probing, &changes)
-		tok := &admToken{a: a, k: k, probe: true, fleetDone: done}
+		tok := &admToken{a: a, k: k, probe: true, fleetDone: done, granted: now}
 		k.probe = tok
 		k.inFlight++
 		w := k.q[0]
