@@ -92,9 +92,11 @@ func (s UpstreamState) String() string {
 //     never before the not-before time that a server set;
 //   - a request whose deadline less its policy's reserve comes before the
 //     next probe brings the probe forward to then, though no sooner than
-//     the first probe wait after the last failure, so that it has the
-//     upstream's answer before it must give up (not a request without a
-//     reserve, which would have no time left to use it);
+//     the first probe wait after the last failure, if it is at the front
+//     of the queue, whose attempt the probe is, so that it has the
+//     upstream's answer before it must give up (not for a request without
+//     a reserve, which would have no time left to use it, nor with a
+//     Fleet, whose probe is granted away from the lock);
 //   - a waiting request leaves at once, with an error that wraps
 //     ErrUpstreamDown and the last failure, when the next chance to send,
 //     brought forward as far as it may be, or the not-before time comes
@@ -114,12 +116,14 @@ func (s UpstreamState) String() string {
 // time to a success, or the latest success's if shorter), so that a
 // limit's worth goes out over a round trip and their answers, and the
 // places those free, do not come in bursts; a waiter at its deadline less
-// its reserve goes ahead of the pace, never of the limit. A 429 without a
+// its reserve goes ahead of the pace, never of the limit (not with a
+// Fleet). A 429 without a
 // delay on a healthy key is left to the request's own policy: it is rate
 // limiting, not an outage.
 //
 // A request's failed attempts that went through a troubled key count
-// against its policy's MaxAttempts but do not advance its Waits: the
+// against its policy's MaxAttempts but, in the Transport's own retries (not
+// those of Do around it), do not advance its Waits: the
 // Admission, not the request's backoff, spaces the key's attempts, and a
 // request at the front of the queue, which probes for everyone, would
 // otherwise reach waits too long for its deadline by the time the
@@ -272,7 +276,7 @@ type admToken struct {
 	k        *admKey
 	probe    bool
 	released bool
-	granted  time.Time // when it was let go, for the key's round trip
+	granted  time.Time // when it was let go, then sent (sending), for the key's round trip
 	// fleetDone, if not nil, gives back what the Fleet granted: the
 	// probe, told the state its answer led to, or a place under the
 	// fleet's limit.
@@ -320,14 +324,6 @@ func (a *Admission) probeGap() time.Duration {
 		w = DefaultProbeWaits
 	}
 	return w[0]
-}
-
-// maxTime returns the later of a and b.
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // probeWait returns the wait before probe n+1, n probes having failed,
@@ -380,19 +376,20 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 		}
 		return tok, 0, nil
 	}
-	// A probe is brought forward only for a request with time left
-	// after its bound: one without a reserve could not use it.
-	deadline, ok := ctx.Deadline()
-	early := ok && deadline.After(bound)
-	if err := a.tooLate(k, bound, early, now); err != nil {
-		a.mu.Unlock()
-		return nil, 0, err
-	}
 	if len(k.q) >= a.maxQueue() {
 		a.mu.Unlock()
 		return nil, 0, fmt.Errorf("outlast: admission %q: %w", key, ErrBusy)
 	}
-	w := &admWaiter{arrived: *arrived, bound: bound, early: early, ready: make(chan struct{})}
+	// A probe is brought forward only for a request with time left
+	// after its bound (one without a reserve could not use it), and
+	// not with a Fleet, whose probe is granted away from the lock, too
+	// late for a request at its bound.
+	deadline, ok := ctx.Deadline()
+	w := &admWaiter{arrived: *arrived, bound: bound, early: ok && deadline.After(bound) && a.Fleet == nil, ready: make(chan struct{})}
+	if err := a.tooLate(k, w, k.position(w) == 0, now); err != nil {
+		a.mu.Unlock()
+		return nil, 0, err
+	}
 	ahead := k.enqueue(w) + k.inFlight
 	a.arm(k, now)
 	a.mu.Unlock()
@@ -414,7 +411,7 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 			// or not the key's timer has run yet.
 			t := time.Now()
 			a.grantQueued(k, t, &changes)
-			if len(k.q) > 0 && k.q[0] == w && k.state == Recovering && k.inFlight < int(k.limit) && !t.Before(k.notBefore) {
+			if a.Fleet == nil && len(k.q) > 0 && k.q[0] == w && k.state == Recovering && k.inFlight < int(k.limit) && !t.Before(k.notBefore) {
 				k.nextGrant = t // the pace yields to a request at its bound, not the limit
 				a.grantQueued(k, t, &changes)
 			}
@@ -491,12 +488,14 @@ func (a *Admission) take(k *admKey, now time.Time, changes *[]transition) *admTo
 	return tok
 }
 
-// tooLate returns the error for a request that cannot wait: the next
-// chance to send comes after bound, a down key's next probe or a server's
-// not-before time for any key. For a request that may have its probe
-// brought forward (early), a down key's next probe is brought forward to
+// tooLate returns the error for waiter w, which cannot wait: the next
+// chance to send comes after its bound, a down key's next probe or a
+// server's not-before time for any key. For a waiter at the front of the
+// queue (front), whose attempt the probe is, and that may have it brought
+// forward (early), a down key's next probe is brought forward to its
 // bound when it may be.
-func (a *Admission) tooLate(k *admKey, bound time.Time, early bool, now time.Time) error {
+func (a *Admission) tooLate(k *admKey, w *admWaiter, front bool, now time.Time) error {
+	bound := w.bound
 	if bound.IsZero() {
 		return nil
 	}
@@ -504,10 +503,11 @@ func (a *Admission) tooLate(k *admKey, bound time.Time, early bool, now time.Tim
 	if !next.After(bound) {
 		return nil
 	}
-	if early && k.state == Down && !k.earliest.After(bound) && !k.notBefore.After(bound) {
-		// The probe is brought forward to bound, so that the request
-		// has the upstream's answer before it must give up.
-		k.nextProbe = maxTime(bound, now)
+	if front && w.early && k.state == Down && !now.After(bound) && !k.earliest.After(bound) && !k.notBefore.After(bound) {
+		// The probe, this request's attempt, is brought forward to
+		// bound, so that it has the upstream's answer before it must
+		// give up.
+		k.nextProbe = bound
 		return nil
 	}
 	return downError(k.key, fmt.Sprintf("the next chance to send, in %v, is after the deadline's reserve", next.Sub(now).Round(time.Millisecond)), k.last)
@@ -536,14 +536,21 @@ func (k *admKey) nextChance(now time.Time) time.Time {
 	return next
 }
 
-// enqueue puts w in k's queue by its arrival and returns how many wait
-// ahead of it. A retry, whose request arrived earlier, goes ahead of later
-// arrivals.
-func (k *admKey) enqueue(w *admWaiter) int {
+// position returns how many would wait ahead of w in k's queue: those
+// whose requests arrived before its own. A retry, whose request arrived
+// earlier, goes ahead of later arrivals.
+func (k *admKey) position(w *admWaiter) int {
 	i := len(k.q)
 	for i > 0 && w.arrived.before(k.q[i-1].arrived) {
 		i--
 	}
+	return i
+}
+
+// enqueue puts w in k's queue by its arrival and returns how many wait
+// ahead of it.
+func (k *admKey) enqueue(w *admWaiter) int {
+	i := k.position(w)
 	k.q = append(k.q, nil)
 	copy(k.q[i+1:], k.q[i:])
 	k.q[i] = w
@@ -622,7 +629,7 @@ func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition)
 func (a *Admission) sendAway(k *admKey, now time.Time) {
 	kept := k.q[:0]
 	for _, w := range k.q {
-		if err := a.tooLate(k, w.bound, w.early, now); err != nil {
+		if err := a.tooLate(k, w, len(kept) == 0, now); err != nil {
 			w.err = err
 			close(w.ready)
 			continue
@@ -631,6 +638,15 @@ func (a *Admission) sendAway(k *admKey, now time.Time) {
 	}
 	clear(k.q[len(kept):])
 	k.q = kept
+}
+
+// sending marks the token's attempt as sent now, past any wait at the
+// Fleet or the gate, so that the key's round trip is the upstream's. It
+// is called by the goroutine that sends, which alone reads it after.
+func (t *admToken) sending() {
+	if t != nil {
+		t.granted = time.Now()
+	}
 }
 
 // release ends a token's hold on its key: the probe or a place under the
@@ -761,6 +777,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		switch {
 		case probe:
 			k.probes++
+			k.busy = 0
 			k.nextProbe = now.Add(a.probeWait(k.probes))
 			k.earliest = now.Add(a.probeGap())
 			a.setState(k, Down, &changes)
@@ -775,6 +792,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 					k.nextProbe = now.Add(a.probeWait(0))
 				}
 				k.earliest = now.Add(a.probeGap())
+				k.busy = 0
 				a.setState(k, Down, &changes)
 			}
 		}

@@ -628,6 +628,27 @@ func TestAdmissionProbeBroughtForward(t *testing.T) {
 		if n != 5 || last != failed.Add(3*time.Second) {
 			t.Errorf("%d attempts, the last %v after the failed probe, want 5, the last at 3 s, the deadline less the reserve", n, last.Sub(failed))
 		}
+		// The probe is the front waiter's attempt: behind a waiter with
+		// a long deadline, a short one is sent away at once, not left to
+		// idle to a bound that the front's probe cannot serve.
+		failed = time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+			defer cancel()
+			send1(ctx, &outlast.Transport{Base: u, Admission: a, Policy: p}, "front")
+		})
+		synctest.Wait()
+		ctx, cancel = context.WithTimeout(t.Context(), 4*time.Second)
+		err = send1(ctx, &outlast.Transport{Base: u, Admission: a, Policy: p}, "behind")
+		cancel()
+		if !errors.Is(err, outlast.ErrUpstreamDown) || time.Since(failed) != 0 {
+			t.Errorf("a 4 s deadline behind a waiter: %v after %v, want ErrUpstreamDown at once", err, time.Since(failed))
+		}
+		u.mu.Lock()
+		u.up = time.Now() // let the front waiter through at its next probe
+		u.mu.Unlock()
+		wg.Wait()
 	})
 }
 

@@ -71,7 +71,8 @@ func (a *Admission) fleetState(k *admKey) FleetState {
 // Learn merges a state that another process of a.Fleet told of key into
 // a's own. A key another process found down is down here too, unless a
 // probe of this process's is in flight; its next probe and not-before
-// time are never brought earlier. A recovering key takes the limit told,
+// time are never brought earlier (with a Fleet, no waiter brings a probe
+// forward). A recovering key takes the limit told,
 // the last told winning; a key told healthy releases its waiters under
 // MaxLimit. Changes that Learn makes, and those that follow from them,
 // are told to OnState, not back to the Fleet.
@@ -166,14 +167,23 @@ func (a *Admission) fleetSend(ctx context.Context, tok *admToken, bound time.Tim
 	a.mu.Lock()
 	limit := max(int(tok.k.limit), 1)
 	a.mu.Unlock()
+	wctx := ctx
 	if !bound.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, bound)
+		wctx, cancel = context.WithDeadline(ctx, bound)
 		defer cancel()
 	}
-	done, err := a.Fleet.Send(ctx, tok.k.key, limit)
+	done, err := a.Fleet.Send(wctx, tok.k.key, limit)
 	if err != nil {
 		tok.release()
+		if ctx.Err() == nil && wctx.Err() != nil {
+			// The bound came first: the caller's context has its
+			// reserve left, and is told why it was not sent.
+			a.mu.Lock()
+			last := tok.k.last
+			a.mu.Unlock()
+			return downError(tok.k.key, "no place under the fleet's limit before the deadline's reserve", last)
+		}
 		return err
 	}
 	tok.fleetDone = func(FleetState) { done() }

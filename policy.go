@@ -17,8 +17,10 @@ const DefaultReserve = 60 * time.Second
 // shared by many goroutines as long as nobody changes it.
 //
 // The bounds work together. Retry k waits Waits[k-1], or the last entry
-// once past the end; failures of attempts that an [Admission] let through
-// a troubled key are not counted in k (they count against MaxAttempts).
+// once past the end; in a [Transport]'s own retries, failures of attempts
+// that its [Admission] let through a troubled key are not counted in k
+// (they count against MaxAttempts; Do around a Transport cannot tell them
+// apart, and counts them).
 // Without a context deadline there are len(Waits)
 // retries at most. With a deadline, the last wait repeats for as long as the
 // deadline would still have Reserve left after the wait, and no longer.

@@ -241,6 +241,7 @@ func (c *call) attempt() (result, error) {
 		closeBody(r)
 		return res, err
 	}
+	tok.sending()
 	active := c.hooks.active()
 	if active {
 		res.at.CallID = NewCallID()
