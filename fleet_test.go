@@ -2,8 +2,10 @@ package outlast_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -204,5 +206,49 @@ func TestFleetRules(t *testing.T) {
 			f.members = append(f.members, a)
 			f.mu.Unlock()
 		}
+	})
+}
+
+// fullFleet grants every probe and never a place under its limit: a fleet
+// whose other processes hold every place while the key recovers.
+type fullFleet struct{}
+
+func (fullFleet) Tell(string, outlast.FleetState) {}
+func (fullFleet) Probe(string) (func(outlast.FleetState), bool) {
+	return func(outlast.FleetState) {}, true
+}
+func (fullFleet) Send(ctx context.Context, _ string, _ int) (func(), error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A request that waits for a place under the fleet's limit until its
+// deadline less its reserve gets ErrUpstreamDown then, with the last
+// failure, as it would waiting in the queue: not a bare deadline error
+// while its own context still has its reserve.
+func TestFleetSendBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		u := &upstream{up: start.Add(500 * time.Millisecond), service: time.Second}
+		a := &outlast.Admission{MaxLimit: 8, Fleet: fullFleet{}}
+		markDown(t, u, a)
+		tr := &outlast.Transport{Base: u, Policy: patient(), Admission: a}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := send1(t.Context(), tr, "probe"); err != nil {
+				t.Errorf("the probe: %v", err)
+			}
+		})
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		err := send1(ctx, tr, "second")
+		if !errors.Is(err, outlast.ErrUpstreamDown) || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("waiting for the fleet's place to its bound: %v, want ErrUpstreamDown wrapping the last failure", err)
+		}
+		if at := time.Since(start); at != 29*time.Second {
+			t.Errorf("it returned %v after the start, want 29 s: its deadline less the 1 s reserve", at)
+		}
+		wg.Wait()
 	})
 }
