@@ -318,12 +318,14 @@ func (a *Admission) startLimit() float64 {
 // probeGap is the least time between a failure that the key's probe
 // schedule follows and a probe brought forward for a waiter: the first
 // probe wait, unjittered.
-func (a *Admission) probeGap() time.Duration {
-	w := a.ProbeWaits
-	if len(w) == 0 {
-		w = DefaultProbeWaits
+func (a *Admission) probeGap() time.Duration { return a.probeWaits()[0] }
+
+// probeWaits returns ProbeWaits, or DefaultProbeWaits if it is empty.
+func (a *Admission) probeWaits() []time.Duration {
+	if len(a.ProbeWaits) == 0 {
+		return DefaultProbeWaits
 	}
-	return w[0]
+	return a.ProbeWaits
 }
 
 // probeWait returns the wait before probe n+1, n probes having failed,
@@ -332,10 +334,7 @@ func (a *Admission) probeGap() time.Duration {
 // and would otherwise probe in step, and then release their queues in
 // step.
 func (a *Admission) probeWait(n int) time.Duration {
-	w := a.ProbeWaits
-	if len(w) == 0 {
-		w = DefaultProbeWaits
-	}
+	w := a.probeWaits()
 	d := w[min(n, len(w)-1)]
 	return d + time.Duration(rand.Int64N(int64(d/2)+1))
 }
@@ -409,12 +408,7 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 			// The bound is the latest a request may be sent: what the
 			// key lets go at that instant, this waiter may be, whether
 			// or not the key's timer has run yet.
-			t := time.Now()
-			a.grantQueued(k, t, &changes)
-			if a.Fleet == nil && len(k.q) > 0 && k.q[0] == w && k.state == Recovering && k.inFlight < int(k.limit) && !t.Before(k.notBefore) {
-				k.nextGrant = t // the pace yields to a request at its bound, not the limit
-				a.grantQueued(k, t, &changes)
-			}
+			a.grantQueued(k, time.Now(), &changes)
 		}
 		select {
 		case <-w.ready: // granted or sent away meanwhile
@@ -473,7 +467,7 @@ func (a *Admission) take(k *admKey, now time.Time, changes *[]transition) *admTo
 		a.setState(k, Probing, changes)
 		tok = &admToken{a: a, k: k, probe: true}
 		k.probe = tok
-	case k.state == Recovering && k.inFlight < int(k.limit) && !now.Before(k.nextGrant):
+	case k.state == Recovering && k.inFlight < int(k.limit) && (!now.Before(k.nextGrant) || a.frontAtBound(k, now)):
 		tok = &admToken{a: a, k: k}
 		if k.pace > 0 {
 			// A limit's worth goes out over a round trip, not at once:
@@ -486,6 +480,14 @@ func (a *Admission) take(k *admKey, now time.Time, changes *[]transition) *admTo
 	tok.granted = now
 	k.inFlight++
 	return tok
+}
+
+// frontAtBound reports whether k's front waiter has reached its deadline
+// less its reserve, the latest it may be sent: the pace yields to it, the
+// limit does not. Not with a Fleet, whose place is waited for after the
+// grant, past the bound.
+func (a *Admission) frontAtBound(k *admKey, now time.Time) bool {
+	return a.Fleet == nil && len(k.q) > 0 && !k.q[0].bound.IsZero() && !now.Before(k.q[0].bound)
 }
 
 // tooLate returns the error for waiter w, which cannot wait: the next

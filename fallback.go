@@ -106,11 +106,10 @@ func (f *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 	for i, t := range f.Upstreams {
 		r := req
 		if i > 0 {
+			discard(resp)
 			if r, err = f.request(req, i); err != nil {
-				discard(resp)
 				return nil, err
 			}
-			discard(resp)
 		}
 		if i+1 < len(f.Upstreams) && f.Prefer == PreferAvailable && t.isDown(r) {
 			closeBody(r)

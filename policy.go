@@ -20,11 +20,10 @@ const DefaultReserve = 60 * time.Second
 // once past the end; in a [Transport]'s own retries, failures of attempts
 // that its [Admission] let through a troubled key are not counted in k
 // (they count against MaxAttempts; Do around a Transport cannot tell them
-// apart, and counts them).
-// Without a context deadline there are len(Waits)
-// retries at most. With a deadline, the last wait repeats for as long as the
-// deadline would still have Reserve left after the wait, and no longer.
-// MaxAttempts and Window bound both cases. A wait that would break any bound
+// apart, and counts them). Without a context deadline there are
+// len(Waits) retries at most. With a deadline, the last wait repeats for
+// as long as the deadline would still have Reserve left after the wait,
+// and no longer. MaxAttempts and Window bound both cases. A wait that would break any bound
 // is never started: the last failure is returned at once.
 type Policy struct {
 	// Waits is the pause before retry 1, 2, …. It must not be empty, and no

@@ -70,7 +70,7 @@ func (m *measures) countAttempts(sc *scenario, r simRun, n float64) {
 	bins := make([]int, int(recoveryWindow/time.Second))
 	throttledAfter := 0
 	var rejected, late, hungN int
-	var primaryN, fallbackN, fallback429, fallbackServed int
+	var fallbackN, fallback429, fallbackServed int
 	for _, a := range r.Attempts {
 		switch a.Outcome {
 		case throttled, unavailable:
@@ -91,7 +91,6 @@ func (m *measures) countAttempts(sc *scenario, r simRun, n float64) {
 			}
 			continue // the recovery's peak and 429s are the primary's
 		}
-		primaryN++
 		if a.Start >= recovery && a.Start < recovery+recoveryWindow {
 			bins[(a.Start-recovery)/time.Second]++
 			if a.Outcome == throttled {
@@ -113,8 +112,8 @@ func (m *measures) countAttempts(sc *scenario, r simRun, n float64) {
 	m.After429 = ratio(throttledAfter, inFlight)
 	m.Resent = float64(resent(r))
 	if k := sc.FallbackSlots(); k > 0 {
-		m.PrimaryAttempts = float64(primaryN) / n
 		m.FallbackAttempts = float64(fallbackN) / n
+		m.PrimaryAttempts = m.Attempts - m.FallbackAttempts
 		m.Fallback429 = float64(fallback429) / n
 		m.FallbackServed = float64(fallbackServed) / n
 		m.FallbackPeak = float64(maxInFlight(r, fallback)) / float64(k)

@@ -266,12 +266,18 @@ func TestFallback(t *testing.T) {
 	sc.Fallback = true
 	pols := append(selectPolicies("outlast, shared"), fallbackPolicies()...)
 	runs := runPolicies(t, sc, pols)
+	ms := map[string][]measures{}
+	for name, rs := range runs {
+		for _, r := range rs {
+			ms[name] = append(ms[name], measure(&sc, r))
+		}
+	}
 	mean := func(name string, f func(measures) float64) float64 {
 		sum := 0.0
-		for _, r := range runs[name] {
-			sum += f(measure(&sc, r))
+		for _, m := range ms[name] {
+			sum += f(m)
 		}
-		return sum / float64(len(runs[name]))
+		return sum / float64(len(ms[name]))
 	}
 	success := func(m measures) float64 { return m.Success }
 	for _, p := range pols {
@@ -296,13 +302,10 @@ func TestFallback(t *testing.T) {
 			checkFallbackRun(t, &sc, p.Name, r)
 		}
 	}
-	if f, s := mean("outlast, fallback", success), mean("outlast, shared", success); f < s {
-		t.Errorf("outlast, fallback: success %.4f, below outlast, shared's %.4f", f, s)
-	}
-	// Both get every request through here, which makes the comparison
-	// above hold trivially: outlast, fallback must serve them all.
-	for _, r := range runs["outlast, fallback"] {
-		if m := measure(&sc, r); m.Success != 1 {
+	// outlast, shared gets every request through here, so outlast,
+	// fallback, which adds an upstream, must too.
+	for i, r := range runs["outlast, fallback"] {
+		if m := ms["outlast, fallback"][i]; m.Success != 1 {
 			t.Errorf("outlast, fallback seed %d: success %.4f, want 1: every request served", r.Seed, m.Success)
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
-	"github.com/outlast-llm/outlast/bench/internal/stats"
 )
 
 // TestMain lets the test binary be the program's children, as the program
@@ -112,28 +111,5 @@ func TestUsage(t *testing.T) {
 		if !errors.As(err, new(usageError)) {
 			t.Errorf("%q: got %v, want a usage error", args, err)
 		}
-	}
-}
-
-// TestMaxOverlap checks the wall-clock count of holders at once.
-func TestMaxOverlap(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name  string
-		spans []span
-		want  int
-	}{
-		// One hold's end read at the instant the next's start is: a
-		// hand-off, not two holders.
-		{"touching", []span{{0, 10}, {10, 20}}, 1},
-		{"nested", []span{{0, 30}, {5, 10}, {8, 20}}, 3},
-		{"apart", []span{{0, 1}, {2, 3}, {4, 5}}, 1},
-		{"none", nil, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := stats.MaxOverlap(tc.spans); got != tc.want {
-				t.Errorf("got %d, want %d", got, tc.want)
-			}
-		})
 	}
 }

@@ -16,9 +16,10 @@ type check struct {
 	Detail string `json:"detail"` // the figures if it passed, the reason if not
 }
 
-// line is the check as one line: its phase, its name and its detail.
+// OK reports whether the check passed.
 func (c check) OK() bool { return c.Passed }
 
+// Line is the check as one line: its slots, its name and its detail.
 func (c check) Line() string {
 	verdict := ""
 	if !c.Passed {
