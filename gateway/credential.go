@@ -10,7 +10,8 @@ import (
 // that printing an Upstream never shows the secret.
 type Credential struct {
 	header string
-	secret string
+	secret string // as given
+	value  string // as sent: secret, with "Bearer " for Authorization
 }
 
 // NewCredential returns the credential secret, sent in header: for
@@ -18,7 +19,11 @@ type Credential struct {
 // scheme; for any other header (x-api-key for Anthropic, api-key for
 // Azure OpenAI), as it is.
 func NewCredential(header, secret string) *Credential {
-	return &Credential{header: http.CanonicalHeaderKey(header), secret: secret}
+	c := &Credential{header: http.CanonicalHeaderKey(header), secret: secret, value: secret}
+	if c.header == "Authorization" && !strings.Contains(secret, " ") {
+		c.value = "Bearer " + secret
+	}
+	return c
 }
 
 // WithHeader returns the credential, sent in header instead.
@@ -44,9 +49,5 @@ func (c *Credential) apply(h http.Header) {
 	for _, k := range callerCredentials {
 		h.Del(k)
 	}
-	v := c.secret
-	if c.header == "Authorization" && !strings.Contains(v, " ") {
-		v = "Bearer " + v
-	}
-	h.Set(c.header, v)
+	h.Set(c.header, c.value)
 }

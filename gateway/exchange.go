@@ -317,9 +317,7 @@ func (x *exchange) queued(key string, ahead int) {
 func (x *exchange) attemptStart(a outlast.Attempt) {
 	x.setWaiting(false)
 	if o := x.g.cfg.Observer.AttemptStart; o != nil {
-		at := record.NewAttempt(a)
-		at.N, at.Fallback = len(x.rec.Attempts)+1, x.moved
-		o(&x.rec, at)
+		o(&x.rec, x.attempt(a))
 	}
 }
 
@@ -343,19 +341,25 @@ func (x *exchange) answered() string {
 	return x.up.Name
 }
 
-func (x *exchange) attemptEnd(a outlast.Attempt) {
+// attempt returns the record of a, the request's next attempt: numbered
+// across the request, since each upstream's Transport numbers its own
+// from 1, and the first at a fallback says why the request moved.
+func (x *exchange) attempt(a outlast.Attempt) record.Attempt {
 	at := record.NewAttempt(a)
-	// Numbered across the request: each upstream's Transport numbers
-	// its own attempts from 1.
-	at.N = len(x.rec.Attempts) + 1
-	at.Fallback, x.moved = x.moved, ""
+	at.N, at.Fallback = len(x.rec.Attempts)+1, x.moved
+	return at
+}
+
+func (x *exchange) attemptEnd(a outlast.Attempt) {
+	at := x.attempt(a)
+	x.moved = ""
 	x.rec.Attempts = append(x.rec.Attempts, at)
 	x.up.latency.observe(a.End.Sub(a.Start))
 	if o := x.g.cfg.Observer.AttemptEnd; o != nil {
 		o(&x.rec, at)
 	}
 	if a.RetryIn > 0 {
-		x.comment("retrying attempt=%d in=%v status=%d", a.N+1, a.RetryIn, a.Status)
+		x.comment("retrying attempt=%d in=%v status=%d", at.N+1, a.RetryIn, a.Status)
 		x.setWaiting(true)
 	}
 }

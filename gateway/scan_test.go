@@ -97,15 +97,7 @@ func FuzzScanBody(f *testing.F) {
 		if !valid || bytes.ContainsRune(b, '\\') {
 			return
 		}
-		// The model's span is its string value, which decodes to the
-		// model read.
-		if got.modelEnd > 0 {
-			var m string
-			if err := json.Unmarshal(b[got.modelAt:got.modelEnd], &m); err != nil || m != got.model {
-				t.Fatalf("scanBody(%q): the model's span %q decodes to %q (%v), want %q", b, b[got.modelAt:got.modelEnd], m, err, got.model)
-			}
-		}
-		got.modelAt, got.modelEnd = 0, 0
+		got = checkModelSpan(t, b, got)
 		if want := wantFields(members); !ok || got != want {
 			t.Fatalf("scanBody(%q) = %+v %v, want %+v true", b, got, ok, want)
 		}
@@ -131,15 +123,7 @@ func FuzzScanBodyJSON(f *testing.F) {
 				return // an escaped key the scanner does not read
 			}
 		}
-		// The model's span is its string value, which decodes to the
-		// model read.
-		if got.modelEnd > 0 {
-			var m string
-			if err := json.Unmarshal(b[got.modelAt:got.modelEnd], &m); err != nil || m != got.model {
-				t.Fatalf("scanBody(%q): the model's span %q decodes to %q (%v), want %q", b, b[got.modelAt:got.modelEnd], m, err, got.model)
-			}
-		}
-		got.modelAt, got.modelEnd = 0, 0
+		got = checkModelSpan(t, b, got)
 		if want := wantFields(members); !ok || got != want {
 			t.Fatalf("scanBody(%q) = %+v %v, want %+v true", b, got, ok, want)
 		}
@@ -255,4 +239,19 @@ func TestKeptText(t *testing.T) {
 			t.Errorf("%s: keptText(%.40q, %d) = %q: longer than %d, not UTF-8, or with a control character", c.name, c.in, c.max, got, c.max)
 		}
 	}
+}
+
+// checkModelSpan checks that the model's span in b is its string value,
+// which decodes to the model read, and returns got without the span, to
+// compare with fields that have none.
+func checkModelSpan(t *testing.T, b []byte, got bodyFields) bodyFields {
+	t.Helper()
+	if got.modelEnd > 0 {
+		var m string
+		if err := json.Unmarshal(b[got.modelAt:got.modelEnd], &m); err != nil || m != got.model {
+			t.Fatalf("scanBody(%q): the model's span %q decodes to %q (%v), want %q", b, b[got.modelAt:got.modelEnd], m, err, got.model)
+		}
+	}
+	got.modelAt, got.modelEnd = 0, 0
+	return got
 }

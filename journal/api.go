@@ -175,7 +175,7 @@ func (a *API) storeError(w http.ResponseWriter, err error) {
 // parseQuery reads List's parameters, naming the one that is wrong.
 func parseQuery(v url.Values) (Query, error) {
 	q := Query{Run: v.Get("run"), Cursor: v.Get("cursor")}
-	if err := knownKeys(v, "run, status, since, limit or cursor", "run", "status", "since", "limit", "cursor"); err != nil {
+	if err := knownKeys(v, "run", "status", "since", "limit", "cursor"); err != nil {
 		return q, err
 	}
 	if s := v.Get("status"); s != "" {
@@ -193,7 +193,7 @@ func parseQuery(v url.Values) (Query, error) {
 // parseStateQuery reads States' parameters, naming the one that is wrong.
 func parseStateQuery(v url.Values) (StateQuery, error) {
 	q := StateQuery{Upstream: v.Get("upstream")}
-	if err := knownKeys(v, "upstream, since or limit", "upstream", "since", "limit"); err != nil {
+	if err := knownKeys(v, "upstream", "since", "limit"); err != nil {
 		return q, err
 	}
 	var err error
@@ -201,11 +201,12 @@ func parseStateQuery(v url.Values) (StateQuery, error) {
 	return q, err
 }
 
-// knownKeys returns an error naming the first parameter of v not in keys;
-// want lists them for the message.
-func knownKeys(v url.Values, want string, keys ...string) error {
+// knownKeys returns an error naming the first parameter of v not in keys,
+// and listing keys.
+func knownKeys(v url.Values, keys ...string) error {
 	for key := range v {
 		if !slices.Contains(keys, key) {
+			want := strings.Join(keys[:len(keys)-1], ", ") + " or " + keys[len(keys)-1]
 			return fmt.Errorf("outlast: unknown query parameter %q (want %s)", key, want)
 		}
 	}

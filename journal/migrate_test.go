@@ -20,11 +20,6 @@ import (
 func TestMigrateSplitsStatus(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		spec := b.fresh(t)
-		db := b.raw(t, spec)
-		if err := journal.MigrateTo(ctx, db, b.name, 1); err != nil {
-			t.Fatalf("MigrateTo 1: %v", err)
-		}
 		attempts := []struct {
 			status    int
 			class     string // as version 1 stored it
@@ -53,12 +48,7 @@ func TestMigrateSplitsStatus(t *testing.T) {
 			stmts = append(stmts, fmt.Sprintf(`INSERT INTO outlast_attempts (`+attemptColumns+`) VALUES
 				('old', %d, 'call-%d', %s, NULL, 0, 0, %d, '%s', '', 0, 0, 0)`, i+1, i+1, start, a.status, a.class))
 		}
-		for _, s := range stmts {
-			if _, err := db.ExecContext(ctx, s); err != nil {
-				t.Fatalf("%s: %v", s, err)
-			}
-		}
-		db.Close() // SQLite's WAL mode, which Open sets, wants the file to itself
+		spec := oldDatabase(t, b, 1, stmts...)
 
 		s := open(t, spec)
 		texts, err := queryStrings(ctx, b.raw(t, spec), `SELECT error_class FROM outlast_attempts ORDER BY n`)
@@ -89,11 +79,6 @@ func TestMigrateSplitsStatus(t *testing.T) {
 func TestMigrateAdmission(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		spec := b.fresh(t)
-		db := b.raw(t, spec)
-		if err := journal.MigrateTo(ctx, db, b.name, 3); err != nil {
-			t.Fatalf("MigrateTo 3: %v", err)
-		}
 		const start, end = "'2025-03-14T15:09:26.535Z'", "'2025-03-14T15:09:28.000Z'"
 		stmts := []string{
 			`INSERT INTO outlast_requests (` + requestColumns + `) VALUES
@@ -103,12 +88,7 @@ func TestMigrateAdmission(t *testing.T) {
 			`INSERT INTO outlast_attempts (` + attemptColumns + `) VALUES
 				('old', 2, 'call-2', ` + end + `, ` + end + `, 0, 0, 200, '', '', 0, 0, 7)`,
 		}
-		for _, s := range stmts {
-			if _, err := db.ExecContext(ctx, s); err != nil {
-				t.Fatalf("%s: %v", s, err)
-			}
-		}
-		db.Close() // SQLite's WAL mode, which Open sets, wants the file to itself
+		spec := oldDatabase(t, b, 3, stmts...)
 
 		s := open(t, spec)
 		got := get(t, s, "old")
@@ -162,11 +142,6 @@ func TestMigrateAdmission(t *testing.T) {
 func TestMigrateFallback(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		spec := b.fresh(t)
-		db := b.raw(t, spec)
-		if err := journal.MigrateTo(ctx, db, b.name, 4); err != nil {
-			t.Fatalf("MigrateTo 4: %v", err)
-		}
 		const start, end = "'2025-03-14T15:09:26.535Z'", "'2025-03-14T15:09:28.000Z'"
 		const v4 = attemptColumns + ", admission_wait_ms, probe"
 		stmts := []string{
@@ -177,12 +152,7 @@ func TestMigrateFallback(t *testing.T) {
 			`INSERT INTO outlast_attempts (` + v4 + `) VALUES
 				('old', 2, 'call-2', ` + end + `, ` + end + `, 0, 0, 200, '', '', 0, 0, 7, 0, FALSE)`,
 		}
-		for _, s := range stmts {
-			if _, err := db.ExecContext(ctx, s); err != nil {
-				t.Fatalf("%s: %v", s, err)
-			}
-		}
-		db.Close() // SQLite's WAL mode, which Open sets, wants the file to itself
+		spec := oldDatabase(t, b, 4, stmts...)
 
 		s := open(t, spec)
 		got := get(t, s, "old")
@@ -241,4 +211,24 @@ func checkVersions(t *testing.T, b backend, spec string) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("schema versions: got %v, want %v", got, want)
 	}
+}
+
+// oldDatabase returns a fresh database of b at schema version, with
+// stmts, an older replica's writes, run in it, and closed: SQLite's WAL
+// mode, which Open sets, wants the file to itself.
+func oldDatabase(t *testing.T, b backend, version int, stmts ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	spec := b.fresh(t)
+	db := b.raw(t, spec)
+	if err := journal.MigrateTo(ctx, db, b.name, version); err != nil {
+		t.Fatalf("MigrateTo %d: %v", version, err)
+	}
+	for _, s := range stmts {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	db.Close()
+	return spec
 }

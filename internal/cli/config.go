@@ -337,20 +337,22 @@ func nodeText(s *setting, n *yaml.Node) (string, error) {
 			items[i] = item.Value
 		}
 		return strings.Join(items, ","), nil
-	case n.Kind == yaml.MappingNode && s.mapping:
+	case s.mapping:
+		wantMapping := fmt.Errorf("want a mapping of names, such as {%s}", strings.Replace(s.example, "=", ": ", 1))
+		if n.Kind != yaml.MappingNode {
+			return "", wantMapping
+		}
 		pairs := make([]string, 0, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode || v.Kind != yaml.ScalarNode {
-				return "", fmt.Errorf("want a mapping of names, such as {%s}", strings.Replace(s.example, "=", ": ", 1))
+				return "", wantMapping
 			}
 			pairs = append(pairs, k.Value+"="+v.Value)
 		}
 		return strings.Join(pairs, ","), nil
 	case s.list:
 		return "", fmt.Errorf("want a value or a list of values, such as [%s]", s.example)
-	case s.mapping:
-		return "", fmt.Errorf("want a mapping of names, such as {%s}", strings.Replace(s.example, "=", ": ", 1))
 	}
 	return "", fmt.Errorf("want one value, such as %s", s.example)
 }
