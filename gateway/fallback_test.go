@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -207,6 +208,114 @@ func TestGatewayFallbackBothDown(t *testing.T) {
 			t.Errorf("attempts %v, want two at a, then two at b, the first saying the request moved for spent attempts", ups)
 		}
 	})
+}
+
+// Once a request has moved from a to b, it is b's: its attempts there
+// tell b's pace, b's IdleTimeout bounds the body b sends, and a refusal
+// from b, which then made no attempt, is b's, with b's name and b's
+// Retry-After.
+func TestGatewayFallbackAnswerIsTheFallbacks(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		b      func(*gateway.Upstream)                     // b's settings
+		answer func(*http.Request) (*http.Response, error) // b.test's answer
+		before func(t *testing.T, g http.Handler)          // what comes first
+		code   int
+		kind   string // Outlast-Error
+		after  [2]int // Retry-After's bounds, in seconds; none if zero
+		body   string // in the body
+	}{
+		// b's queue is full. Its pace, 40 s an attempt, was learnt from
+		// the request that moved to it before (a's attempts take no
+		// time), and says when to come back.
+		{name: "busy", b: func(u *gateway.Upstream) { u.Slots, u.Queue = 1, -1 },
+			answer: func(r *http.Request) (*http.Response, error) { return after(r, 40*time.Second, 200, `{}`) },
+			before: func(t *testing.T, g http.Handler) {
+				if rec := serve(g, `{}`, nil); rec.Code != 200 {
+					t.Fatalf("the request that moves to b first: got %d, want 200", rec.Code)
+				}
+				var holder sync.WaitGroup
+				holder.Go(func() { serveAt(g, "/b/v1/chat/completions", `{}`, nil) }) // holds b's one slot for 40 s
+				t.Cleanup(holder.Wait)
+				synctest.Wait()
+			},
+			code: 503, kind: "busy", after: [2]int{40, 40}, body: "upstream b is busy"},
+		// b is down, its next probe a minute away, jittered up by as
+		// much as half: past the deadline, and when to come back.
+		{name: "down", b: func(u *gateway.Upstream) {
+			u.Admission = &outlast.Admission{DownAfter: 1, ProbeWaits: []time.Duration{time.Minute}}
+		},
+			answer: func(r *http.Request) (*http.Response, error) { return after(r, 0, 503, `{}`) },
+			before: func(t *testing.T, g http.Handler) {
+				serveAt(g, "/b/v1/chat/completions", `{}`, nil) // marks b down
+			},
+			code: 503, kind: "upstream-down", after: [2]int{60, 90}, body: "upstream b is down"},
+		// b's body begins after 5 s: within b's idle bound, 10 s, if not
+		// within a's, 1 s.
+		{name: "slow body", b: func(u *gateway.Upstream) { u.IdleTimeout = 10 * time.Second },
+			answer: func(r *http.Request) (*http.Response, error) {
+				pr, pw := io.Pipe()
+				go func() {
+					select {
+					case <-time.After(5 * time.Second):
+						pw.Write([]byte(`{"from":"b"}`))
+						pw.Close()
+					case <-r.Context().Done():
+						pw.CloseWithError(r.Context().Err())
+					}
+				}()
+				return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: pr, Request: r}, nil
+			},
+			code: 200, body: `{"from":"b"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				policy := &outlast.Policy{Waits: []time.Duration{time.Second}, MaxAttempts: 1, Reserve: -1}
+				b := gateway.Upstream{Name: "b", Prefix: "/b", URL: mustURL("http://b.test"), Policy: policy}
+				c.b(&b)
+				g, err := gateway.New(gateway.Config{
+					Upstreams: []gateway.Upstream{
+						{Name: "a", URL: mustURL("http://a.test"), Policy: policy, IdleTimeout: time.Second, Fallbacks: []string{"b"}}, b,
+					},
+					Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+						if r.URL.Host == "a.test" {
+							return after(r, 0, 503, `{}`)
+						}
+						return c.answer(r)
+					}),
+					Logger: slog.New(slog.DiscardHandler),
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.before != nil {
+					c.before(t, g)
+				}
+				rec := serve(g, `{}`, map[string]string{"Outlast-Timeout": "30s"})
+				if rec.Code != c.code || rec.Header().Get("Outlast-Upstream") != "b" || rec.Header().Get("Outlast-Error") != c.kind {
+					t.Errorf("got %d %q from %q, want %d %q from b", rec.Code, rec.Header().Get("Outlast-Error"), rec.Header().Get("Outlast-Upstream"), c.code, c.kind)
+				}
+				got := rec.Header().Get("Retry-After")
+				if n, err := strconv.Atoi(got); (got != "" || c.after[1] != 0) && (err != nil || n < c.after[0] || n > c.after[1]) {
+					t.Errorf("Retry-After: got %q, want %d to %d", got, c.after[0], c.after[1])
+				}
+				if !strings.Contains(rec.Body.String(), c.body) {
+					t.Errorf("body: got %s, want it to hold %s", rec.Body.String(), c.body)
+				}
+			})
+		})
+	}
+}
+
+// after answers r with code and body after d, or with r's context's error
+// if it ends first.
+func after(r *http.Request, d time.Duration, code int, body string) (*http.Response, error) {
+	select {
+	case <-time.After(d):
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	return &http.Response{StatusCode: code, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
 }
 
 // A stream that has sent its first byte never moves, and nor does a

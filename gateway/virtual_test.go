@@ -78,7 +78,12 @@ func observedGateway(t *testing.T, f *fakeUpstream, p *outlast.Policy, obs recor
 }
 
 func serve(g http.Handler, body string, header map[string]string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+	return serveAt(g, "/v1/chat/completions", body, header)
+}
+
+// serveAt is serve for a request to path.
+func serveAt(g http.Handler, path, body string, header map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
