@@ -3,6 +3,8 @@ package gateway
 import (
 	"net/http"
 	"strings"
+
+	"github.com/outlast-llm/outlast/internal/redact"
 )
 
 // A Credential is a secret the gateway holds for an upstream, and the
@@ -40,14 +42,15 @@ func (c *Credential) String() string { return "credential in " + c.header }
 // GoString is String, for %#v.
 func (c *Credential) GoString() string { return c.String() }
 
-// callerCredentials are the headers a caller's credentials come in,
-// removed when the gateway sends its own.
-var callerCredentials = []string{"Authorization", "X-Api-Key", "Api-Key"}
-
-// apply puts the credential in h, in place of the caller's.
+// apply puts the credential in h, in place of the caller's: every header
+// that carries credentials, as redact's one list has them, goes, so that
+// a caller's key for another provider (X-Goog-Api-Key beside the held
+// Authorization, say) never reaches this upstream.
 func (c *Credential) apply(h http.Header) {
-	for _, k := range callerCredentials {
-		h.Del(k)
+	for k := range h {
+		if redact.IsCredential(k) {
+			delete(h, k) // in any case: a hand-made request's keys may not be canonical
+		}
 	}
 	h.Set(c.header, c.value)
 }

@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -384,6 +386,58 @@ func TestCredentialString(t *testing.T) {
 		if strings.Contains(s, fallbackCanary) {
 			t.Errorf("%q shows the secret", s)
 		}
+	}
+}
+
+// A held credential replaces every credential the caller sent, whatever
+// its header and its case, and nothing else the caller sent.
+func TestCredentialReplacesTheCallers(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		header string // the caller's, as the map holds it
+	}{
+		{"OpenAI's", "Authorization"},
+		{"Anthropic's", "X-Api-Key"},
+		{"Azure OpenAI's", "Api-Key"},
+		// Gemini's, in redact's list but not in the gateway's own
+		// before it used that list.
+		{"Gemini's", "X-Goog-Api-Key"},
+		// A hand-made request's map may hold a key that is not
+		// canonical.
+		{"in lower case", "x-goog-api-key"},
+		// A session cookie is the caller's credential too.
+		{"a cookie", "Cookie"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var got http.Header
+			g, err := gateway.New(gateway.Config{
+				Upstreams: []gateway.Upstream{{URL: mustURL("http://up.test"), Auth: gateway.NewCredential("x-api-key", fallbackCanary)}},
+				Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					got = r.Header.Clone()
+					return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{}`)), Request: r}, nil
+				}),
+				Logger: slog.New(slog.DiscardHandler),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{}`))
+			req.Header[c.header] = []string{"the-callers-key"}
+			req.Header.Set("Openai-Organization", "org-1")
+			g.ServeHTTP(httptest.NewRecorder(), req)
+			for k, v := range got {
+				if slices.Contains(v, "the-callers-key") {
+					t.Errorf("the upstream got the caller's credential in %s", k)
+				}
+			}
+			if v := got.Get("X-Api-Key"); v != fallbackCanary {
+				t.Errorf("X-Api-Key: got %q, want the held credential", v)
+			}
+			if v := got.Get("Openai-Organization"); v != "org-1" {
+				t.Errorf("Openai-Organization: got %q, want the caller's org-1", v)
+			}
+		})
 	}
 }
 

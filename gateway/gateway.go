@@ -135,8 +135,9 @@ type Upstream struct {
 	Models map[string]string
 
 	// Auth, if not nil, is the credential the gateway holds for this
-	// upstream: it is sent instead of the caller's (Authorization,
-	// x-api-key and api-key are removed). It never reaches a log, the
+	// upstream: it is sent instead of the caller's (every header that
+	// carries credentials is removed: Authorization, x-api-key, api-key,
+	// x-goog-api-key, Cookie and the like). It never reaches a log, the
 	// record, metrics, health or an error body.
 	Auth *Credential
 
