@@ -41,7 +41,9 @@ type exchange struct {
 
 	body   []byte     // the caller's body, read whole
 	fields bodyFields // what the gateway read of it
-	moved  string     // the reason of a fallback not yet on an attempt
+	// moved and movedFrom are the reason of a fallback not yet on an
+	// attempt, and the upstream the request moved from.
+	moved, movedFrom string
 
 	// shut guards the state that the gateway's shutdown reads, from
 	// Serve's goroutine: the cancel that ends the attempts, and whether
@@ -286,7 +288,7 @@ func (x *exchange) roundTripper() http.RoundTripper {
 // first attempt there and for the answer, and logs it. from and to index
 // the chain, whose first is the request's own upstream.
 func (x *exchange) onFallback(_ *http.Request, from, to int, reason outlast.FallbackReason, err error) {
-	x.moved, x.at = string(reason), x.up.chain[to]
+	x.moved, x.movedFrom, x.at = string(reason), x.up.chain[from].Name, x.up.chain[to]
 	x.g.logger.Info("outlast: falling back", "id", x.rec.ID, "from", x.up.chain[from].Name, "to", x.up.chain[to].Name,
 		"reason", string(reason), "error", redact.Text(err.Error()))
 	x.comment("fallback from=%s to=%s reason=%s", x.up.chain[from].Name, x.up.chain[to].Name, reason)
@@ -346,16 +348,17 @@ func (x *exchange) answered() string {
 
 // attempt returns the record of a, the request's next attempt: numbered
 // across the request, since each upstream's Transport numbers its own
-// from 1, and the first at a fallback says why the request moved.
+// from 1, and the first at a fallback says why the request moved, and
+// from where.
 func (x *exchange) attempt(a outlast.Attempt) record.Attempt {
 	at := record.NewAttempt(a)
-	at.N, at.Fallback = len(x.rec.Attempts)+1, x.moved
+	at.N, at.Fallback, at.FallbackFrom = len(x.rec.Attempts)+1, x.moved, x.movedFrom
 	return at
 }
 
 func (x *exchange) attemptEnd(a outlast.Attempt) {
 	at := x.attempt(a)
-	x.moved = ""
+	x.moved, x.movedFrom = "", ""
 	x.rec.Attempts = append(x.rec.Attempts, at)
 	// The attempt went to the upstream the request is at: its pace is
 	// that upstream's, for its own busy answers' Retry-After.

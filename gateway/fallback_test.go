@@ -309,6 +309,56 @@ func TestGatewayFallbackAnswerIsTheFallbacks(t *testing.T) {
 	}
 }
 
+// A request that moves on from a fallback that made no attempt (b, its
+// queue full) lands at c, and c's first attempt says it came from b, not
+// from a, whose attempt is the one before it.
+func TestGatewayFallbackPastAnUpstreamWithNoAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got *record.Request
+		policy := &outlast.Policy{Waits: []time.Duration{time.Second}, MaxAttempts: 1, Reserve: -1}
+		g, err := gateway.New(gateway.Config{
+			Upstreams: []gateway.Upstream{
+				{Name: "a", URL: mustURL("http://a.test"), Policy: policy, Fallbacks: []string{"b", "c"}},
+				{Name: "b", Prefix: "/b", URL: mustURL("http://b.test"), Policy: policy, Slots: 1, Queue: -1},
+				{Name: "c", Prefix: "/c", URL: mustURL("http://c.test"), Policy: policy},
+			},
+			Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				switch r.URL.Host {
+				case "a.test":
+					return after(r, 0, 503, `{}`)
+				case "b.test":
+					return after(r, time.Minute, 200, `{}`)
+				}
+				return after(r, 0, 200, `{}`)
+			}),
+			Logger: slog.New(slog.DiscardHandler),
+			Observer: record.Observer{Done: func(r *record.Request) {
+				if r.Upstream == "a" { // not the holder's
+					got = r
+				}
+			}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var holder sync.WaitGroup
+		holder.Go(func() { serveAt(g, "/b/v1/chat/completions", `{}`, nil) }) // holds b's one slot
+		synctest.Wait()
+		rec := serve(g, `{}`, nil)
+		if rec.Code != 200 || rec.Header().Get("Outlast-Upstream") != "c" {
+			t.Errorf("got %d from %q, want 200 from c", rec.Code, rec.Header().Get("Outlast-Upstream"))
+		}
+		var attempts []string
+		for _, a := range got.Attempts {
+			attempts = append(attempts, a.Upstream+":"+a.Fallback+":"+a.FallbackFrom)
+		}
+		if strings.Join(attempts, ",") != "a::,c:busy:b" {
+			t.Errorf("attempts %v, want one at a, then one at c saying the request moved from b, busy", attempts)
+		}
+		holder.Wait()
+	})
+}
+
 // after answers r with code and body after d, or with r's context's error
 // if it ends first.
 func after(r *http.Request, d time.Duration, code int, body string) (*http.Response, error) {

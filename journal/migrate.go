@@ -108,6 +108,11 @@ var migrations = []migration{
 		`ALTER TABLE outlast_attempts ADD COLUMN upstream TEXT NOT NULL DEFAULT ''`,
 		`ALTER TABLE outlast_attempts ADD COLUMN fallback TEXT NOT NULL DEFAULT ''`,
 	}},
+	{6, "fallbacks: the upstream each moved from", []string{
+		// As in 5: '' reads as "not known", and a reader of such a row
+		// takes the previous attempt's upstream.
+		`ALTER TABLE outlast_attempts ADD COLUMN fallback_from TEXT NOT NULL DEFAULT ''`,
+	}},
 }
 
 // migrate brings db's schema up to the last migration, in one

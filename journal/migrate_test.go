@@ -134,11 +134,11 @@ func TestMigrateAdmission(t *testing.T) {
 }
 
 // TestMigrateFallback opens a database at schema version 4, with a
-// request that an older replica wrote, and checks that Open's migration
-// keeps it whole, its attempts with no upstream of their own and no
-// fallback; that the migrated database keeps what the new version
-// writes; and that an older replica's insert, which names neither new
-// column, still works.
+// request that an older replica wrote, and checks that Open's migrations
+// (5 and 6) keep it whole, its attempts with no upstream of their own and
+// no fallback; that the migrated database keeps what the new version
+// writes; and that an older replica's insert, which names none of the new
+// columns, still works.
 func TestMigrateFallback(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -173,7 +173,7 @@ func TestMigrateFallback(t *testing.T) {
 		// The migrated database keeps what the new version writes...
 		r := request("new", "run", t0, 200, 2)
 		r.Attempts[0].Upstream = "openai"
-		r.Attempts[1].Upstream, r.Attempts[1].Fallback = "azure", "down"
+		r.Attempts[1].Upstream, r.Attempts[1].Fallback, r.Attempts[1].FallbackFrom = "azure", "down", "openai"
 		write(t, s, r)
 		if got := get(t, s, "new"); !reflect.DeepEqual(got, stored(r)) {
 			t.Errorf("a new request: got %+v, want %+v", got, stored(r))
@@ -183,7 +183,7 @@ func TestMigrateFallback(t *testing.T) {
 		if _, err := b.raw(t, spec).ExecContext(ctx, old); err != nil {
 			t.Fatalf("an older replica's insert: %v", err)
 		}
-		if a := get(t, s, "old").Attempts; len(a) != 3 || a[2].Upstream != "" || a[2].Fallback != "" {
+		if a := get(t, s, "old").Attempts; len(a) != 3 || a[2].Upstream != "" || a[2].Fallback != "" || a[2].FallbackFrom != "" {
 			t.Errorf("the older replica's attempt: got %+v, want a third with no upstream and no fallback", a)
 		}
 		checkVersions(t, b, spec)

@@ -170,10 +170,11 @@ func testFallback(t *testing.T, b backend) {
 	r := request("fb", "", t0, 200, 3)
 	r.Upstream = "openai"
 	// Two tries at the request's own upstream, then one at azure, where
-	// the request moved because openai was down.
+	// the request moved because bedrock, where it had moved from openai,
+	// was down.
 	r.Attempts[0].Upstream, r.Attempts[0].Status, r.Attempts[0].Class = "openai", 503, outlast.ClassStatus5xx
 	r.Attempts[1].Upstream, r.Attempts[1].Status, r.Attempts[1].Class = "openai", 503, outlast.ClassStatus5xx
-	r.Attempts[2].Upstream, r.Attempts[2].Fallback = "azure", "down"
+	r.Attempts[2].Upstream, r.Attempts[2].Fallback, r.Attempts[2].FallbackFrom = "azure", "down", "bedrock"
 	write(t, s, r)
 	got := get(t, s, r.ID)
 	if want := stored(r); !reflect.DeepEqual(got, want) {

@@ -238,12 +238,16 @@ func (m *Metrics) done(r *record.Request) {
 	if r.Error == apierr.Busy {
 		s.busy.Inc()
 	}
-	from := r.Upstream
+	prev := r.Upstream
 	for _, a := range r.Attempts {
 		if a.Fallback != "" {
+			// The move's own from: the previous attempt's upstream is
+			// not it when one between passed the request on without an
+			// attempt. A record without it is taken as having none.
+			from := cmp.Or(a.FallbackFrom, prev)
 			m.fallbacks.WithLabelValues(m.upstreamLabel(from), m.upstreamLabel(a.Upstream), fallbackReason(a.Fallback)).Inc()
 		}
-		from = cmp.Or(a.Upstream, from)
+		prev = cmp.Or(a.Upstream, prev)
 	}
 }
 

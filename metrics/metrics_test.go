@@ -537,19 +537,49 @@ func TestConcurrent(t *testing.T) {
 	}
 }
 
-// A request that fell back counts one move, from its upstream to the
-// fallback, by why; the fallback's attempts count as the fallback's.
+// A request that fell back counts the move its fallback's first attempt
+// tells of, from the upstream it left to the one it moved to, by why; the
+// fallback's attempts count as the fallback's.
 func TestFallbacks(t *testing.T) {
 	t.Parallel()
-	m := metrics.New([]string{"api", "azure"})
-	drive(m.Observer(), record.Request{Upstream: "api", Status: 200, Attempts: []record.Attempt{
-		{Upstream: "api", Class: outlast.ClassStatus5xx},
-		{Upstream: "azure", Fallback: "down", Class: outlast.ClassNone},
-	}})
-	checkSeries(t, scrape(t, m.Handler()), map[string]float64{
-		`outlast_fallbacks_total{from="api",reason="down",to="azure"}`: 1,
-		`outlast_attempts_total{outcome="status_5xx",upstream="api"}`:  1,
-		`outlast_attempts_total{outcome="ok",upstream="azure"}`:        1,
-		`outlast_attempts_total{outcome="ok",upstream="api"}`:          0,
-	})
+	for _, c := range []struct {
+		name     string
+		attempts []record.Attempt
+		want     map[string]float64 // every outlast_fallbacks_total series, with others
+	}{
+		// A record that does not say where the move came from, as one
+		// made by hand: from the previous attempt's upstream.
+		{"from the previous attempt's", []record.Attempt{
+			{Upstream: "api", Class: outlast.ClassStatus5xx},
+			{Upstream: "azure", Fallback: "down", Class: outlast.ClassNone},
+		}, map[string]float64{
+			`outlast_fallbacks_total{from="api",reason="down",to="azure"}`: 1,
+			`outlast_attempts_total{outcome="status_5xx",upstream="api"}`:  1,
+			`outlast_attempts_total{outcome="ok",upstream="azure"}`:        1,
+			`outlast_attempts_total{outcome="ok",upstream="api"}`:          0,
+		}},
+		// api spent its attempts and azure, busy, passed the request on
+		// without one: bedrock's first attempt tells of the move from
+		// azure, not from api.
+		{"past an upstream with no attempt", []record.Attempt{
+			{Upstream: "api", Class: outlast.ClassStatus5xx},
+			{Upstream: "bedrock", Fallback: "busy", FallbackFrom: "azure", Class: outlast.ClassNone},
+		}, map[string]float64{
+			`outlast_fallbacks_total{from="azure",reason="busy",to="bedrock"}`: 1,
+			`outlast_attempts_total{outcome="ok",upstream="bedrock"}`:          1,
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			m := metrics.New([]string{"api", "azure", "bedrock"})
+			drive(m.Observer(), record.Request{Upstream: "api", Status: 200, Attempts: c.attempts})
+			got := scrape(t, m.Handler())
+			for k, v := range got {
+				if strings.HasPrefix(k, "outlast_fallbacks_total{") && v != 0 && c.want[k] == 0 {
+					t.Errorf("%s: got %v, want none", k, v)
+				}
+			}
+			checkSeries(t, got, c.want)
+		})
+	}
 }

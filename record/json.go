@@ -74,6 +74,7 @@ type attemptJSON struct {
 	N            int      `json:"n"`
 	Upstream     string   `json:"upstream,omitempty"`
 	Fallback     string   `json:"fallback,omitempty"`
+	FallbackFrom string   `json:"fallback_from,omitempty"`
 	StartedAt    jsonTime `json:"started_at"`
 	EndedAt      jsonTime `json:"ended_at"`
 	QueuedAhead  int      `json:"queued_ahead"`
@@ -131,7 +132,7 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 // milliseconds.
 func (a Attempt) MarshalJSON() ([]byte, error) {
 	return json.Marshal(attemptJSON{
-		CallID: a.CallID, N: a.N, Upstream: a.Upstream, Fallback: a.Fallback,
+		CallID: a.CallID, N: a.N, Upstream: a.Upstream, Fallback: a.Fallback, FallbackFrom: a.FallbackFrom,
 		StartedAt: jsonTime(a.Start), EndedAt: jsonTime(a.End),
 		QueuedAhead: a.QueuedAhead, GateWaitMS: a.GateWait.Milliseconds(),
 		AdmissionMS: a.AdmissionWait.Milliseconds(), Probe: a.Probe,
@@ -148,7 +149,7 @@ func (a *Attempt) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*a = Attempt{
-		CallID: j.CallID, N: j.N, Upstream: j.Upstream, Fallback: j.Fallback,
+		CallID: j.CallID, N: j.N, Upstream: j.Upstream, Fallback: j.Fallback, FallbackFrom: j.FallbackFrom,
 		Start: time.Time(j.StartedAt), End: time.Time(j.EndedAt),
 		QueuedAhead: j.QueuedAhead, GateWait: ms(j.GateWaitMS),
 		AdmissionWait: ms(j.AdmissionMS), Probe: j.Probe,

@@ -111,6 +111,11 @@ type Attempt struct {
 	// ("down", "spent" or "busy", as outlast.FallbackReason says), on the
 	// first attempt there after a move; else "".
 	Fallback string
+	// FallbackFrom names the upstream the request moved from, with
+	// Fallback; else "". It need not be the previous attempt's: an
+	// upstream between them may have passed the request on without an
+	// attempt (busy, or down). Empty in records made before it.
+	FallbackFrom string
 	// Start is when the attempt was sent, after the gate.
 	Start time.Time
 	// End is when its response, first byte or failure came; zero while
