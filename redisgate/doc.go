@@ -27,8 +27,9 @@
 // operation sets the first four keys to expire three leases after it (the
 // lower capacity expires as the Fleet set it), and a ZSET
 // that empties is deleted, so that a key nobody uses any more leaves
-// nothing behind. In a Cluster, a key K must not be empty or begin with
-// '}', which would leave the hash tag empty.
+// nothing behind. The empty key is kept as K = "bound" (so "" and "bound"
+// are one key): an empty hash tag, {}, is none. In a Cluster, a key K must
+// not begin with '}', which would leave the hash tag empty.
 //
 // # Scripts
 //

@@ -142,8 +142,8 @@ func (f *Fleet) Close() error {
 	return nil
 }
 
-func (f *Fleet) stateKey(key string) string { return f.prefix + "{" + key + "}:s" }
-func (f *Fleet) probeKey(key string) string { return f.prefix + "{" + key + "}:p" }
+func (f *Fleet) stateKey(key string) string { return f.prefix + hashTag(key) + ":s" }
+func (f *Fleet) probeKey(key string) string { return f.prefix + hashTag(key) + ":p" }
 func (f *Fleet) channel() string            { return f.prefix + "state" }
 
 // Tell shares key's state: it is written and announced in the background,

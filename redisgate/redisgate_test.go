@@ -379,6 +379,44 @@ func TestIdleKeysExpire(t *testing.T) {
 	})
 }
 
+// TestEmptyKey: the empty key's Redis keys, a Gate's and a Fleet's, share
+// the hash tag {bound}: {} is none, and a Cluster would put a script's
+// keys in different slots. The gateway's own bounds, the key "", are
+// where the gateway kept them when it named them "bound" itself.
+func TestEmptyKey(t *testing.T) {
+	t.Parallel()
+	client := newClient(t, redisOptions(t))
+	ctx := context.Background()
+	exists := func(name string) {
+		t.Helper()
+		if n := client.Exists(ctx, name).Val(); n != 1 {
+			t.Errorf("%s: got %d keys, want 1", name, n)
+		}
+	}
+	gp := testPrefix()
+	g := newGate(t, client, redisgate.Options{Capacity: 1, Prefix: gp})
+	take(t, g, "")
+	exists(gp + "{bound}:h")
+	checkLoad(t, g, "", 1, 0)
+
+	fp := testPrefix()
+	f := redisgate.NewFleet(client, redisgate.FleetOptions{Prefix: fp})
+	t.Cleanup(func() { f.Close() })
+	done, ok := f.Probe("")
+	if !ok {
+		t.Fatal("the probe of a new key: refused, want taken")
+	}
+	exists(fp + "{bound}:p")
+	release, err := f.Send(ctx, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exists(fp + "send:{bound}:h")
+	release()
+	done(outlast.FleetState{State: outlast.Healthy})
+	exists(fp + "{bound}:s")
+}
+
 // TestClose: Close ends the waits in progress and refuses new ones, and
 // leaves holds to their release.
 func TestClose(t *testing.T) {

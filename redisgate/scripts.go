@@ -19,8 +19,24 @@ type keys struct {
 
 // keys returns key's Redis keys.
 func (g *Gate) keys(key string) keys {
-	base := g.prefix + "{" + key + "}"
+	base := g.prefix + hashTag(key)
 	return keys{key: key, redis: [5]string{base + ":t", base + ":h", base + ":q", base + ":e", base + ":c"}}
+}
+
+// emptyTag stands for the empty key in a hash tag. An empty tag, {}, is
+// none: a Redis Cluster would hash each Redis key's whole name, and put a
+// script's keys in different slots. "bound" is what the gateway, which
+// gives its upstreams' bounds the key "", named them before the mapping
+// moved here, so that replicas of both versions share them.
+const emptyTag = "bound"
+
+// hashTag returns the hash tag of key's Redis keys: {key}, and {bound}
+// for "". The gate key "bound" is then the same as "".
+func hashTag(key string) string {
+	if key == "" {
+		key = emptyTag
+	}
+	return "{" + key + "}"
 }
 
 // prologue starts every script. It reads the clock from Redis, never from a

@@ -106,11 +106,9 @@ type sharedGate struct {
 	local *gate.Gate
 }
 
-// Acquire takes a slot of key: the upstream's bound, "" (kept in Redis as
-// "bound", since Redis Cluster needs a hash tag that is not empty), or a
-// named slot.
+// Acquire takes a slot of key: the upstream's bound, "", or a named slot.
 func (g *sharedGate) Acquire(ctx context.Context, key string, queued func(ahead int)) (func(), error) {
-	return g.fb.Acquire(ctx, redisKey(key), queued)
+	return g.fb.Acquire(ctx, key, queued)
 }
 
 // Load reports key's load across the replicas, or this process's own while
@@ -118,19 +116,12 @@ func (g *sharedGate) Acquire(ctx context.Context, key string, queued func(ahead 
 func (g *sharedGate) Load(key string) (inFlight, waiting int) {
 	ctx, cancel := context.WithTimeout(context.Background(), redisTimeout)
 	defer cancel()
-	return g.fb.Load(ctx, redisKey(key), func(string) (int, int) { return g.local.Load(key) })
+	return g.fb.Load(ctx, key, g.local.Load)
 }
 
 // Keys returns the keys this process's own gate has in use: while Redis
 // is shared, the named slots of other replicas are not listed.
 func (g *sharedGate) Keys() []string { return g.local.Keys() }
-
-func redisKey(key string) string {
-	if key == "" {
-		return "bound"
-	}
-	return key
-}
 
 // keyPart makes an upstream's name safe in a Redis key's prefix, which
 // must not hold a hash tag's braces.
