@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -330,11 +329,10 @@ func (x *exchange) attemptStart(a outlast.Attempt) {
 // bodyFor returns the body for upstream u: the caller's, with its model
 // renamed if u's Models rename it.
 func (x *exchange) bodyFor(u *upstream) []byte {
-	to, ok := u.Models[x.fields.model]
+	q, ok := u.models[x.fields.model]
 	if !ok || x.fields.modelEnd == 0 {
 		return x.body
 	}
-	q, _ := json.Marshal(to)
 	b := make([]byte, 0, len(x.body)-(x.fields.modelEnd-x.fields.modelAt)+len(q))
 	return append(append(append(b, x.body[:x.fields.modelAt]...), q...), x.body[x.fields.modelEnd:]...)
 }

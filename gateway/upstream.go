@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,9 @@ type upstream struct {
 	transport *outlast.Transport
 	gates     *slotGates
 	latency   ewma // attempt durations, for busy responses' Retry-After
+	// models is Models with each new name as its JSON string, made once
+	// rather than for each request; nil without Models.
+	models map[string][]byte
 	// chain is this upstream and its Fallbacks, in order, and their
 	// Transports; nil without Fallbacks.
 	chain      []*upstream
@@ -110,6 +114,12 @@ func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger,
 		}
 	}
 	up := &upstream{Upstream: u, gates: newSlotGates(u.Name, u.Slots, max(u.Queue, 0), gates)}
+	for from, to := range u.Models {
+		if up.models == nil {
+			up.models = make(map[string][]byte, len(u.Models))
+		}
+		up.models[from], _ = json.Marshal(to) // a string always marshals
+	}
 	up.transport = &outlast.Transport{
 		Name:             u.Name,
 		Base:             base,
