@@ -150,6 +150,15 @@ type Admission struct {
 	// capacity when there is one. Zero means DefaultMaxLimit.
 	MaxLimit int
 
+	// DelaySpread is how much later, at most, a key's not-before time
+	// may be than a server's delay (Retry-After, retry-after-ms, or a
+	// rate limit's reset) asks, drawn at random so that the clients that
+	// got the same delay do not all come back at once. It is capped at
+	// half the delay. Zero means a tenth of the delay, enough for one
+	// Admission; a fleet of many processes that each have one, all told
+	// the same time, needs a spread of a few round trips.
+	DelaySpread time.Duration
+
 	// OnState, if not nil, is called when a key's state changes, without
 	// a lock held, in the goroutine that changed it, with the time of the
 	// change: changes made by different goroutines may be told out of
@@ -313,6 +322,15 @@ const recoveryGrowth = 0.5
 func (a *Admission) startLimit() float64 {
 	m := a.maxLimit()
 	return float64(min(max(2, m/4), m))
+}
+
+// delaySpread returns the most a server's delay is lengthened for a key:
+// DelaySpread, at most half the delay, or a tenth of the delay if unset.
+func (a *Admission) delaySpread(delay time.Duration) time.Duration {
+	if a.DelaySpread > 0 {
+		return min(a.DelaySpread, delay/2)
+	}
+	return delay / 10
 }
 
 // probeGap is the least time between a failure that the key's probe
@@ -715,8 +733,8 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		k = a.troubledKey(key)
 	}
 	if paced {
-		// Jittered upward, by up to a tenth, never earlier.
-		k.pause(now.Add(delay + time.Duration(rand.Int64N(int64(delay/10)+1))))
+		// Jittered upward, never earlier.
+		k.pause(now.Add(delay + time.Duration(rand.Int64N(int64(a.delaySpread(delay))+1))))
 	}
 	probe := tok != nil && tok == k.probe && k.state == Probing
 	first := len(changes)

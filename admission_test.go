@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -306,6 +307,51 @@ func TestAdmissionNotBefore(t *testing.T) {
 					}
 				}
 				u.mu.Unlock()
+			})
+		})
+	}
+}
+
+// A server's delay holds the key for the delay plus a random part of a
+// tenth of it, or of DelaySpread, at most half the delay: never earlier,
+// and spread across keys over the whole of that part.
+func TestAdmissionDelaySpread(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		spread       time.Duration
+		retryAfter   string
+		delay, width time.Duration
+	}{
+		{"default", 0, "10", 10 * time.Second, time.Second},
+		{"set", 4 * time.Second, "10", 10 * time.Second, 4 * time.Second},
+		{"capped at half the delay", 4 * time.Second, "2", 2 * time.Second, time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a := &outlast.Admission{DelaySpread: c.spread}
+				tr := &outlast.Transport{
+					Base:         newFake(step{status: 503, header: map[string]string{"Retry-After": c.retryAfter}}),
+					Admission:    a,
+					AdmissionKey: func(r *http.Request) string { return r.Header.Get("X-Id") },
+				}
+				start := time.Now()
+				lo, hi := time.Duration(math.MaxInt64), time.Duration(0)
+				for i := range 200 {
+					key := strconv.Itoa(i)
+					if err := send1(t.Context(), tr, key); err == nil {
+						t.Fatal("a 503 succeeded")
+					}
+					nb := a.State(key).NotBefore.Sub(start)
+					lo, hi = min(lo, nb), max(hi, nb)
+				}
+				if lo < c.delay || hi > c.delay+c.width {
+					t.Errorf("not-before times from %v to %v, want within %v to %v", lo, hi, c.delay, c.delay+c.width)
+				}
+				// 200 uniform draws cover the spread: missing either
+				// quarter at its ends has odds of 2 × 0.75^200.
+				if lo > c.delay+c.width/4 || hi < c.delay+c.width*3/4 {
+					t.Errorf("not-before times from %v to %v, want them spread over %v to %v", lo, hi, c.delay, c.delay+c.width)
+				}
 			})
 		})
 	}

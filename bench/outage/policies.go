@@ -146,7 +146,7 @@ func policies() []policy {
 		{"outlast", "outlast", "seed 000 scaled to the deadline: waits from 2 s doubling, reserve 5 × median service", outlastPlain},
 		{"outlast, jitter", "outlast", "the same, Jitter{Spread: 0.25}, Retry-After only lengthened", outlastJitter},
 		{"outlast, jitter + gate", "outlast", "the same, and a per-client gate of ⌈K/clients⌉ slots", outlastGated},
-		{"outlast, admission", "outlast", "outlast, jitter, and an Admission per client (its limit ending at ⌈K/clients⌉, probe waits 2 s, 4 s, 8 s)", outlastAdmission},
+		{"outlast, admission", "outlast", "outlast, jitter, and an Admission per client (its limit ending at ⌈K/clients⌉, probe waits 2 s, 4 s, 8 s, a server's delay spread by up to 8 s)", outlastAdmission},
 		{"outlast, shared", "outlast", "outlast, jitter, with one Admission and one gate of K slots for all clients, as behind one gateway", outlastShared},
 		{"outlast, admission + budget", "outlast", "outlast, admission, and Admission.RetryBudget 0.1 per client", outlastBudget},
 	}
@@ -159,7 +159,7 @@ func fallbackPolicies() []policy {
 	return []policy{
 		{"outlast, fallback", "fallback", "outlast, shared for the primary, and one Admission and one gate of K/2 for the fallback, under one outlast.Fallback per client over the two, PreferPrimary (the default)", outlastFallbackShared},
 		{"outlast, fallback, prefer available", "fallback", "outlast, fallback, with PreferAvailable: a request leaves the primary at once while its Admission holds it down", outlastFallbackAvailable},
-		{"outlast, fallback, per process", "fallback", "outlast, admission for the primary, and an Admission per client for the fallback (its limit ending at ⌈(K/2)/clients⌉, probe waits 2 s, 4 s, 8 s), under one outlast.Fallback per client, PreferPrimary", outlastFallbackPerProcess},
+		{"outlast, fallback, per process", "fallback", "outlast, admission for the primary, and an Admission per client for the fallback (its limit ending at ⌈(K/2)/clients⌉, probe waits 2 s, 4 s, 8 s, a server's delay spread by up to 8 s), under one outlast.Fallback per client, PreferPrimary", outlastFallbackPerProcess},
 		{"LiteLLM's rule", "fallback", "this benchmark's code, after LiteLLM's docs (LiteLLM is Python): go-retryablehttp, matched, at the primary; once its retries are spent, go-retryablehttp, matched, at the fallback; no cooldown", litellmRule},
 	}
 }
@@ -508,17 +508,27 @@ func outlastGated(b build, rt http.RoundTripper) caller {
 	return outlastStack(b, rt, b.jittered, gate.New(b.perClient(b.sc.Slots), 1<<20))
 }
 
-// fleetProbeWaits are the per-process rows' probe waits: the README's
-// advice for a fleet of processes that each have an Admission, whose
-// probes add up across the fleet. Twice the defaults.
-var fleetProbeWaits = []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second}
+// fleetAdmission is a per-process row's Admission, its limit ending at
+// limit, with the README's advice for a fleet of processes that each have
+// one: probe waits twice the defaults, since the probes add up across the
+// fleet, and a server's delay spread by up to 8 s, since every process is
+// told the same not-before time.
+func fleetAdmission(limit int) *outlast.Admission {
+	return &outlast.Admission{
+		MaxLimit:    limit,
+		ProbeWaits:  []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second},
+		DelaySpread: 8 * time.Second,
+	}
+}
 
 func outlastAdmission(b build, rt http.RoundTripper) caller {
-	return outlastAdmitted(b, rt, b.jittered, nil, &outlast.Admission{MaxLimit: b.perClient(b.sc.Slots), ProbeWaits: fleetProbeWaits})
+	return outlastAdmitted(b, rt, b.jittered, nil, fleetAdmission(b.perClient(b.sc.Slots)))
 }
 
 func outlastBudget(b build, rt http.RoundTripper) caller {
-	return outlastAdmitted(b, rt, b.jittered, nil, &outlast.Admission{MaxLimit: b.perClient(b.sc.Slots), ProbeWaits: fleetProbeWaits, RetryBudget: 0.1})
+	a := fleetAdmission(b.perClient(b.sc.Slots))
+	a.RetryBudget = 0.1
+	return outlastAdmitted(b, rt, b.jittered, nil, a)
 }
 
 func outlastShared(b build, rt http.RoundTripper) caller {
@@ -567,8 +577,7 @@ func outlastFallbackAvailable(b build, rt http.RoundTripper) caller {
 // client process has its own Fallback over its own two Admissions, their
 // limits ending at its share of each provider's slots, and no gate.
 func outlastFallbackPerProcess(b build, rt http.RoundTripper) caller {
-	pa := &outlast.Admission{MaxLimit: b.perClient(b.sc.Slots), ProbeWaits: fleetProbeWaits}
-	fa := &outlast.Admission{MaxLimit: b.perClient(b.sc.FallbackSlots()), ProbeWaits: fleetProbeWaits}
+	pa, fa := fleetAdmission(b.perClient(b.sc.Slots)), fleetAdmission(b.perClient(b.sc.FallbackSlots()))
 	return outlastFallback(b, rt, outlast.PreferPrimary, nil, nil, pa, fa)
 }
 
