@@ -283,11 +283,13 @@ func (x *exchange) roundTripper() http.RoundTripper {
 	}
 }
 
-// onFallback notes a move to another upstream, for the record of its
-// first attempt there and for the answer, and logs it. from and to index
-// the chain, whose first is the request's own upstream.
+// onFallback notes a move to another upstream, in the record's moves,
+// for the record of its first attempt there and for the answer, and logs
+// it. from and to index the chain, whose first is the request's own
+// upstream.
 func (x *exchange) onFallback(_ *http.Request, from, to int, reason outlast.FallbackReason, err error) {
 	x.moved, x.movedFrom, x.at = string(reason), x.up.chain[from].Name, x.up.chain[to]
+	x.rec.Moves = append(x.rec.Moves, record.Move{From: x.movedFrom, To: x.at.Name, Reason: x.moved})
 	x.g.logger.Info("outlast: falling back", "id", x.rec.ID, "from", x.up.chain[from].Name, "to", x.up.chain[to].Name,
 		"reason", string(reason), "error", redact.Text(err.Error()))
 	x.comment("fallback from=%s to=%s reason=%s", x.up.chain[from].Name, x.up.chain[to].Name, reason)

@@ -311,7 +311,8 @@ func TestGatewayFallbackAnswerIsTheFallbacks(t *testing.T) {
 
 // A request that moves on from a fallback that made no attempt (b, its
 // queue full) lands at c, and c's first attempt says it came from b, not
-// from a, whose attempt is the one before it.
+// from a, whose attempt is the one before it; the record's moves have
+// both, a to b too.
 func TestGatewayFallbackPastAnUpstreamWithNoAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var got *record.Request
@@ -354,6 +355,11 @@ func TestGatewayFallbackPastAnUpstreamWithNoAttempt(t *testing.T) {
 		}
 		if strings.Join(attempts, ",") != "a::,c:busy:b" {
 			t.Errorf("attempts %v, want one at a, then one at c saying the request moved from b, busy", attempts)
+		}
+		// The move to b is on no attempt: the record's moves have it.
+		want := []record.Move{{From: "a", To: "b", Reason: "spent"}, {From: "b", To: "c", Reason: "busy"}}
+		if !slices.Equal(got.Moves, want) {
+			t.Errorf("moves %v, want %v", got.Moves, want)
 		}
 		holder.Wait()
 	})

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -184,18 +185,21 @@ func getJSON(t *testing.T, url string, status int, v any) {
 	}
 }
 
-// A request that fell back is served with each attempt's upstream and,
-// on the first attempt after the move, why it moved and from where; an
-// attempt that did not move has no "fallback" or "fallback_from" at all.
+// A request that fell back is served with its moves, each attempt's
+// upstream and, on the first attempt after the move, why it moved and
+// from where; an attempt that did not move has no "fallback" or
+// "fallback_from" at all.
 func TestAPIFallback(t *testing.T) {
 	t.Parallel()
 	s := open(t, sqliteBackend.fresh(t))
 	r := request("fb", "", t0, 200, 2)
 	r.Attempts[0].Upstream, r.Attempts[0].Status, r.Attempts[0].Class = "openai", 503, outlast.ClassStatus5xx
 	r.Attempts[1].Upstream, r.Attempts[1].Fallback, r.Attempts[1].FallbackFrom = "azure", "down", "openai"
+	r.Moves = []record.Move{{From: "openai", To: "azure", Reason: "down"}}
 	write(t, s, r)
 	var got struct {
 		Attempts []map[string]any `json:"attempts"`
+		Moves    []map[string]any `json:"moves"`
 	}
 	getJSON(t, apiGateway(t, &journal.API{Store: s})+"/outlast/requests/fb", 200, &got)
 	if len(got.Attempts) != 2 {
@@ -208,6 +212,9 @@ func TestAPIFallback(t *testing.T) {
 	}
 	if a2["upstream"] != "azure" || a2["fallback"] != "down" || a2["fallback_from"] != "openai" {
 		t.Errorf("attempt 2: got upstream %v, fallback %v from %v; want azure, down from openai", a2["upstream"], a2["fallback"], a2["fallback_from"])
+	}
+	if want := []map[string]any{{"from": "openai", "to": "azure", "reason": "down"}}; !reflect.DeepEqual(got.Moves, want) {
+		t.Errorf("moves: got %v, want %v", got.Moves, want)
 	}
 }
 

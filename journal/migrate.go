@@ -113,6 +113,13 @@ var migrations = []migration{
 		// takes the previous attempt's upstream.
 		`ALTER TABLE outlast_attempts ADD COLUMN fallback_from TEXT NOT NULL DEFAULT ''`,
 	}},
+	{7, "fallbacks: every move of a request", []string{
+		// A move to an upstream that then made no attempt is on no
+		// attempt's row. An older replica's inserts name no moves, and
+		// '[]' reads as none, as for the rows already there, whose
+		// attempts' fallback columns tell what they knew.
+		`ALTER TABLE outlast_requests ADD COLUMN moves {json} NOT NULL DEFAULT '[]'`,
+	}},
 }
 
 // migrate brings db's schema up to the last migration, in one

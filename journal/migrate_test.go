@@ -190,6 +190,59 @@ func TestMigrateFallback(t *testing.T) {
 	})
 }
 
+// TestMigrateMoves opens a database at schema version 6, with a request
+// that an older replica wrote, and checks that Open's migration 7 keeps
+// it whole, with no moves; that the migrated database keeps what the new
+// version writes; and that an older replica's insert, which names no
+// moves, still works.
+func TestMigrateMoves(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		const start = "'2025-03-14T15:09:26.535Z'"
+		const v6 = attemptColumns + ", admission_wait_ms, probe, upstream, fallback, fallback_from"
+		insert := func(id string) []string {
+			return []string{
+				`INSERT INTO outlast_requests (` + requestColumns + `) VALUES
+					('` + id + `', '', 'POST', '/v1/messages', 'a', '', 'm', '{}', ` + start + `, ` + start + `, 200, '', 1, FALSE, TRUE, 7)`,
+				`INSERT INTO outlast_attempts (` + v6 + `) VALUES
+					('` + id + `', 1, 'call-1', ` + start + `, ` + start + `, 0, 0, 200, '', '', 0, 0, 7, 0, FALSE, 'b', 'spent', 'a')`,
+			}
+		}
+		spec := oldDatabase(t, b, 6, insert("old")...)
+
+		s := open(t, spec)
+		at := time.Date(2025, 3, 14, 15, 9, 26, 535e6, time.UTC)
+		want := record.Request{
+			ID: "old", Method: "POST", Path: "/v1/messages", Upstream: "a", Model: "m",
+			Header: http.Header{}, Start: at, End: at, Status: 200, Committed: true, Bytes: 7,
+			Attempts: []record.Attempt{{CallID: "call-1", N: 1, Start: at, End: at, Status: 200, Bytes: 7,
+				Upstream: "b", Fallback: "spent", FallbackFrom: "a"}},
+		}
+		if got := get(t, s, "old"); !reflect.DeepEqual(got, want) {
+			t.Errorf("the old request: got  %+v\nwant %+v", got, want)
+		}
+
+		// The migrated database keeps what the new version writes...
+		r := request("new", "run", t0, 503, 1)
+		r.Attempts[0].Upstream = "a"
+		r.Moves = []record.Move{{From: "a", To: "b", Reason: "spent"}}
+		write(t, s, r)
+		if got := get(t, s, "new"); !reflect.DeepEqual(got, stored(r)) {
+			t.Errorf("a new request: got %+v, want %+v", got, stored(r))
+		}
+		// ...and what an older replica, sharing it, writes.
+		for _, stmt := range insert("older") {
+			if _, err := b.raw(t, spec).ExecContext(ctx, stmt); err != nil {
+				t.Fatalf("an older replica's insert: %v", err)
+			}
+		}
+		if got := get(t, s, "older"); got.Moves != nil || len(got.Attempts) != 1 {
+			t.Errorf("the older replica's request: got moves %+v and %d attempts, want no moves and 1", got.Moves, len(got.Attempts))
+		}
+		checkVersions(t, b, spec)
+	})
+}
+
 // The columns of the version 1 tables, for rows written by hand.
 const (
 	requestColumns = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes"

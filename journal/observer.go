@@ -25,9 +25,10 @@ func Observer(w *Writer, cfg ObserverConfig) record.Observer {
 		Done: func(r *record.Request) {
 			rec := *r
 			// The writer keeps the record past the call; the gateway's
-			// list of attempts is its own. Its header map is made for the
-			// record and never changed after Done, so it is kept as it is.
-			rec.Attempts = slices.Clone(r.Attempts)
+			// lists of attempts and moves are its own. Its header map is
+			// made for the record and never changed after Done, so it is
+			// kept as it is.
+			rec.Attempts, rec.Moves = slices.Clone(r.Attempts), slices.Clone(r.Moves)
 			if !cfg.Headers {
 				rec.Header = nil
 			}

@@ -49,8 +49,8 @@ const deleteChunk = 512
 // The tables' columns, and how many each has, as requestArgs and
 // attemptArgs give them.
 const (
-	requestCols  = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes"
-	requestNCols = 16
+	requestCols  = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes, moves"
+	requestNCols = 17
 	attemptCols  = "request_id, n, call_id, started_at, ended_at, queued_ahead, gate_wait_ms, status, error_class, error, retry_in_ms, retry_after_ms, bytes, admission_wait_ms, probe, upstream, fallback, fallback_from"
 	attemptNCols = 18
 )
@@ -61,7 +61,8 @@ const (
 		path = excluded.path, upstream = excluded.upstream, slot = excluded.slot, model = excluded.model,
 		headers = excluded.headers, started_at = excluded.started_at, ended_at = excluded.ended_at,
 		status = excluded.status, error = excluded.error, attempt_count = excluded.attempt_count,
-		stream = excluded.stream, committed = excluded.committed, bytes = excluded.bytes`
+		stream = excluded.stream, committed = excluded.committed, bytes = excluded.bytes,
+		moves = excluded.moves`
 )
 
 // A stmtKey names a write statement: an insert of rows rows into table,
@@ -250,7 +251,22 @@ func (s *sqlStore) requestArgs(args []any, r *record.Request) []any {
 		clean(r.ID), clean(r.Run), clean(r.Method), clean(r.Path), clean(r.Upstream),
 		clean(r.Slot), clean(r.Model), headers,
 		s.d.timeArg(r.Start), s.d.timeArg(r.End),
-		r.Status, redact.Text(clean(r.Error)), len(r.Attempts), r.Stream, r.Committed, r.Bytes)
+		r.Status, redact.Text(clean(r.Error)), len(r.Attempts), r.Stream, r.Committed, r.Bytes, movesArg(r.Moves))
+}
+
+// movesArg returns moves as the moves column keeps them: a JSON list, as
+// in the record's JSON, its strings cleaned (PostgreSQL's jsonb refuses
+// the \u0000 that JSON would write for a NUL).
+func movesArg(moves []record.Move) string {
+	if len(moves) == 0 {
+		return "[]" // most requests never move
+	}
+	kept := make([]record.Move, len(moves))
+	for i, m := range moves {
+		kept[i] = record.Move{From: clean(m.From), To: clean(m.To), Reason: clean(m.Reason)}
+	}
+	b, _ := json.Marshal(kept) // strings always marshal
+	return string(b)
 }
 
 // writeAttempts replaces the attempts of recs: those of a record written
@@ -596,15 +612,21 @@ func (s *sqlStore) requests(ctx context.Context, tx *sql.Tx, tail string, args .
 	var recs []record.Request
 	for rows.Next() {
 		var r record.Request
-		var headers []byte
+		var headers, moves []byte
 		var count int
 		err := rows.Scan(&r.ID, &r.Run, &r.Method, &r.Path, &r.Upstream, &r.Slot, &r.Model, &headers,
-			timeScan{&r.Start}, timeScan{&r.End}, &r.Status, &r.Error, &count, &r.Stream, &r.Committed, &r.Bytes)
+			timeScan{&r.Start}, timeScan{&r.End}, &r.Status, &r.Error, &count, &r.Stream, &r.Committed, &r.Bytes, &moves)
 		if err != nil {
 			return nil, err
 		}
 		if err := json.Unmarshal(headers, &r.Header); err != nil {
 			return nil, fmt.Errorf("request %q: headers: %w", r.ID, err)
+		}
+		if err := json.Unmarshal(moves, &r.Moves); err != nil {
+			return nil, fmt.Errorf("request %q: moves: %w", r.ID, err)
+		}
+		if len(r.Moves) == 0 {
+			r.Moves = nil // as the record has it: "[]" is no moves
 		}
 		recs = append(recs, r)
 	}

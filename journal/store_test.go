@@ -175,10 +175,12 @@ func testFallback(t *testing.T, b backend) {
 	r.Attempts[0].Upstream, r.Attempts[0].Status, r.Attempts[0].Class = "openai", 503, outlast.ClassStatus5xx
 	r.Attempts[1].Upstream, r.Attempts[1].Status, r.Attempts[1].Class = "openai", 503, outlast.ClassStatus5xx
 	r.Attempts[2].Upstream, r.Attempts[2].Fallback, r.Attempts[2].FallbackFrom = "azure", "down", "bedrock"
+	// The move to bedrock is on no attempt: the request's moves keep it.
+	r.Moves = []record.Move{{From: "openai", To: "bedrock", Reason: "spent"}, {From: "bedrock", To: "azure", Reason: "down"}}
 	write(t, s, r)
 	got := get(t, s, r.ID)
 	if want := stored(r); !reflect.DeepEqual(got, want) {
-		t.Errorf("got  %+v\nwant %+v", got.Attempts, want.Attempts)
+		t.Errorf("got  %+v %+v\nwant %+v %+v", got.Attempts, got.Moves, want.Attempts, want.Moves)
 	}
 	// Run and List read the attempts the same way as Get.
 	p, err := s.List(context.Background(), journal.Query{})

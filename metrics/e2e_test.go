@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/outlast-llm/outlast"
@@ -173,4 +174,89 @@ func TestGatewayQueueDepth(t *testing.T) {
 	if got := s.scrape(t)[k]; got != 0 {
 		t.Errorf("%s after both ended: got %v, want 0", k, got)
 	}
+}
+
+// TestGatewayFallbackMoves sends requests through a real gateway whose
+// upstream a fails and falls back to b, whose one slot another request
+// holds and which queues none, and, in one chain, on to c: every move
+// counts, the one to b too, though b refused the request without an
+// attempt.
+func TestGatewayFallbackMoves(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		chain []string // a's fallbacks
+		code  int
+		want  map[string]float64
+	}{
+		// b is the last: its refusal is the answer.
+		{"refused by the last", []string{"b"}, http.StatusServiceUnavailable, map[string]float64{
+			`outlast_fallbacks_total{from="a",reason="spent",to="b"}`: 1,
+		}},
+		// b passes the request on to c, which answers.
+		{"passed on", []string{"b", "c"}, http.StatusOK, map[string]float64{
+			`outlast_fallbacks_total{from="a",reason="spent",to="b"}`: 1,
+			`outlast_fallbacks_total{from="b",reason="busy",to="c"}`:  1,
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m := metrics.New([]string{"a", "b", "c"})
+				policy := &outlast.Policy{Waits: []time.Duration{time.Second}, MaxAttempts: 1, Reserve: -1}
+				g, err := gateway.New(gateway.Config{
+					Upstreams: []gateway.Upstream{
+						{Name: "a", URL: &url.URL{Scheme: "http", Host: "a.test"}, Policy: policy, Fallbacks: c.chain},
+						{Name: "b", Prefix: "/b", URL: &url.URL{Scheme: "http", Host: "b.test"}, Policy: policy, Slots: 1, Queue: -1},
+						{Name: "c", Prefix: "/c", URL: &url.URL{Scheme: "http", Host: "c.test"}, Policy: policy},
+					},
+					Transport: answerFunc(func(r *http.Request) (*http.Response, error) {
+						code, wait := http.StatusOK, time.Duration(0)
+						switch r.URL.Host {
+						case "a.test":
+							code = http.StatusServiceUnavailable
+						case "b.test":
+							wait = time.Minute // the holder's
+						}
+						select {
+						case <-time.After(wait):
+						case <-r.Context().Done():
+							return nil, r.Context().Err()
+						}
+						return &http.Response{StatusCode: code, Header: http.Header{"Content-Type": {"application/json"}},
+							Body: io.NopCloser(strings.NewReader(`{}`)), Request: r}, nil
+					}),
+					Logger:   slog.New(slog.DiscardHandler),
+					Observer: m.Observer(),
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var holder sync.WaitGroup
+				holder.Go(func() { serveAt(g, "/b/v1/chat/completions") }) // holds b's one slot
+				synctest.Wait()
+				if got := serveAt(g, "/v1/chat/completions"); got != c.code {
+					t.Errorf("got %d, want %d", got, c.code)
+				}
+				holder.Wait()
+				got := scrape(t, m.Handler())
+				for k, v := range got {
+					if strings.HasPrefix(k, "outlast_fallbacks_total{") && v != 0 && c.want[k] == 0 {
+						t.Errorf("%s: got %v, want none", k, v)
+					}
+				}
+				checkSeries(t, got, c.want)
+			})
+		})
+	}
+}
+
+// answerFunc is an http.RoundTripper that answers with a func.
+type answerFunc func(*http.Request) (*http.Response, error)
+
+func (f answerFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// serveAt serves a chat request to path with g and returns its status.
+func serveAt(g http.Handler, path string) int {
+	w := httptest.NewRecorder()
+	g.ServeHTTP(w, httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{}`)))
+	return w.Code
 }

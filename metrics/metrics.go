@@ -238,16 +238,10 @@ func (m *Metrics) done(r *record.Request) {
 	if r.Error == apierr.Busy {
 		s.busy.Inc()
 	}
-	prev := r.Upstream
-	for _, a := range r.Attempts {
-		if a.Fallback != "" {
-			// The move's own from: the previous attempt's upstream is
-			// not it when one between passed the request on without an
-			// attempt. A record without it is taken as having none.
-			from := cmp.Or(a.FallbackFrom, prev)
-			m.fallbacks.WithLabelValues(m.upstreamLabel(from), m.upstreamLabel(a.Upstream), fallbackReason(a.Fallback)).Inc()
-		}
-		prev = cmp.Or(a.Upstream, prev)
+	// Every move, from the record's list: the attempts tell only of the
+	// moves to an upstream that then made one.
+	for _, mv := range r.Moves {
+		m.fallbacks.WithLabelValues(m.upstreamLabel(mv.From), m.upstreamLabel(mv.To), fallbackReason(mv.Reason)).Inc()
 	}
 }
 

@@ -537,42 +537,51 @@ func TestConcurrent(t *testing.T) {
 	}
 }
 
-// A request that fell back counts the move its fallback's first attempt
-// tells of, from the upstream it left to the one it moved to, by why; the
-// fallback's attempts count as the fallback's.
+// A request that fell back counts each of its moves, from the upstream it
+// left to the one it moved to, by why, whether or not the upstream moved
+// to made an attempt; the fallback's attempts count as the fallback's.
 func TestFallbacks(t *testing.T) {
 	t.Parallel()
+	spent, azureBusy := record.Move{From: "api", To: "azure", Reason: "spent"}, record.Move{From: "azure", To: "bedrock", Reason: "busy"}
 	for _, c := range []struct {
-		name     string
-		attempts []record.Attempt
-		want     map[string]float64 // every outlast_fallbacks_total series, with others
+		name string
+		rec  record.Request
+		want map[string]float64 // every outlast_fallbacks_total series, with others
 	}{
-		// A record that does not say where the move came from, as one
-		// made by hand: from the previous attempt's upstream.
-		{"from the previous attempt's", []record.Attempt{
+		// The plain case: api failed, azure answered.
+		{"one move", record.Request{Status: 200, Attempts: []record.Attempt{
 			{Upstream: "api", Class: outlast.ClassStatus5xx},
-			{Upstream: "azure", Fallback: "down", Class: outlast.ClassNone},
-		}, map[string]float64{
+			{Upstream: "azure", Fallback: "down", FallbackFrom: "api", Class: outlast.ClassNone},
+		}, Moves: []record.Move{{From: "api", To: "azure", Reason: "down"}}}, map[string]float64{
 			`outlast_fallbacks_total{from="api",reason="down",to="azure"}`: 1,
 			`outlast_attempts_total{outcome="status_5xx",upstream="api"}`:  1,
 			`outlast_attempts_total{outcome="ok",upstream="azure"}`:        1,
 			`outlast_attempts_total{outcome="ok",upstream="api"}`:          0,
 		}},
 		// api spent its attempts and azure, busy, passed the request on
-		// without one: bedrock's first attempt tells of the move from
-		// azure, not from api.
-		{"past an upstream with no attempt", []record.Attempt{
+		// without one: both moves count, the one to azure though no
+		// attempt tells of it, and none from api to bedrock.
+		{"past an upstream with no attempt", record.Request{Status: 200, Attempts: []record.Attempt{
 			{Upstream: "api", Class: outlast.ClassStatus5xx},
 			{Upstream: "bedrock", Fallback: "busy", FallbackFrom: "azure", Class: outlast.ClassNone},
-		}, map[string]float64{
+		}, Moves: []record.Move{spent, azureBusy}}, map[string]float64{
+			`outlast_fallbacks_total{from="api",reason="spent",to="azure"}`:    1,
 			`outlast_fallbacks_total{from="azure",reason="busy",to="bedrock"}`: 1,
 			`outlast_attempts_total{outcome="ok",upstream="bedrock"}`:          1,
+		}},
+		// azure, the last of the chain, refused the request busy: no
+		// attempt follows the move, which counts all the same.
+		{"to the last upstream, which refused", record.Request{Status: 503, Error: "busy", Attempts: []record.Attempt{
+			{Upstream: "api", Class: outlast.ClassStatus5xx},
+		}, Moves: []record.Move{spent}}, map[string]float64{
+			`outlast_fallbacks_total{from="api",reason="spent",to="azure"}`: 1,
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			m := metrics.New([]string{"api", "azure", "bedrock"})
-			drive(m.Observer(), record.Request{Upstream: "api", Status: 200, Attempts: c.attempts})
+			c.rec.Upstream = "api"
+			drive(m.Observer(), c.rec)
 			got := scrape(t, m.Handler())
 			for k, v := range got {
 				if strings.HasPrefix(k, "outlast_fallbacks_total{") && v != 0 && c.want[k] == 0 {

@@ -65,6 +65,7 @@ type requestJSON struct {
 	Committed bool                `json:"committed"`
 	Bytes     int64               `json:"bytes"`
 	Attempts  []Attempt           `json:"attempts"`
+	Moves     []Move              `json:"moves,omitempty"`
 }
 
 // attemptJSON is Attempt's JSON shape. The gate key is not in it: the
@@ -99,7 +100,7 @@ func (r Request) MarshalJSON() ([]byte, error) {
 		StartedAt: jsonTime(r.Start), EndedAt: jsonTime(r.End),
 		Status: r.Status, Error: r.Error,
 		Stream: r.Stream, Committed: r.Committed, Bytes: r.Bytes,
-		Attempts: r.Attempts,
+		Attempts: r.Attempts, Moves: r.Moves,
 	}
 	if j.Headers == nil {
 		j.Headers = map[string][]string{}
@@ -123,7 +124,7 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 		Start:  time.Time(j.StartedAt), End: time.Time(j.EndedAt),
 		Status: j.Status, Error: j.Error,
 		Stream: j.Stream, Committed: j.Committed, Bytes: j.Bytes,
-		Attempts: j.Attempts,
+		Attempts: j.Attempts, Moves: j.Moves,
 	}
 	return nil
 }

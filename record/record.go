@@ -74,6 +74,24 @@ type Request struct {
 	// Attempts are the tries at the request, oldest first; an observer's
 	// live hooks see those that have ended.
 	Attempts []Attempt
+	// Moves are the request's moves from an upstream to its fallback,
+	// oldest first: every one, with those to an upstream that then made
+	// no attempt (it refused the request busy, or down, and passed it on
+	// or answered with the refusal), which no attempt's Fallback tells
+	// of. Nil when it did not move, and in records made before them.
+	Moves []Move
+}
+
+// A Move is a request's move from one upstream to its fallback. Its
+// JSON form, in the record's and the journal's, is its tags'.
+type Move struct {
+	// From names the upstream the request left.
+	From string `json:"from"`
+	// To names the upstream it moved to.
+	To string `json:"to"`
+	// Reason is why it moved: "down", "spent" or "busy", as
+	// outlast.FallbackReason says.
+	Reason string `json:"reason"`
 }
 
 // The kinds of Request.Error that are not an Outlast-Error of the
