@@ -180,7 +180,7 @@ func TestGatewayQueueDepth(t *testing.T) {
 // upstream a fails and falls back to b, whose one slot another request
 // holds and which queues none, and, in one chain, on to c: every move
 // counts, the one to b too, though b refused the request without an
-// attempt.
+// attempt, and b's refusal, when it is the answer, counts as b's busy.
 func TestGatewayFallbackMoves(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -188,14 +188,18 @@ func TestGatewayFallbackMoves(t *testing.T) {
 		code  int
 		want  map[string]float64
 	}{
-		// b is the last: its refusal is the answer.
+		// b is the last: its refusal is the answer, and b's busy.
 		{"refused by the last", []string{"b"}, http.StatusServiceUnavailable, map[string]float64{
 			`outlast_fallbacks_total{from="a",reason="spent",to="b"}`: 1,
+			`outlast_busy_total{upstream="a"}`:                        0,
+			`outlast_busy_total{upstream="b"}`:                        1,
 		}},
-		// b passes the request on to c, which answers.
+		// b passes the request on to c, which answers: no one's busy.
 		{"passed on", []string{"b", "c"}, http.StatusOK, map[string]float64{
 			`outlast_fallbacks_total{from="a",reason="spent",to="b"}`: 1,
 			`outlast_fallbacks_total{from="b",reason="busy",to="c"}`:  1,
+			`outlast_busy_total{upstream="a"}`:                        0,
+			`outlast_busy_total{upstream="b"}`:                        0,
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -236,7 +236,9 @@ func (m *Metrics) done(r *record.Request) {
 	s := m.seriesOf(r.Upstream)
 	s.codes.get(r.Status).Inc()
 	if r.Error == apierr.Busy {
-		s.busy.Inc()
+		// The refusal is the upstream's whose queue was full: a fallback
+		// the request moved to, not always the one it came to.
+		m.seriesOf(r.Answered()).busy.Inc()
 	}
 	// Every move, from the record's list: the attempts tell only of the
 	// moves to an upstream that then made one.

@@ -178,6 +178,22 @@ func TestObserver(t *testing.T) {
 			`outlast_busy_total{upstream="api"}`:                1,
 		},
 	}, {
+		// llama, api's fallback, refused the request busy, with no
+		// attempt: the refusal is llama's, though the request and its
+		// status are api's, whose path it came by.
+		name: "busy at a fallback",
+		reqs: []record.Request{{Upstream: "api", Status: 503, Error: "busy", Attempts: []record.Attempt{
+			attempt(outlast.Attempt{N: 1, Start: at(0), End: at(1), Status: 503, Err: status(503)}),
+		}, Moves: []record.Move{{From: "api", To: "llama", Reason: "spent"}}}},
+		want: map[string]float64{
+			`outlast_requests_total{code="503",upstream="api"}`:             1,
+			`outlast_attempts_total{outcome="status_5xx",upstream="api"}`:   1,
+			`outlast_upstream_latency_seconds_count{upstream="api"}`:        1,
+			`outlast_upstream_latency_seconds_sum{upstream="api"}`:          0.001,
+			`outlast_fallbacks_total{from="api",reason="spent",to="llama"}`: 1,
+			`outlast_busy_total{upstream="llama"}`:                          1,
+		},
+	}, {
 		// A stalled attempt in a named slot: the gate wait is observed
 		// because the attempt held a key; the last attempt has no retry.
 		name: "stalled in a named slot",

@@ -82,6 +82,16 @@ type Request struct {
 	Moves []Move
 }
 
+// Answered returns the name of the upstream whose answer the caller got:
+// the one the last move went to, or Upstream. It may have made no
+// attempt: a refusal, busy or down, is its answer too.
+func (r *Request) Answered() string {
+	if n := len(r.Moves); n > 0 {
+		return r.Moves[n-1].To
+	}
+	return r.Upstream
+}
+
 // A Move is a request's move from one upstream to its fallback. Its
 // JSON form, in the record's and the journal's, is its tags'.
 type Move struct {

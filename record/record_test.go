@@ -312,3 +312,26 @@ func TestObserversHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswered checks that the upstream that answered is the one the
+// request's last move went to, whether or not it made an attempt.
+func TestAnswered(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		moves []record.Move
+		want  string
+	}{
+		// A request that never moved was answered by its own upstream.
+		{"no move", nil, "a"},
+		// b passed the request on without an attempt: c answered.
+		{"two moves", []record.Move{{From: "a", To: "b", Reason: "spent"}, {From: "b", To: "c", Reason: "busy"}}, "c"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := record.Request{Upstream: "a", Moves: c.moves}
+			if got := r.Answered(); got != c.want {
+				t.Errorf("got %q, want %q", got, c.want)
+			}
+		})
+	}
+}
