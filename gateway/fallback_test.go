@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -376,22 +377,69 @@ func after(r *http.Request, d time.Duration, code int, body string) (*http.Respo
 	return &http.Response{StatusCode: code, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
 }
 
-// A stream that has sent its first byte never moves, and nor does a
-// failure that is not retryable.
-func TestGatewayFallbackOnlyBeforeCommit(t *testing.T) {
+// A stream that has sent its first byte never moves: the primary's 200
+// event stream sends one event and then breaks its connection, and the
+// caller gets that event and then an error event, the primary's, while
+// the fallback, which would have answered, is never asked. The record
+// says the stream broke at the primary and that the request never moved.
+func TestGatewayFallbackNeverAfterFirstByte(t *testing.T) {
+	t.Parallel()
+	const event = "data: {\"from\":\"primary\"}\n\n"
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, event)
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler) // the connection breaks, with no end to the stream
+	}))
+	t.Cleanup(primary.Close)
+	var asked atomic.Int32
+	fallback := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"from\":\"fallback\"}\n\n")
+	}))
+	t.Cleanup(fallback.Close)
+	var got *record.Request
+	policy := &outlast.Policy{Waits: []time.Duration{time.Second}, Reserve: -1}
+	g, err := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{
+			{Name: "primary", URL: mustURL(primary.URL), Policy: policy, Fallbacks: []string{"fallback"}},
+			{Name: "fallback", Prefix: "/fallback", URL: mustURL(fallback.URL), Policy: policy},
+		},
+		Logger:   slog.New(slog.DiscardHandler),
+		Observer: record.Observer{Done: func(r *record.Request) { got = r }},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := serve(g, `{"model":"m","stream":true}`, map[string]string{"Accept": "text/event-stream"})
+	body := rec.Body.String()
+	if rec.Code != 200 || rec.Header().Get("Outlast-Upstream") != "primary" {
+		t.Errorf("got %d from %q, want 200 from the primary", rec.Code, rec.Header().Get("Outlast-Upstream"))
+	}
+	if rest, ok := strings.CutPrefix(body, event); !ok || !strings.HasPrefix(rest, "event: error\n") || !strings.Contains(rest, "upstream primary broke off the stream") {
+		t.Errorf("got body %q, want the primary's event, then an error event saying the primary broke off", body)
+	}
+	if n := asked.Load(); n != 0 {
+		t.Errorf("the fallback got %d requests, want none", n)
+	}
+	if got.Moves != nil || got.Error != record.ErrorUpstreamBroke || !got.Committed {
+		t.Errorf("record: got moves %v, error %q, committed %v; want no moves, %q, committed", got.Moves, got.Error, got.Committed, record.ErrorUpstreamBroke)
+	}
+	for _, a := range got.Attempts {
+		if a.Upstream != "primary" || a.Fallback != "" {
+			t.Errorf("attempt %d: got upstream %q, fallback %q; want the primary's, not moved", a.N, a.Upstream, a.Fallback)
+		}
+	}
+}
+
+// A failure that is not retryable never moves.
+func TestGatewayFallbackNotRetryable(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		resp func(r *http.Request) *http.Response
 		code int
 	}{
-		{"a stream after its first byte", func(r *http.Request) *http.Response {
-			pr, pw := io.Pipe()
-			go func() {
-				pw.Write([]byte("data: {\"choices\":[]}\n\n"))
-				pw.CloseWithError(io.ErrUnexpectedEOF)
-			}()
-			return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: pr, Request: r}
-		}, 200},
 		{"400", func(r *http.Request) *http.Response {
 			return &http.Response{StatusCode: 400, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{}`)), Request: r}
 		}, 400},
