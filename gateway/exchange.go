@@ -40,9 +40,7 @@ type exchange struct {
 
 	body   []byte     // the caller's body, read whole
 	fields bodyFields // what the gateway read of it
-	// moved and movedFrom are the reason of a fallback not yet on an
-	// attempt, and the upstream the request moved from.
-	moved, movedFrom string
+	moved  string     // the reason of a fallback not yet on an attempt
 
 	// shut guards the state that the gateway's shutdown reads, from
 	// Serve's goroutine: the cancel that ends the attempts, and whether
@@ -288,8 +286,8 @@ func (x *exchange) roundTripper() http.RoundTripper {
 // it. from and to index the chain, whose first is the request's own
 // upstream.
 func (x *exchange) onFallback(_ *http.Request, from, to int, reason outlast.FallbackReason, err error) {
-	x.moved, x.movedFrom, x.at = string(reason), x.up.chain[from].Name, x.up.chain[to]
-	x.rec.Moves = append(x.rec.Moves, record.Move{From: x.movedFrom, To: x.at.Name, Reason: x.moved})
+	x.moved, x.at = string(reason), x.up.chain[to]
+	x.rec.Moves = append(x.rec.Moves, record.Move{From: x.up.chain[from].Name, To: x.at.Name, Reason: x.moved})
 	x.g.logger.Info("outlast: falling back", "id", x.rec.ID, "from", x.up.chain[from].Name, "to", x.up.chain[to].Name,
 		"reason", string(reason), "error", redact.Text(err.Error()))
 	x.comment("fallback from=%s to=%s reason=%s", x.up.chain[from].Name, x.up.chain[to].Name, reason)
@@ -348,17 +346,16 @@ func (x *exchange) answered() string {
 
 // attempt returns the record of a, the request's next attempt: numbered
 // across the request, since each upstream's Transport numbers its own
-// from 1, and the first at a fallback says why the request moved, and
-// from where.
+// from 1, and the first at a fallback says why the request moved.
 func (x *exchange) attempt(a outlast.Attempt) record.Attempt {
 	at := record.NewAttempt(a)
-	at.N, at.Fallback, at.FallbackFrom = len(x.rec.Attempts)+1, x.moved, x.movedFrom
+	at.N, at.Fallback = len(x.rec.Attempts)+1, x.moved
 	return at
 }
 
 func (x *exchange) attemptEnd(a outlast.Attempt) {
 	at := x.attempt(a)
-	x.moved, x.movedFrom = "", ""
+	x.moved = ""
 	x.rec.Attempts = append(x.rec.Attempts, at)
 	// The attempt went to the upstream the request is at: its pace is
 	// that upstream's, for its own busy answers' Retry-After.

@@ -185,16 +185,16 @@ func getJSON(t *testing.T, url string, status int, v any) {
 	}
 }
 
-// A request that fell back is served with its moves, each attempt's
-// upstream and, on the first attempt after the move, why it moved and
-// from where; an attempt that did not move has no "fallback" or
-// "fallback_from" at all.
+// A request that fell back is served with its moves, from where to
+// where and why, each attempt's upstream and, on the first attempt after
+// the move, why it moved; an attempt that did not move has no "fallback"
+// at all.
 func TestAPIFallback(t *testing.T) {
 	t.Parallel()
 	s := open(t, sqliteBackend.fresh(t))
 	r := request("fb", "", t0, 200, 2)
 	r.Attempts[0].Upstream, r.Attempts[0].Status, r.Attempts[0].Class = "openai", 503, outlast.ClassStatus5xx
-	r.Attempts[1].Upstream, r.Attempts[1].Fallback, r.Attempts[1].FallbackFrom = "azure", "down", "openai"
+	r.Attempts[1].Upstream, r.Attempts[1].Fallback = "azure", "down"
 	r.Moves = []record.Move{{From: "openai", To: "azure", Reason: "down"}}
 	write(t, s, r)
 	var got struct {
@@ -206,12 +206,11 @@ func TestAPIFallback(t *testing.T) {
 		t.Fatalf("got %d attempts, want 2", len(got.Attempts))
 	}
 	a1, a2 := got.Attempts[0], got.Attempts[1]
-	_, moved := a1["fallback"]
-	if _, from := a1["fallback_from"]; a1["upstream"] != "openai" || moved || from {
-		t.Errorf("attempt 1: got upstream %v, fallback %v from %v; want openai and no fallback keys", a1["upstream"], a1["fallback"], a1["fallback_from"])
+	if _, ok := a1["fallback"]; a1["upstream"] != "openai" || ok {
+		t.Errorf("attempt 1: got upstream %v, fallback %v; want openai and no fallback key", a1["upstream"], a1["fallback"])
 	}
-	if a2["upstream"] != "azure" || a2["fallback"] != "down" || a2["fallback_from"] != "openai" {
-		t.Errorf("attempt 2: got upstream %v, fallback %v from %v; want azure, down from openai", a2["upstream"], a2["fallback"], a2["fallback_from"])
+	if a2["upstream"] != "azure" || a2["fallback"] != "down" {
+		t.Errorf("attempt 2: got upstream %v, fallback %v; want azure, down", a2["upstream"], a2["fallback"])
 	}
 	if want := []map[string]any{{"from": "openai", "to": "azure", "reason": "down"}}; !reflect.DeepEqual(got.Moves, want) {
 		t.Errorf("moves: got %v, want %v", got.Moves, want)

@@ -108,12 +108,7 @@ var migrations = []migration{
 		`ALTER TABLE outlast_attempts ADD COLUMN upstream TEXT NOT NULL DEFAULT ''`,
 		`ALTER TABLE outlast_attempts ADD COLUMN fallback TEXT NOT NULL DEFAULT ''`,
 	}},
-	{6, "fallbacks: the upstream each moved from", []string{
-		// As in 5: '' reads as "not known", and a reader of such a row
-		// takes the previous attempt's upstream.
-		`ALTER TABLE outlast_attempts ADD COLUMN fallback_from TEXT NOT NULL DEFAULT ''`,
-	}},
-	{7, "fallbacks: every move of a request", []string{
+	{6, "fallbacks: every move of a request", []string{
 		// A move to an upstream that then made no attempt is on no
 		// attempt's row. An older replica's inserts name no moves, and
 		// '[]' reads as none, as for the rows already there, whose

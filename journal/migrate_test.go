@@ -134,11 +134,11 @@ func TestMigrateAdmission(t *testing.T) {
 }
 
 // TestMigrateFallback opens a database at schema version 4, with a
-// request that an older replica wrote, and checks that Open's migrations
-// (5 and 6) keep it whole, its attempts with no upstream of their own and
-// no fallback; that the migrated database keeps what the new version
-// writes; and that an older replica's insert, which names none of the new
-// columns, still works.
+// request that an older replica wrote, and checks that Open's migration
+// 5 keeps it whole, its attempts with no upstream of their own and no
+// fallback; that the migrated database keeps what the new version
+// writes; and that an older replica's insert, which names neither new
+// column, still works.
 func TestMigrateFallback(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -173,7 +173,7 @@ func TestMigrateFallback(t *testing.T) {
 		// The migrated database keeps what the new version writes...
 		r := request("new", "run", t0, 200, 2)
 		r.Attempts[0].Upstream = "openai"
-		r.Attempts[1].Upstream, r.Attempts[1].Fallback, r.Attempts[1].FallbackFrom = "azure", "down", "openai"
+		r.Attempts[1].Upstream, r.Attempts[1].Fallback = "azure", "down"
 		write(t, s, r)
 		if got := get(t, s, "new"); !reflect.DeepEqual(got, stored(r)) {
 			t.Errorf("a new request: got %+v, want %+v", got, stored(r))
@@ -183,15 +183,15 @@ func TestMigrateFallback(t *testing.T) {
 		if _, err := b.raw(t, spec).ExecContext(ctx, old); err != nil {
 			t.Fatalf("an older replica's insert: %v", err)
 		}
-		if a := get(t, s, "old").Attempts; len(a) != 3 || a[2].Upstream != "" || a[2].Fallback != "" || a[2].FallbackFrom != "" {
+		if a := get(t, s, "old").Attempts; len(a) != 3 || a[2].Upstream != "" || a[2].Fallback != "" {
 			t.Errorf("the older replica's attempt: got %+v, want a third with no upstream and no fallback", a)
 		}
 		checkVersions(t, b, spec)
 	})
 }
 
-// TestMigrateMoves opens a database at schema version 6, with a request
-// that an older replica wrote, and checks that Open's migration 7 keeps
+// TestMigrateMoves opens a database at schema version 5, with a request
+// that an older replica wrote, and checks that Open's migration 6 keeps
 // it whole, with no moves; that the migrated database keeps what the new
 // version writes; and that an older replica's insert, which names no
 // moves, still works.
@@ -199,16 +199,16 @@ func TestMigrateMoves(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		const start = "'2025-03-14T15:09:26.535Z'"
-		const v6 = attemptColumns + ", admission_wait_ms, probe, upstream, fallback, fallback_from"
+		const v5 = attemptColumns + ", admission_wait_ms, probe, upstream, fallback"
 		insert := func(id string) []string {
 			return []string{
 				`INSERT INTO outlast_requests (` + requestColumns + `) VALUES
 					('` + id + `', '', 'POST', '/v1/messages', 'a', '', 'm', '{}', ` + start + `, ` + start + `, 200, '', 1, FALSE, TRUE, 7)`,
-				`INSERT INTO outlast_attempts (` + v6 + `) VALUES
-					('` + id + `', 1, 'call-1', ` + start + `, ` + start + `, 0, 0, 200, '', '', 0, 0, 7, 0, FALSE, 'b', 'spent', 'a')`,
+				`INSERT INTO outlast_attempts (` + v5 + `) VALUES
+					('` + id + `', 1, 'call-1', ` + start + `, ` + start + `, 0, 0, 200, '', '', 0, 0, 7, 0, FALSE, 'b', 'spent')`,
 			}
 		}
-		spec := oldDatabase(t, b, 6, insert("old")...)
+		spec := oldDatabase(t, b, 5, insert("old")...)
 
 		s := open(t, spec)
 		at := time.Date(2025, 3, 14, 15, 9, 26, 535e6, time.UTC)
@@ -216,7 +216,7 @@ func TestMigrateMoves(t *testing.T) {
 			ID: "old", Method: "POST", Path: "/v1/messages", Upstream: "a", Model: "m",
 			Header: http.Header{}, Start: at, End: at, Status: 200, Committed: true, Bytes: 7,
 			Attempts: []record.Attempt{{CallID: "call-1", N: 1, Start: at, End: at, Status: 200, Bytes: 7,
-				Upstream: "b", Fallback: "spent", FallbackFrom: "a"}},
+				Upstream: "b", Fallback: "spent"}},
 		}
 		if got := get(t, s, "old"); !reflect.DeepEqual(got, want) {
 			t.Errorf("the old request: got  %+v\nwant %+v", got, want)

@@ -51,8 +51,8 @@ const deleteChunk = 512
 const (
 	requestCols  = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes, moves"
 	requestNCols = 17
-	attemptCols  = "request_id, n, call_id, started_at, ended_at, queued_ahead, gate_wait_ms, status, error_class, error, retry_in_ms, retry_after_ms, bytes, admission_wait_ms, probe, upstream, fallback, fallback_from"
-	attemptNCols = 18
+	attemptCols  = "request_id, n, call_id, started_at, ended_at, queued_ahead, gate_wait_ms, status, error_class, error, retry_in_ms, retry_after_ms, bytes, admission_wait_ms, probe, upstream, fallback"
+	attemptNCols = 17
 )
 
 const (
@@ -317,7 +317,7 @@ func (s *sqlStore) attemptArgs(args []any, id string, a *record.Attempt) []any {
 		a.QueuedAhead, a.GateWait.Milliseconds(), a.Status,
 		a.Class.String(), redact.Text(clean(a.Error)),
 		a.RetryIn.Milliseconds(), a.RetryAfter.Milliseconds(), a.Bytes,
-		a.AdmissionWait.Milliseconds(), a.Probe, clean(a.Upstream), clean(a.Fallback), clean(a.FallbackFrom))
+		a.AdmissionWait.Milliseconds(), a.Probe, clean(a.Upstream), clean(a.Fallback))
 }
 
 // insert returns a multi-row INSERT of rows rows of ncols columns each.
@@ -665,7 +665,7 @@ func (s *sqlStore) attempts(ctx context.Context, tx *sql.Tx, at map[string]*reco
 		var class string
 		err := rows.Scan(&id, &a.N, &a.CallID, timeScan{&a.Start}, timeScan{&a.End}, &a.QueuedAhead, &gateWait,
 			&a.Status, &class, &a.Error, &retryIn, &retryAfter, &a.Bytes, &admissionWait, &a.Probe,
-			&a.Upstream, &a.Fallback, &a.FallbackFrom)
+			&a.Upstream, &a.Fallback)
 		if err != nil {
 			return err
 		}

@@ -174,7 +174,7 @@ func testFallback(t *testing.T, b backend) {
 	// was down.
 	r.Attempts[0].Upstream, r.Attempts[0].Status, r.Attempts[0].Class = "openai", 503, outlast.ClassStatus5xx
 	r.Attempts[1].Upstream, r.Attempts[1].Status, r.Attempts[1].Class = "openai", 503, outlast.ClassStatus5xx
-	r.Attempts[2].Upstream, r.Attempts[2].Fallback, r.Attempts[2].FallbackFrom = "azure", "down", "bedrock"
+	r.Attempts[2].Upstream, r.Attempts[2].Fallback = "azure", "down"
 	// The move to bedrock is on no attempt: the request's moves keep it.
 	r.Moves = []record.Move{{From: "openai", To: "bedrock", Reason: "spent"}, {From: "bedrock", To: "azure", Reason: "down"}}
 	write(t, s, r)

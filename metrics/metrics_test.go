@@ -567,7 +567,7 @@ func TestFallbacks(t *testing.T) {
 		// The plain case: api failed, azure answered.
 		{"one move", record.Request{Status: 200, Attempts: []record.Attempt{
 			{Upstream: "api", Class: outlast.ClassStatus5xx},
-			{Upstream: "azure", Fallback: "down", FallbackFrom: "api", Class: outlast.ClassNone},
+			{Upstream: "azure", Fallback: "down", Class: outlast.ClassNone},
 		}, Moves: []record.Move{{From: "api", To: "azure", Reason: "down"}}}, map[string]float64{
 			`outlast_fallbacks_total{from="api",reason="down",to="azure"}`: 1,
 			`outlast_attempts_total{outcome="status_5xx",upstream="api"}`:  1,
@@ -579,7 +579,7 @@ func TestFallbacks(t *testing.T) {
 		// attempt tells of it, and none from api to bedrock.
 		{"past an upstream with no attempt", record.Request{Status: 200, Attempts: []record.Attempt{
 			{Upstream: "api", Class: outlast.ClassStatus5xx},
-			{Upstream: "bedrock", Fallback: "busy", FallbackFrom: "azure", Class: outlast.ClassNone},
+			{Upstream: "bedrock", Fallback: "busy", Class: outlast.ClassNone},
 		}, Moves: []record.Move{spent, azureBusy}}, map[string]float64{
 			`outlast_fallbacks_total{from="api",reason="spent",to="azure"}`:    1,
 			`outlast_fallbacks_total{from="azure",reason="busy",to="bedrock"}`: 1,

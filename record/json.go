@@ -75,7 +75,6 @@ type attemptJSON struct {
 	N            int      `json:"n"`
 	Upstream     string   `json:"upstream,omitempty"`
 	Fallback     string   `json:"fallback,omitempty"`
-	FallbackFrom string   `json:"fallback_from,omitempty"`
 	StartedAt    jsonTime `json:"started_at"`
 	EndedAt      jsonTime `json:"ended_at"`
 	QueuedAhead  int      `json:"queued_ahead"`
@@ -133,7 +132,7 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 // milliseconds.
 func (a Attempt) MarshalJSON() ([]byte, error) {
 	return json.Marshal(attemptJSON{
-		CallID: a.CallID, N: a.N, Upstream: a.Upstream, Fallback: a.Fallback, FallbackFrom: a.FallbackFrom,
+		CallID: a.CallID, N: a.N, Upstream: a.Upstream, Fallback: a.Fallback,
 		StartedAt: jsonTime(a.Start), EndedAt: jsonTime(a.End),
 		QueuedAhead: a.QueuedAhead, GateWaitMS: a.GateWait.Milliseconds(),
 		AdmissionMS: a.AdmissionWait.Milliseconds(), Probe: a.Probe,
@@ -150,7 +149,7 @@ func (a *Attempt) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*a = Attempt{
-		CallID: j.CallID, N: j.N, Upstream: j.Upstream, Fallback: j.Fallback, FallbackFrom: j.FallbackFrom,
+		CallID: j.CallID, N: j.N, Upstream: j.Upstream, Fallback: j.Fallback,
 		Start: time.Time(j.StartedAt), End: time.Time(j.EndedAt),
 		QueuedAhead: j.QueuedAhead, GateWait: ms(j.GateWaitMS),
 		AdmissionWait: ms(j.AdmissionMS), Probe: j.Probe,

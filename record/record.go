@@ -137,13 +137,9 @@ type Attempt struct {
 	Upstream string
 	// Fallback is why the request moved to this attempt's upstream
 	// ("down", "spent" or "busy", as outlast.FallbackReason says), on the
-	// first attempt there after a move; else "".
+	// first attempt there after a move; else "". The request's Moves say
+	// where it moved from.
 	Fallback string
-	// FallbackFrom names the upstream the request moved from, with
-	// Fallback; else "". It need not be the previous attempt's: an
-	// upstream between them may have passed the request on without an
-	// attempt (busy, or down). Empty in records made before it.
-	FallbackFrom string
 	// Start is when the attempt was sent, after the gate.
 	Start time.Time
 	// End is when its response, first byte or failure came; zero while

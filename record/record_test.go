@@ -163,7 +163,7 @@ func TestRequestJSON(t *testing.T) {
 				RetryIn: 2 * time.Second, RetryAfter: 2 * time.Second,
 			},
 			{
-				CallID: "0195f0e2-9412-7000-8000-000000000003", N: 2, Upstream: "azure", Fallback: "spent", FallbackFrom: "openai",
+				CallID: "0195f0e2-9412-7000-8000-000000000003", N: 2, Upstream: "azure", Fallback: "spent",
 				Start: t0.Add(2181 * time.Millisecond), End: t0.Add(3100 * time.Millisecond),
 				Status: 200, Bytes: 1234,
 			},
