@@ -154,9 +154,11 @@ type Admission struct {
 	// may be than a server's delay (Retry-After, retry-after-ms, or a
 	// rate limit's reset) asks, drawn at random so that the clients that
 	// got the same delay do not all come back at once. It is capped at
-	// half the delay. Zero means a tenth of the delay, enough for one
-	// Admission; a fleet of many processes that each have one, all told
-	// the same time, needs a spread of a few round trips.
+	// half the delay. Zero or less means a tenth of the delay, enough for
+	// one Admission, and for a Fleet, which keeps the latest time any of
+	// its processes draws; many processes that each have an Admission of
+	// their own, and no Fleet, all told the same time, need a spread of a
+	// few round trips.
 	DelaySpread time.Duration
 
 	// OnState, if not nil, is called when a key's state changes, without

@@ -337,13 +337,6 @@ func (x *exchange) bodyFor(u *upstream) []byte {
 	return append(append(append(b, x.body[:x.fields.modelAt]...), q...), x.body[x.fields.modelEnd:]...)
 }
 
-// answered returns the upstream that answered: the one the request is
-// at, which may have refused it without an attempt (busy, or down), so
-// that the last attempt's is not always it.
-func (x *exchange) answered() string {
-	return x.at.Name
-}
-
 // attempt returns the record of a, the request's next attempt: numbered
 // across the request, since each upstream's Transport numbers its own
 // from 1, and the first at a fallback says why the request moved.
@@ -504,7 +497,7 @@ func (x *exchange) retried() bool {
 func (x *exchange) ownHeaders(h http.Header) {
 	h.Set(HeaderRequestID, x.rec.ID)
 	h.Set(HeaderAttempts, strconv.Itoa(len(x.rec.Attempts)))
-	h.Set(HeaderUpstream, x.answered())
+	h.Set(HeaderUpstream, x.rec.Answered()) // the one the request is at, which may have refused it without an attempt
 }
 
 // failed answers for a request that got no response to forward.

@@ -120,7 +120,7 @@ func (m *Metrics) register() {
 	m.gateWait = histogram("outlast_gate_wait_seconds", "Time a gated attempt waited at the gate.", gateWaitBuckets)
 	m.admWait = histogram("outlast_admission_wait_seconds", "Time an attempt waited for its upstream to come back, before the gate.", admissionWaitBuckets)
 	m.probes = counter("outlast_probes_total", "Attempts sent as the one probe of an upstream that was down.", "upstream")
-	m.fallbacks = counter("outlast_fallbacks_total", "Requests moved from an upstream to its fallback, by why: down (its next chance too late), spent (retryable failures, no retry left) or busy (its queue full).", "from", "to", "reason")
+	m.fallbacks = counter("outlast_fallbacks_total", "Moves of a request from an upstream to its fallback (a request may move more than once), by why: down (its next chance too late), spent (retryable failures, no retry left) or busy (its queue full).", "from", "to", "reason")
 	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "outlast_journal_dropped_total",
 		Help: "Records the journal dropped because its queue was full.",

@@ -592,6 +592,12 @@ func TestFallbacks(t *testing.T) {
 		}, Moves: []record.Move{spent}}, map[string]float64{
 			`outlast_fallbacks_total{from="api",reason="spent",to="azure"}`: 1,
 		}},
+		// A record from a newer outlast, or another configuration, may
+		// name an upstream or a reason this one does not know: each is
+		// other, so that labels stay bounded.
+		{"unknown names", record.Request{Status: 200, Moves: []record.Move{{From: "api", To: "gemini", Reason: "quota"}}}, map[string]float64{
+			`outlast_fallbacks_total{from="api",reason="other",to="other"}`: 1,
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
