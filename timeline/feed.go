@@ -70,6 +70,7 @@ type entry struct {
 	view     Request
 	current  *Attempt // the attempt in flight, or nil
 	queued   bool     // in Feed.queues
+	queue    string   // while queued: the upstream whose queue it is in
 	key      string   // while queued: the gate key
 	queuedAt time.Time
 	ahead    int
@@ -175,9 +176,12 @@ func (f *Feed) queued(r *record.Request, key string, ahead int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e := f.entry(r)
-	if !e.queued {
-		e.queued = true
-		f.queues[r.Upstream] = append(f.queues[r.Upstream], e)
+	// The queue is the one of the upstream the request is at: a
+	// fallback's, once it has moved.
+	if up := r.Answered(); !e.queued || e.queue != up {
+		f.dequeue(e)
+		e.queued, e.queue = true, up
+		f.queues[up] = append(f.queues[up], e)
 	}
 	e.key, e.queuedAt, e.ahead = key, now, ahead
 	f.update(eventQueued, e, r, ended)
@@ -188,7 +192,7 @@ func (f *Feed) attemptStart(r *record.Request, a record.Attempt) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e := f.entry(r)
-	f.dequeue(r.Upstream, e)
+	f.dequeue(e)
 	e.current = &cur
 	f.update(eventAttemptStart, e, r, ended)
 }
@@ -208,7 +212,7 @@ func (f *Feed) done(r *record.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e := f.entry(r)
-	f.dequeue(r.Upstream, e)
+	f.dequeue(e)
 	e.current, e.done = nil, true
 	f.update(eventDone, e, r, ended)
 }
@@ -264,22 +268,22 @@ func (f *Feed) trim() {
 		if f.byID[old.view.ID] == old {
 			delete(f.byID, old.view.ID)
 		}
-		f.dequeue(old.view.Upstream, old)
+		f.dequeue(old)
 	}
 }
 
-// dequeue removes e from upstream's queue, if it is there.
-func (f *Feed) dequeue(upstream string, e *entry) {
+// dequeue removes e from the queue it is in, if any.
+func (f *Feed) dequeue(e *entry) {
 	if !e.queued {
 		return
 	}
 	e.queued = false
-	q := slices.DeleteFunc(f.queues[upstream], func(x *entry) bool { return x == e })
+	q := slices.DeleteFunc(f.queues[e.queue], func(x *entry) bool { return x == e })
 	if len(q) == 0 {
-		delete(f.queues, upstream)
+		delete(f.queues, e.queue)
 		return
 	}
-	f.queues[upstream] = q
+	f.queues[e.queue] = q
 }
 
 // update remakes e's view from r and tells the clients. The view is made

@@ -268,6 +268,36 @@ func TestFeedQueuePositions(t *testing.T) {
 	}
 }
 
+// A request that has moved to a fallback waits in the fallback's queue,
+// not in its own upstream's, and leaves the one it was in.
+func TestFeedQueueAtFallback(t *testing.T) {
+	t.Parallel()
+	f := timeline.New(0, 0)
+	f.SetLoads(func() []record.Load { return []record.Load{{Upstream: "mock"}, {Upstream: "azure"}} })
+	obs := f.Observer()
+	r := request("a", "run-a")
+	queues := func() string {
+		s := ""
+		for _, u := range f.Snapshot().Upstreams {
+			s += fmt.Sprintf(" %s:%d", u.Name, len(u.Queue))
+		}
+		return s
+	}
+	obs.Queued(r, "", 1)
+	if got, want := queues(), " mock:1 azure:0"; got != want {
+		t.Errorf("queued at its own upstream: got%s, want%s", got, want)
+	}
+	r.Moves = append(r.Moves, record.Move{From: "mock", To: "azure", Reason: "busy"})
+	obs.Queued(r, "", 2)
+	if got, want := queues(), " mock:0 azure:1"; got != want {
+		t.Errorf("queued at the fallback: got%s, want%s", got, want)
+	}
+	obs.Done(r)
+	if got, want := queues(), " mock:0 azure:0"; got != want {
+		t.Errorf("done: got%s, want%s", got, want)
+	}
+}
+
 // The feed keeps the last MaxStates changes of the upstreams' states,
 // oldest first, in the snapshot as the page reads them.
 func TestFeedKeepsStates(t *testing.T) {
