@@ -190,10 +190,39 @@ func (p *printer) table(r record.Request) {
 		outcome += " " + r.Error
 	}
 	fmt.Fprintf(tw, "%s\t%s\t%s\t%s %s\t%s\t%d attempts\t%s\n", r.Start.Local().Format("15:04:05.000"), r.ID, orDash(r.Run), r.Method, r.Path, outcome, len(r.Attempts), took)
+	moves := r.Moves
 	for _, a := range r.Attempts {
-		fmt.Fprintf(tw, "  #%d\t%s\t%s\n", a.N, a.Start.Local().Format("15:04:05.000"), describeAttempt(a, r.Upstream))
+		s := describeAttempt(a, r.Upstream)
+		if a.Fallback != "" {
+			// The moves that brought the request here, past upstreams
+			// that made no attempt.
+			var skipped string
+			skipped, moves = movesTo(moves, a.Upstream)
+			s = skipped + s
+		}
+		fmt.Fprintf(tw, "  #%d\t%s\t%s\n", a.N, a.Start.Local().Format("15:04:05.000"), s)
+	}
+	if skipped, _ := movesTo(moves, ""); skipped != "" {
+		// It moved last to an upstream that refused it without an attempt.
+		fmt.Fprintf(tw, "  -\t-\t%s\n", strings.TrimSuffix(skipped, " "))
 	}
 	tw.Flush()
+}
+
+// movesTo consumes moves up to the one to upstream, returning the rest and
+// the moves before it, each to an upstream that made no attempt, as
+// "→azure (busy, no attempt) ".
+func movesTo(moves []record.Move, upstream string) (string, []record.Move) {
+	var s strings.Builder
+	for len(moves) > 0 {
+		m := moves[0]
+		moves = moves[1:]
+		if m.To == upstream {
+			break
+		}
+		fmt.Fprintf(&s, "→%s (%s, no attempt) ", m.To, m.Reason)
+	}
+	return s.String(), moves
 }
 
 // describeAttempt says where an attempt went, if not to upstream (the

@@ -51,7 +51,15 @@ func TestRequestsCommand(t *testing.T) {
 	d := testRecord("d", "run-3", t0.Add(3*time.Minute))
 	d.Attempts[0].Upstream = "up"
 	d.Attempts[1].Upstream, d.Attempts[1].Fallback = "azure", "down"
-	spec := testJournal(t, testRecord("a", "run-1", t0), testRecord("b", "run-2", t0.Add(time.Minute)), testRecord("c", "run-1", t0.Add(2*time.Minute)), d)
+	d.Moves = []record.Move{{From: "up", To: "azure", Reason: "down"}}
+	// e moved past azure, busy, to bedrock; f last to azure, busy: no
+	// attempt at azure in either.
+	e := testRecord("e", "run-4", t0.Add(4*time.Minute))
+	e.Attempts[1].Upstream, e.Attempts[1].Fallback = "bedrock", "busy"
+	e.Moves = []record.Move{{From: "up", To: "azure", Reason: "spent"}, {From: "azure", To: "bedrock", Reason: "busy"}}
+	f := testRecord("f", "run-5", t0.Add(5*time.Minute))
+	f.Status, f.Error, f.Attempts, f.Moves = 503, "busy", f.Attempts[:1], []record.Move{{From: "up", To: "azure", Reason: "spent"}}
+	spec := testJournal(t, testRecord("a", "run-1", t0), testRecord("b", "run-2", t0.Add(time.Minute)), testRecord("c", "run-1", t0.Add(2*time.Minute)), d, e, f)
 	cases := []struct {
 		name  string
 		args  []string
@@ -66,14 +74,26 @@ func TestRequestsCommand(t *testing.T) {
 			}
 		}},
 		{"limit", []string{"--limit", "1"}, func(t *testing.T, out string) {
-			if strings.Contains(out, " c ") || !strings.Contains(out, " d ") {
-				t.Errorf("want only the newest, d:\n%s", out)
+			if strings.Contains(out, " e ") || !strings.Contains(out, " f ") {
+				t.Errorf("want only the newest, f:\n%s", out)
 			}
 		}},
 		{"a fallback", []string{"--run", "run-3"}, func(t *testing.T, out string) {
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			if len(lines) != 3 || strings.Contains(lines[1], "→") || !strings.HasSuffix(lines[2], "  →azure (down) 200") {
 				t.Errorf("want the second attempt alone marked as moved to azure, up being down:\n%s", out)
+			}
+		}},
+		{"a move past an upstream with no attempt", []string{"--run", "run-4"}, func(t *testing.T, out string) {
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if len(lines) != 3 || !strings.HasSuffix(lines[2], "  →azure (spent, no attempt) →bedrock (busy) 200") {
+				t.Errorf("want the second attempt marked as moved past azure to bedrock:\n%s", out)
+			}
+		}},
+		{"a last move with no attempt", []string{"--run", "run-5"}, func(t *testing.T, out string) {
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if len(lines) != 3 || !strings.HasSuffix(lines[2], "  →azure (spent, no attempt)") {
+				t.Errorf("want a last line for the move to azure:\n%s", out)
 			}
 		}},
 		{"a fallback, as JSON", []string{"--json", "--run", "run-3"}, func(t *testing.T, out string) {
