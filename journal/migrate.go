@@ -152,7 +152,7 @@ func migrate(ctx context.Context, db *sql.DB, d *dialect) error {
 }
 
 // prepareSchema migrates s's database when create is set, and otherwise
-// checks that it holds a journal, without changing it.
+// checks that it holds a journal of this version, without changing it.
 func (s *sqlStore) prepareSchema(ctx context.Context, create bool) error {
 	if create {
 		return migrate(ctx, s.w, s.d)
@@ -163,6 +163,15 @@ func (s *sqlStore) prepareSchema(ctx context.Context, create bool) error {
 	}
 	if !ok {
 		return fmt.Errorf("%w: the database has no journal's tables", ErrNoJournal)
+	}
+	// A journal that an older outlast made lacks the columns this one
+	// reads: say so, rather than fail a query on a missing column.
+	var have int
+	if err := s.r.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM outlast_schema_version`).Scan(&have); err != nil {
+		return err
+	}
+	if want := migrations[len(migrations)-1].version; have < want {
+		return fmt.Errorf("the database's journal is at schema version %d, and this outlast reads version %d: run this version's outlast serve on it once, which migrates it, or read it with the outlast that wrote it", have, want)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -269,6 +270,23 @@ func checkVersions(t *testing.T, b backend, spec string) {
 // oldDatabase returns a fresh database of b at schema version, with
 // stmts, an older replica's writes, run in it, and closed: SQLite's WAL
 // mode, which Open sets, wants the file to itself.
+// A read-only open of a journal that an older outlast made, and did not
+// migrate, says so, with the versions, where its reads would fail on a
+// missing column.
+func TestOpenExistingOld(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		spec := oldDatabase(t, b, 5)
+		s, err := journal.OpenExisting(context.Background(), spec)
+		if err == nil {
+			s.Close()
+			t.Fatal("opened a version 5 journal to read, want an error")
+		}
+		if msg := err.Error(); !strings.Contains(msg, "schema version 5") || !strings.Contains(msg, "outlast serve") {
+			t.Errorf("got %q, want the version it is at and how to migrate it", msg)
+		}
+	})
+}
+
 func oldDatabase(t *testing.T, b backend, version int, stmts ...string) string {
 	t.Helper()
 	ctx := context.Background()
