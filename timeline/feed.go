@@ -364,24 +364,29 @@ func (f *Feed) upstreams() []Upstream {
 	return ups
 }
 
-// seenUpstreams counts the kept requests' attempts in flight and waiters,
-// by upstream.
+// seenUpstreams counts the kept requests' attempts in flight, by their
+// upstream, and the waiters, by the queue they are in: a fallback's, for a
+// request that has moved.
 func (f *Feed) seenUpstreams() []Upstream {
 	byName := map[string]*Upstream{}
 	var ups []*Upstream
-	for _, e := range f.list {
-		u := byName[e.view.Upstream]
+	upstream := func(name string) *Upstream {
+		u := byName[name]
 		if u == nil {
-			u = &Upstream{Name: e.view.Upstream}
-			byName[u.Name] = u
+			u = &Upstream{Name: name}
+			byName[name] = u
 			ups = append(ups, u)
 		}
+		return u
+	}
+	for _, e := range f.list {
+		u := upstream(e.view.Upstream)
 		if e.current != nil {
 			u.InFlight++
 		}
-		if e.queued {
-			u.Queued++
-		}
+	}
+	for name, q := range f.queues {
+		upstream(name).Queued = len(q)
 	}
 	slices.SortFunc(ups, func(a, b *Upstream) int { return cmp.Compare(a.Name, b.Name) })
 	out := make([]Upstream, len(ups))

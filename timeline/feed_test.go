@@ -269,32 +269,48 @@ func TestFeedQueuePositions(t *testing.T) {
 }
 
 // A request that has moved to a fallback waits in the fallback's queue,
-// not in its own upstream's, and leaves the one it was in.
+// not in its own upstream's, and leaves the one it was in; without the
+// gateway's Loads, the counts are the queues' too.
 func TestFeedQueueAtFallback(t *testing.T) {
 	t.Parallel()
-	f := timeline.New(0, 0)
-	f.SetLoads(func() []record.Load { return []record.Load{{Upstream: "mock"}, {Upstream: "azure"}} })
-	obs := f.Observer()
-	r := request("a", "run-a")
-	queues := func() string {
-		s := ""
-		for _, u := range f.Snapshot().Upstreams {
-			s += fmt.Sprintf(" %s:%d", u.Name, len(u.Queue))
-		}
-		return s
-	}
-	obs.Queued(r, "", 1)
-	if got, want := queues(), " mock:1 azure:0"; got != want {
-		t.Errorf("queued at its own upstream: got%s, want%s", got, want)
-	}
-	r.Moves = append(r.Moves, record.Move{From: "mock", To: "azure", Reason: "busy"})
-	obs.Queued(r, "", 2)
-	if got, want := queues(), " mock:0 azure:1"; got != want {
-		t.Errorf("queued at the fallback: got%s, want%s", got, want)
-	}
-	obs.Done(r)
-	if got, want := queues(), " mock:0 azure:0"; got != want {
-		t.Errorf("done: got%s, want%s", got, want)
+	for _, loads := range []bool{true, false} {
+		t.Run(fmt.Sprintf("loads=%v", loads), func(t *testing.T) {
+			t.Parallel()
+			f := timeline.New(0, 0)
+			if loads {
+				f.SetLoads(func() []record.Load { return []record.Load{{Upstream: "azure"}, {Upstream: "mock"}} })
+			}
+			obs := f.Observer()
+			r := request("a", "run-a")
+			queues := func() string {
+				s := ""
+				for _, u := range f.Snapshot().Upstreams {
+					if !loads {
+						s += fmt.Sprintf(" %s:%d/%d", u.Name, u.Queued, len(u.Queue))
+						continue
+					}
+					s += fmt.Sprintf(" %s:%d", u.Name, len(u.Queue))
+				}
+				return s
+			}
+			want := map[bool][3]string{
+				true:  {" azure:0 mock:1", " azure:1 mock:0", " azure:0 mock:0"},
+				false: {" mock:1/1", " azure:1/1 mock:0/0", " mock:0/0"},
+			}[loads]
+			obs.Queued(r, "", 1)
+			if got := queues(); got != want[0] {
+				t.Errorf("queued at its own upstream: got%s, want%s", got, want[0])
+			}
+			r.Moves = append(r.Moves, record.Move{From: "mock", To: "azure", Reason: "busy"})
+			obs.Queued(r, "", 2)
+			if got := queues(); got != want[1] {
+				t.Errorf("queued at the fallback: got%s, want%s", got, want[1])
+			}
+			obs.Done(r)
+			if got := queues(); got != want[2] {
+				t.Errorf("done: got%s, want%s", got, want[2])
+			}
+		})
 	}
 }
 
