@@ -29,9 +29,9 @@ import (
 type exchange struct {
 	g  *Gateway
 	up *upstream // the request's own, which its path routes to
-	// at is the upstream the request is at: up, or the fallback it has
-	// moved to. Its attempts, its answer and its failure are at's.
-	at   *upstream
+	// cur is the upstream the request is at: up, or the fallback it has
+	// moved to. Its attempts, its answer and its failure are cur's.
+	cur  *upstream
 	r    *http.Request
 	path string // the path to forward, the upstream's prefix removed
 	opts options
@@ -53,7 +53,7 @@ type exchange struct {
 // newExchange starts the exchange of r, whose resolved path is resolved
 // and, with the upstream's prefix removed, path.
 func newExchange(g *Gateway, up *upstream, w http.ResponseWriter, r *http.Request, resolved, path string) *exchange {
-	return &exchange{g: g, up: up, at: up, r: r, path: path, out: newResponse(w), rec: record.Request{
+	return &exchange{g: g, up: up, cur: up, r: r, path: path, out: newResponse(w), rec: record.Request{
 		ID:       outlast.NewCallID(),
 		Method:   keptText(r.Method, maxMethodLen),
 		Path:     keptText(resolved, maxPathLen),
@@ -286,8 +286,8 @@ func (x *exchange) roundTripper() http.RoundTripper {
 // it. from and to index the chain, whose first is the request's own
 // upstream.
 func (x *exchange) onFallback(_ *http.Request, from, to int, reason outlast.FallbackReason, err error) {
-	x.moved, x.at = string(reason), x.up.chain[to]
-	x.rec.Moves = append(x.rec.Moves, record.Move{From: x.up.chain[from].Name, To: x.at.Name, Reason: x.moved})
+	x.moved, x.cur = string(reason), x.up.chain[to]
+	x.rec.Moves = append(x.rec.Moves, record.Move{From: x.up.chain[from].Name, To: x.cur.Name, Reason: x.moved})
 	x.g.logger.Info("outlast: falling back", "id", x.rec.ID, "from", x.up.chain[from].Name, "to", x.up.chain[to].Name,
 		"reason", string(reason), "error", redact.Text(err.Error()))
 	x.comment("fallback from=%s to=%s reason=%s", x.up.chain[from].Name, x.up.chain[to].Name, reason)
@@ -352,7 +352,7 @@ func (x *exchange) attemptEnd(a outlast.Attempt) {
 	x.rec.Attempts = append(x.rec.Attempts, at)
 	// The attempt went to the upstream the request is at: its pace is
 	// that upstream's, for its own busy answers' Retry-After.
-	x.at.latency.observe(a.End.Sub(a.Start))
+	x.cur.latency.observe(a.End.Sub(a.Start))
 	if o := x.g.cfg.Observer.AttemptEnd; o != nil {
 		o(&x.rec, at)
 	}
@@ -436,10 +436,10 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		if resp.StatusCode < 400 {
 			x.rec.Status = http.StatusBadGateway // an answer the stream cannot carry
 		}
-		x.out.errorEvent(record.ErrorUpstreamError, fmt.Sprintf("outlast: upstream %s answered %s", x.at.Name, resp.Status), readSnippet(resp.Body))
+		x.out.errorEvent(record.ErrorUpstreamError, fmt.Sprintf("outlast: upstream %s answered %s", x.cur.Name, resp.Status), readSnippet(resp.Body))
 		return
 	}
-	err := x.out.copyBody(resp.Body, stream, x.at.IdleTimeout, cancel, &x.rec.Committed, &x.rec.Bytes)
+	err := x.out.copyBody(resp.Body, stream, x.cur.IdleTimeout, cancel, &x.rec.Committed, &x.rec.Bytes)
 	switch {
 	case err == nil:
 	case !errors.Is(err, errClientGone) && x.out.retract():
@@ -459,7 +459,7 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		x.rec.Error = record.ErrorClientClosed
 	case stream:
 		x.rec.Error = record.ErrorUpstreamBroke
-		x.out.errorEvent(record.ErrorUpstreamError, fmt.Sprintf("outlast: upstream %s broke off the stream after %d bytes: %v", x.at.Name, x.rec.Bytes, err), nil)
+		x.out.errorEvent(record.ErrorUpstreamError, fmt.Sprintf("outlast: upstream %s broke off the stream after %d bytes: %v", x.cur.Name, x.rec.Bytes, err), nil)
 	default:
 		// A body cut short must not look complete: abort the connection
 		// so that the caller sees the failure (net/http's convention),
@@ -476,13 +476,13 @@ func (x *exchange) failedBeforeBody(ctx context.Context, err error) {
 	switch {
 	case errors.Is(context.Cause(ctx), errShutdown):
 		x.fail(http.StatusServiceUnavailable, apierr.Shutdown,
-			fmt.Sprintf("outlast: the gateway is shutting down; upstream %s had answered %d, and sent none of its body", x.at.Name, x.rec.Status), nil)
+			fmt.Sprintf("outlast: the gateway is shutting down; upstream %s had answered %d, and sent none of its body", x.cur.Name, x.rec.Status), nil)
 	case errors.Is(err, errIdle):
 		x.fail(http.StatusGatewayTimeout, apierr.Timeout,
-			fmt.Sprintf("outlast: upstream %s answered %d, and then sent nothing of its body for %v", x.at.Name, x.rec.Status, x.at.IdleTimeout), x.noRetryIfRetried())
+			fmt.Sprintf("outlast: upstream %s answered %d, and then sent nothing of its body for %v", x.cur.Name, x.rec.Status, x.cur.IdleTimeout), x.noRetryIfRetried())
 	default:
 		x.fail(http.StatusBadGateway, apierr.Broke,
-			fmt.Sprintf("outlast: upstream %s answered %d, and then broke off before its body: %s", x.at.Name, x.rec.Status, redact.Text(err.Error())), x.noRetryIfRetried())
+			fmt.Sprintf("outlast: upstream %s answered %d, and then broke off before its body: %s", x.cur.Name, x.rec.Status, redact.Text(err.Error())), x.noRetryIfRetried())
 	}
 }
 
@@ -510,9 +510,9 @@ func (x *exchange) failed(ctx context.Context, err error) {
 	case errors.Is(context.Cause(ctx), errShutdown):
 		// Its wait, queue or attempt ended for the shutdown: the caller
 		// hears so at once, with what the last attempt got.
-		msg := fmt.Sprintf("outlast: the gateway is shutting down; upstream %s's last answer: %s", x.at.Name, redact.Text(err.Error()))
+		msg := fmt.Sprintf("outlast: the gateway is shutting down; upstream %s's last answer: %s", x.cur.Name, redact.Text(err.Error()))
 		if errors.Is(err, errShutdown) {
-			msg = fmt.Sprintf("outlast: the gateway is shutting down; the attempt to upstream %s was stopped before it answered", x.at.Name)
+			msg = fmt.Sprintf("outlast: the gateway is shutting down; the attempt to upstream %s was stopped before it answered", x.cur.Name)
 		}
 		x.fail(http.StatusServiceUnavailable, apierr.Shutdown, msg, nil)
 	case x.r.Context().Err() != nil:
@@ -522,29 +522,29 @@ func (x *exchange) failed(ctx context.Context, err error) {
 		// The gate has said that waiting will not help: no layer should
 		// retry it at once.
 		x.fail(http.StatusServiceUnavailable, apierr.Busy,
-			fmt.Sprintf("outlast: upstream %s is busy: its queue is full", x.at.Name),
-			http.Header{"Retry-After": {strconv.Itoa(x.at.busyRetryAfter())}, headerShouldRetry: {"false"}})
+			fmt.Sprintf("outlast: upstream %s is busy: its queue is full", x.cur.Name),
+			http.Header{"Retry-After": {strconv.Itoa(x.cur.busyRetryAfter())}, headerShouldRetry: {"false"}})
 	case errors.Is(err, outlast.ErrUpstreamDown), errors.Is(err, outlast.ErrRetryBudget):
 		// The admission controller judged that waiting would not fit:
 		// the upstream is down, its next chance too late for the
 		// deadline. Retry-After says when that chance is, if known.
 		h := http.Header{headerShouldRetry: {"false"}}
-		if d := x.at.nextChance(); d > 0 {
+		if d := x.cur.nextChance(); d > 0 {
 			h.Set("Retry-After", strconv.Itoa(int((d+time.Second-1)/time.Second)))
 		}
 		x.fail(http.StatusServiceUnavailable, apierr.Down,
-			fmt.Sprintf("outlast: upstream %s is down: %s", x.at.Name, redact.Text(err.Error())), h)
+			fmt.Sprintf("outlast: upstream %s is down: %s", x.cur.Name, redact.Text(err.Error())), h)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(err, outlast.ErrNoTime):
 		// The request's deadline is the caller's: nothing is left of it.
 		x.fail(http.StatusGatewayTimeout, apierr.Deadline,
-			fmt.Sprintf("outlast: the request's deadline passed before upstream %s answered: %s", x.at.Name, redact.Text(err.Error())),
+			fmt.Sprintf("outlast: the request's deadline passed before upstream %s answered: %s", x.cur.Name, redact.Text(err.Error())),
 			http.Header{headerShouldRetry: {"false"}})
 	case class == outlast.ClassStalled, class == outlast.ClassTimeout:
 		x.fail(http.StatusGatewayTimeout, apierr.Timeout,
-			fmt.Sprintf("outlast: upstream %s did not answer in time: %s", x.at.Name, redact.Text(err.Error())), x.noRetryIfRetried())
+			fmt.Sprintf("outlast: upstream %s did not answer in time: %s", x.cur.Name, redact.Text(err.Error())), x.noRetryIfRetried())
 	default:
 		x.fail(http.StatusBadGateway, apierr.Unreachable,
-			fmt.Sprintf("outlast: upstream %s is unreachable: %s", x.at.Name, redact.Text(err.Error())), x.noRetryIfRetried())
+			fmt.Sprintf("outlast: upstream %s is unreachable: %s", x.cur.Name, redact.Text(err.Error())), x.noRetryIfRetried())
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 )
 
 // LatestVersion is the schema version Open migrates a database to.
-var LatestVersion = migrations[len(migrations)-1].version
+var LatestVersion = latestVersion
 
 // MigrateTo brings db, a database of the dialect name names ("sqlite" or
 // "postgres") opened under the Store, to the schema of the given version

@@ -166,14 +166,27 @@ func (s *sqlStore) prepareSchema(ctx context.Context, create bool) error {
 	}
 	// A journal that an older outlast made lacks the columns this one
 	// reads: say so, rather than fail a query on a missing column.
-	var have int
-	if err := s.r.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM outlast_schema_version`).Scan(&have); err != nil {
+	have, err := maxVersion(ctx, s.r)
+	if err != nil {
 		return err
 	}
-	if want := migrations[len(migrations)-1].version; have < want {
-		return fmt.Errorf("the database's journal is at schema version %d, and this outlast reads version %d: run this version's outlast serve on it once, which migrates it, or read it with the outlast that wrote it", have, want)
+	if have < latestVersion {
+		return fmt.Errorf("the database's journal is at schema version %d, and this outlast reads version %d: run this version's outlast serve on it once, which migrates it, or read it with the outlast that wrote it", have, latestVersion)
 	}
 	return nil
+}
+
+// latestVersion is the schema version that migrate brings a database to.
+var latestVersion = migrations[len(migrations)-1].version
+
+// maxVersion returns the highest schema version applied to q's database,
+// whose version table exists.
+func maxVersion(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) (int, error) {
+	var have int
+	err := q.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM outlast_schema_version`).Scan(&have)
+	return have, err
 }
 
 // schemaVersion creates the version table if need be and returns the
@@ -187,8 +200,8 @@ func schemaVersion(ctx context.Context, tx *sql.Tx, d *dialect) (int, error) {
 	if _, err := tx.ExecContext(ctx, ddl); err != nil {
 		return 0, fmt.Errorf("migrate: version table: %w", err)
 	}
-	var have int
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM outlast_schema_version`).Scan(&have); err != nil {
+	have, err := maxVersion(ctx, tx)
+	if err != nil {
 		return 0, fmt.Errorf("migrate: version: %w", err)
 	}
 	return have, nil

@@ -267,9 +267,6 @@ func checkVersions(t *testing.T, b backend, spec string) {
 	}
 }
 
-// oldDatabase returns a fresh database of b at schema version, with
-// stmts, an older replica's writes, run in it, and closed: SQLite's WAL
-// mode, which Open sets, wants the file to itself.
 // A read-only open of a journal that an older outlast made, and did not
 // migrate, says so, with the versions, where its reads would fail on a
 // missing column.
@@ -287,6 +284,9 @@ func TestOpenExistingOld(t *testing.T) {
 	})
 }
 
+// oldDatabase returns a fresh database of b at schema version, with
+// stmts, an older replica's writes, run in it, and closed: SQLite's WAL
+// mode, which Open sets, wants the file to itself.
 func oldDatabase(t *testing.T, b backend, version int, stmts ...string) string {
 	t.Helper()
 	ctx := context.Background()

@@ -65,6 +65,18 @@ func seriesLabels(m *dto.Metric) string {
 	return "{" + strings.Join(pairs, ",") + "}"
 }
 
+// checkFallbacks checks want's series in got, as checkSeries does, and that
+// got counts no move that want does not name.
+func checkFallbacks(t *testing.T, got, want map[string]float64) {
+	t.Helper()
+	for k, v := range got {
+		if strings.HasPrefix(k, "outlast_fallbacks_total{") && v != 0 && want[k] == 0 {
+			t.Errorf("%s: got %v, want none", k, v)
+		}
+	}
+	checkSeries(t, got, want)
+}
+
 // checkSeries reports every series in want whose value in got differs,
 // absent ones included.
 func checkSeries(t *testing.T, got, want map[string]float64) {

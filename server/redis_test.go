@@ -53,7 +53,11 @@ func TestRedisLoad(t *testing.T) {
 				srv.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{}`)))
 				done <- rec.Code
 			}()
-			<-arrived
+			select {
+			case <-arrived:
+			case code := <-done:
+				t.Fatalf("the request ended %d before it reached the upstream", code)
+			}
 			h := srv.Gateway.Health()
 			if h.Gate.State != c.state {
 				t.Errorf("the gate's state: got %q, want %q", h.Gate.State, c.state)
