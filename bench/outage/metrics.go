@@ -113,7 +113,7 @@ func (m *measures) countAttempts(sc *scenario, r simRun, n float64) {
 	m.Resent = float64(resent(r))
 	if k := sc.FallbackSlots(); k > 0 {
 		m.FallbackAttempts = float64(fallbackN) / n
-		m.PrimaryAttempts = m.Attempts - m.FallbackAttempts
+		m.PrimaryAttempts = float64(len(r.Attempts)-fallbackN) / n // as counted, not a difference of rounded ratios
 		m.Fallback429 = float64(fallback429) / n
 		m.FallbackServed = float64(fallbackServed) / n
 		m.FallbackPeak = float64(maxInFlight(r, fallback)) / float64(k)

@@ -252,14 +252,12 @@ func TestOracleFallback(t *testing.T) {
 
 // TestFallback runs the rows that use a fallback provider, beside outlast,
 // shared, in the default scenario with --fallback. It checks that each row
-// runs and that the rows that should use the fallback do; that outlast's
-// Fallback in the shared topology gets at least outlast, shared's
-// success; and, for every row, that nothing reached the fallback once the
-// primary had returned a 200 for the same logical request (or the other
-// way round), that each request was answered at most once, that the
-// requests that succeeded are exactly those answered, and that neither
-// provider held more than its slots. Here outlast, fallback serves every
-// request.
+// runs and that the rows that should use the fallback do; that outlast,
+// fallback serves every request; and, for every row, that nothing reached
+// the fallback once the primary had returned a 200 for the same logical
+// request (or the other way round), that each request was answered at
+// most once, that the requests that succeeded are exactly those answered,
+// and that neither provider held more than its slots.
 func TestFallback(t *testing.T) {
 	t.Parallel()
 	sc := defaultScenario()

@@ -146,7 +146,7 @@ func policies() []policy {
 		{"outlast", "outlast", "seed 000 scaled to the deadline: waits from 2 s doubling, reserve 5 × median service", outlastPlain},
 		{"outlast, jitter", "outlast", "the same, Jitter{Spread: 0.25}, Retry-After only lengthened", outlastJitter},
 		{"outlast, jitter + gate", "outlast", "the same, and a per-client gate of ⌈K/clients⌉ slots", outlastGated},
-		{"outlast, admission", "outlast", "outlast, jitter, and an Admission per client (its limit ending at ⌈K/clients⌉, probe waits 2 s, 4 s, 8 s, a server's delay spread by up to 8 s)", outlastAdmission},
+		{"outlast, admission", "outlast", "outlast, jitter, and an Admission per client (its limit ending at ⌈K/clients⌉, " + fleetAdmissionConfig + ")", outlastAdmission},
 		{"outlast, shared", "outlast", "outlast, jitter, with one Admission and one gate of K slots for all clients, as behind one gateway", outlastShared},
 		{"outlast, admission + budget", "outlast", "outlast, admission, and Admission.RetryBudget 0.1 per client", outlastBudget},
 	}
@@ -159,7 +159,7 @@ func fallbackPolicies() []policy {
 	return []policy{
 		{"outlast, fallback", "fallback", "outlast, shared for the primary, and one Admission and one gate of K/2 for the fallback, under one outlast.Fallback per client over the two, PreferPrimary (the default)", outlastFallbackShared},
 		{"outlast, fallback, prefer available", "fallback", "outlast, fallback, with PreferAvailable: a request leaves the primary at once while its Admission holds it down", outlastFallbackAvailable},
-		{"outlast, fallback, per process", "fallback", "outlast, admission for the primary, and an Admission per client for the fallback (its limit ending at ⌈(K/2)/clients⌉, probe waits 2 s, 4 s, 8 s, a server's delay spread by up to 8 s), under one outlast.Fallback per client, PreferPrimary", outlastFallbackPerProcess},
+		{"outlast, fallback, per process", "fallback", "outlast, admission for the primary, and an Admission per client for the fallback (its limit ending at ⌈(K/2)/clients⌉, " + fleetAdmissionConfig + "), under one outlast.Fallback per client, PreferPrimary", outlastFallbackPerProcess},
 		{"LiteLLM's rule", "fallback", "this benchmark's code, after LiteLLM's docs (LiteLLM is Python): go-retryablehttp, matched, at the primary; once its retries are spent, go-retryablehttp, matched, at the fallback; no cooldown", litellmRule},
 	}
 }
@@ -507,6 +507,10 @@ func outlastGated(b build, rt http.RoundTripper) caller {
 	// refuse; a request's deadline bounds its wait.
 	return outlastStack(b, rt, b.jittered, gate.New(b.perClient(b.sc.Slots), 1<<20))
 }
+
+// fleetAdmissionConfig describes fleetAdmission's settings, for the rows
+// that use it.
+const fleetAdmissionConfig = "probe waits 2 s, 4 s, 8 s, a server's delay spread by up to 8 s"
 
 // fleetAdmission is a per-process row's Admission, its limit ending at
 // limit, with the README's advice for a fleet of processes that each have

@@ -50,10 +50,10 @@ func TestMaxOverlap(t *testing.T) {
 	}{
 		{nil, 0},
 		{[]span{{0, 1}}, 1},
-		{[]span{{0, 2}, {1, 3}, {2, 4}}, 2}, // the first ends as the third starts
-		{[]span{{0, 1}, {1, 2}, {2, 3}}, 1}, // hand-offs, not two holders
-		{[]span{{0, 1}, {2, 3}, {4, 5}}, 1},
-		{[]span{{0, 30}, {5, 10}, {8, 20}}, 3},
+		{[]span{{0, 2}, {1, 3}, {2, 4}}, 2},    // the first ends as the third starts
+		{[]span{{0, 1}, {1, 2}, {2, 3}}, 1},    // hand-offs, not two holders
+		{[]span{{0, 1}, {2, 3}, {4, 5}}, 1},    // apart: the gaps hold nothing
+		{[]span{{0, 30}, {5, 10}, {8, 20}}, 3}, // nested: the outer span holds throughout
 		{[]span{{0, 10}, {1, 9}, {2, 8}, {9, 12}}, 3},
 		{[]span{{5, 5}, {5, 5}}, 0}, // empty spans hold nothing
 	} {
