@@ -106,8 +106,8 @@ func (s UpstreamState) String() string {
 // limit of requests in flight, which starts at a quarter of MaxLimit (at
 // least 2), grows by half a request with each success (by half each round
 // trip: the whole of MaxLimit in about four round trips), halves on a 429
-// or 529 (at a limit of 1, a 429 holds the
-// key for the first probe wait instead, and for the next at each 429 in a
+// or 529 (at a limit of 1, and on the probe's own 429, a 429 holds the key
+// for the first probe wait instead, and for the next at each 429 in a
 // row, jittered as probes are: the upstream is full of others' requests),
 // and ends at MaxLimit, where the key is healthy again; it is healthy
 // sooner when nobody waits and less than half the limit is in use, since
@@ -115,19 +115,27 @@ func (s UpstreamState) String() string {
 // every round trip over the limit (the round trip a moving average of the
 // time to a success, or the latest success's if shorter), so that a
 // limit's worth goes out over a round trip and their answers, and the
-// places those free, do not come in bursts; a waiter at its deadline less
-// its reserve goes ahead of the pace, never of the limit (not with a
-// Fleet). A 429 without a
+// places those free, do not come in bursts. A waiter that reaches its
+// deadline less its reserve while the key recovers is sent then, its last
+// chance: past the pace, the limit, the hold after 429s and the waiters
+// ahead, since its reserve is for this attempt and the upstream is
+// answering, so that a request fails on an answer, not on a wait (never
+// past a server's not-before time, nor while the key is down or probing,
+// and not with a Fleet, where it waits for its place). A 429 without a
 // delay on a healthy key is left to the request's own policy: it is rate
 // limiting, not an outage.
 //
-// A request's failed attempts that went through a troubled key count
-// against its policy's MaxAttempts but, in the Transport's own retries (not
-// those of Do around it), do not advance its Waits: the
-// Admission, not the request's backoff, spaces the key's attempts, and a
-// request at the front of the queue, which probes for everyone, would
-// otherwise reach waits too long for its deadline by the time the
-// upstream is back.
+// A request's failed attempts that went through a troubled key, still
+// troubled after them, count against its policy's MaxAttempts but, in the
+// Transport's own retries (not those of Do around it), are retried with
+// no wait of their own (a server's delay aside) and do not advance its
+// Waits: the retry rejoins the queue at once, in the place its arrival
+// gave it. The Admission, not the request's backoff, spaces the key's
+// attempts; a wait of the request's own would let later arrivals go
+// first, keep it from hearing at once that no chance is left before its
+// deadline, and, for the request at the front of the queue, which probes
+// for everyone, grow too long for its deadline by the time the upstream
+// is back.
 //
 // The zero value is ready to use with the defaults. An Admission is safe for
 // concurrent use and must not be copied after first use.
@@ -238,6 +246,7 @@ type admKey struct {
 	nextProbe time.Time     // Down: when the next probe may go
 	earliest  time.Time     // Down: the soonest a probe may be brought forward to, the first probe wait after the last failure
 	notBefore time.Time     // the latest not-before time a server set
+	held      time.Time     // Recovering: the hold after a 429 at a limit of 1, which a waiter at its bound goes past
 	limit     float64       // Recovering: the limit of requests in flight
 	rtt       time.Duration // a smoothed round trip of the answers to tokens, 0 until one
 	pace      time.Duration // Recovering: the round trip that paces grants, rtt or the latest answer's if shorter
@@ -278,6 +287,17 @@ type admWaiter struct {
 	// Set under the lock before ready is closed.
 	tok *admToken
 	err error
+}
+
+// done reports whether w has been granted or sent away. It is called
+// with the lock held.
+func (w *admWaiter) done() bool {
+	select {
+	case <-w.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // admToken is a request sent while its key was troubled: the probe, or
@@ -427,8 +447,15 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 		if ctx.Err() == nil {
 			// The bound is the latest a request may be sent: what the
 			// key lets go at that instant, this waiter may be, whether
-			// or not the key's timer has run yet.
-			a.grantQueued(k, time.Now(), &changes)
+			// or not the key's timer has run yet; and a recovering
+			// key lets it go, wherever it is in the queue.
+			at := time.Now()
+			a.grantQueued(k, at, &changes)
+			if a.lastChance(k, at) && !w.done() {
+				k.remove(w)
+				w.tok = a.grant(k, at)
+				close(w.ready)
+			}
 		}
 		select {
 		case <-w.ready: // granted or sent away meanwhile
@@ -487,13 +514,8 @@ func (a *Admission) take(k *admKey, now time.Time, changes *[]transition) *admTo
 		a.setState(k, Probing, changes)
 		tok = &admToken{a: a, k: k, probe: true}
 		k.probe = tok
-	case k.state == Recovering && k.inFlight < int(k.limit) && (!now.Before(k.nextGrant) || a.frontAtBound(k, now)):
-		tok = &admToken{a: a, k: k}
-		if k.pace > 0 {
-			// A limit's worth goes out over a round trip, not at once:
-			// their answers, and the grants those free, do not bunch.
-			k.nextGrant = now.Add(time.Duration(float64(k.pace) / k.limit))
-		}
+	case k.state == Recovering && (k.inFlight < int(k.limit) && !now.Before(k.held) && !now.Before(k.nextGrant) || a.frontAtBound(k, now)):
+		return a.grant(k, now)
 	default:
 		return nil
 	}
@@ -502,12 +524,33 @@ func (a *Admission) take(k *admKey, now time.Time, changes *[]transition) *admTo
 	return tok
 }
 
-// frontAtBound reports whether k's front waiter has reached its deadline
-// less its reserve, the latest it may be sent: the pace yields to it, the
-// limit does not. Not with a Fleet, whose place is waited for after the
+// grant returns a token for a place under recovering key k's limit, or
+// past it for a waiter at its bound (lastChance), and paces the next.
+func (a *Admission) grant(k *admKey, now time.Time) *admToken {
+	if k.pace > 0 {
+		// A limit's worth goes out over a round trip, not at once:
+		// their answers, and the grants those free, do not bunch.
+		k.nextGrant = now.Add(time.Duration(float64(k.pace) / k.limit))
+	}
+	k.inFlight++
+	return &admToken{a: a, k: k, granted: now}
+}
+
+// lastChance reports whether a waiter of k that has reached its deadline
+// less its reserve, the latest it may be sent, goes now: if k is
+// recovering, past its pace, its limit, its hold after 429s and the
+// waiters ahead, since the reserve is for this last attempt and the
+// upstream is answering; not past a server's not-before time, nor while
+// k is down. Not with a Fleet, whose place is waited for after the
 // grant, past the bound.
+func (a *Admission) lastChance(k *admKey, now time.Time) bool {
+	return a.Fleet == nil && k.state == Recovering && !now.Before(k.notBefore)
+}
+
+// frontAtBound reports whether k's front waiter has reached its bound and
+// goes now (lastChance).
 func (a *Admission) frontAtBound(k *admKey, now time.Time) bool {
-	return a.Fleet == nil && len(k.q) > 0 && !k.q[0].bound.IsZero() && !now.Before(k.q[0].bound)
+	return a.lastChance(k, now) && len(k.q) > 0 && !k.q[0].bound.IsZero() && !now.Before(k.q[0].bound)
 }
 
 // tooLate returns the error for waiter w, which cannot wait: the next
@@ -596,8 +639,8 @@ func (a *Admission) arm(k *admKey, now time.Time) {
 		return // askProbe arms it, if the probe is not granted
 	}
 	at := k.nextChance(now)
-	if k.state == Recovering && k.nextGrant.After(at) && k.inFlight < int(k.limit) {
-		at = k.nextGrant
+	if k.state == Recovering && k.inFlight < int(k.limit) {
+		at = latest(at, k.nextGrant, k.held)
 	}
 	d := at.Sub(now)
 	if d <= 0 && k.state != Down {
@@ -636,7 +679,7 @@ func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition)
 		w.tok = tok
 		close(w.ready)
 	}
-	if k.state == Recovering && len(k.q) == 0 && !now.Before(k.notBefore) && (int(k.limit) >= a.maxLimit() || k.inFlight < int(k.limit)/2) {
+	if k.state == Recovering && len(k.q) == 0 && !now.Before(k.notBefore) && !now.Before(k.held) && (int(k.limit) >= a.maxLimit() || k.inFlight < int(k.limit)/2) {
 		// The limit is reached, or no longer needed: nobody waits,
 		// and less than half of it is in use.
 		a.setState(k, Healthy, changes)
@@ -709,13 +752,14 @@ func (t *admToken) release() {
 // report, so that a failed probe's end is judged as a failure, not as a
 // probe abandoned. delay is the delay its server asked for on a failed
 // status, if any; pause is how long until the rate limit that the
-// response reports spent lets a request through (RateLimitReset).
-func (a *Admission) report(key string, tok *admToken, class Class, status int, delay, pause time.Duration, err error) {
+// response reports spent lets a request through (RateLimitReset). It
+// reports whether key is troubled after the result: not healthy.
+func (a *Admission) report(key string, tok *admToken, class Class, status int, delay, pause time.Duration, err error) (troubled bool) {
 	if tok == nil && class == ClassNone && pause == 0 && a.troubled.Load() == 0 {
-		return // the success path: nothing is troubled
+		return false // the success path: nothing is troubled
 	}
 	if class == ClassCanceled || class == ClassBusy || class == ClassDown {
-		return // says nothing of the upstream
+		return false // says nothing of the upstream
 	}
 	now := time.Now()
 	var changes []transition
@@ -730,7 +774,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 	if k == nil {
 		if !outage && !paced {
 			a.mu.Unlock()
-			return
+			return false
 		}
 		k = a.troubledKey(key)
 	}
@@ -778,13 +822,22 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 			k.probes = 0
 			k.limit = 1
 			a.setState(k, Recovering, &changes)
+			fallthrough // and holds, as at a 429 at a limit of 1
 		case k.state == Recovering && k.limit < 2:
 			// Busy even at one at a time: others that share the
 			// upstream hold it. The key holds for the first probe
 			// wait, jittered, before the next one goes, so that
 			// many small clients, each at a limit of 1, do not
-			// keep it full of their 429s.
-			k.pause(now.Add(a.probeWait(k.busy)))
+			// keep it full of their 429s. A waiter at its bound
+			// goes past the hold, as past the limit; with a Fleet,
+			// which tells the others of it, it holds as a server's
+			// delay does.
+			until := now.Add(a.probeWait(k.busy))
+			if a.Fleet != nil {
+				k.pause(until)
+			} else {
+				k.held = latest(k.held, until)
+			}
 			k.busy++
 		case k.state == Recovering:
 			k.limit = max(1, k.limit/2)
@@ -834,6 +887,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		changes = append(changes, transition{key: k.key, from: Recovering, to: Recovering, at: now})
 	}
 	a.grantQueued(k, now, &changes)
+	troubled = k.state != Healthy
 	var fleetDone func(FleetState)
 	var told FleetState
 	if probe && tok.fleetDone != nil {
@@ -849,6 +903,18 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		fleetDone(told)
 	}
 	a.notify(changes)
+	return troubled
+}
+
+// latest returns the latest of times.
+func latest(times ...time.Time) time.Time {
+	var t time.Time
+	for _, u := range times {
+		if u.After(t) {
+			t = u
+		}
+	}
+	return t
 }
 
 // pause holds k until at least until: no request goes before it.

@@ -1072,11 +1072,12 @@ func (m *model) checkNotBefore() {
 }
 
 // checkRecovering: the attempts sent under a recovering key's limit never
-// have more than MaxLimit in flight.
+// have more than MaxLimit in flight. A request's last chance, at its
+// bound, goes past the limit, and still holds a place under it.
 func (m *model) checkRecovering() {
 	var under []*sentAttempt
 	for _, x := range m.sent {
-		if m.tl.recoveringAt(x.at) && !m.probe(x) {
+		if m.tl.recoveringAt(x.at) && !m.probe(x) && !m.lastChance(x.req, x.at) {
 			under = append(under, x)
 		}
 	}
@@ -1141,8 +1142,17 @@ func (m *model) checkDownAfter() {
 	}
 }
 
+// lastChance reports whether request req's attempt sent at t was its
+// last chance: sent at its deadline less its reserve, while the key was
+// recovering, when it goes past the limit and the waiters ahead.
+func (m *model) lastChance(req int, t time.Time) bool {
+	r := m.reqs[req]
+	return !r.bound.IsZero() && t.Equal(r.bound) && m.tl.recoveringAt(t)
+}
+
 // checkOrder: a request is never sent while one that arrived before it
-// waits at the Admission. A request keeps the place its arrival gave it.
+// waits at the Admission, but at its last chance. A request keeps the
+// place its arrival gave it.
 func (m *model) checkOrder() {
 	for _, a := range m.reqs {
 		for _, s := range a.queued() {
@@ -1151,7 +1161,7 @@ func (m *model) checkOrder() {
 					continue
 				}
 				for _, x := range b.tries {
-					if s.holds(x.start) {
+					if s.holds(x.start) && !m.lastChance(b.id, x.start) {
 						m.failf("request %d (arrived at %v) was sent at %v while request %d, which arrived at %v, waited from %v to %v",
 							b.id, m.rel(b.arrival), m.rel(x.start), a.id, m.rel(a.arrival), m.rel(s.from), m.rel(s.to))
 					}

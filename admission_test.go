@@ -257,9 +257,10 @@ func TestAdmissionFailFast(t *testing.T) {
 			t.Error("IsRetryable(ErrUpstreamDown) = true, want false: waiting was judged not to fit")
 		}
 		// A request whose deadline, less its 1 s reserve, fits the probe
-		// waits for it and is the probe: it fails, and after its own
-		// 0.5 s wait the next probe, 10 s or more later, is past its
-		// deadline, so it leaves then, having made that one attempt.
+		// waits for it and is the probe: it fails, and the next probe,
+		// 10 s or more later, is past its deadline, so it leaves at
+		// once, having made that one attempt: a paced retry has no wait
+		// of its own to idle through first.
 		ctx2, cancel2 := context.WithTimeout(t.Context(), untilProbe+2*time.Second)
 		defer cancel2()
 		before = time.Now()
@@ -267,8 +268,8 @@ func TestAdmissionFailFast(t *testing.T) {
 		if !errors.Is(err, outlast.ErrUpstreamDown) {
 			t.Errorf("a 15 s deadline: got %v, want ErrUpstreamDown once the probe at 10 s failed", err)
 		}
-		if waited := time.Since(before); waited != untilProbe+500*time.Millisecond {
-			t.Errorf("it left after %v, want %v: the failed probe and its own 0.5 s wait", waited, untilProbe+500*time.Millisecond)
+		if waited := time.Since(before); waited != untilProbe {
+			t.Errorf("it left after %v, want %v: at the failed probe", waited, untilProbe)
 		}
 		ctx3, cancel3 := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel3()
@@ -561,8 +562,9 @@ func TestAdmissionPacesOnRateLimitHeaders(t *testing.T) {
 // first probe wait, jittered up by as much as half, before its next
 // attempt, and for the next probe wait at a second 429 in a row: others
 // hold the upstream, and a client that kept one request at it would keep
-// it full of 429s. Before that, a probe's 429 recovers the key at a limit
-// of 1, and the request's own policy paces its retry.
+// it full of 429s. A probe's 429 recovers the key at a limit of 1 and
+// holds it so too: a paced retry has no wait of its own, and the
+// Admission, not the request, spaces it.
 func TestAdmissionRateLimitedAtOnePauses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		refused := step{err: errRefused}
@@ -580,14 +582,14 @@ func TestAdmissionRateLimitedAtOnePauses(t *testing.T) {
 		if len(at) != 7 {
 			t.Fatalf("%d attempts, want 7: 3 refused, the probe's 429, two 429s at a limit of 1, a success", len(at))
 		}
-		if d := at[4].at.Sub(at[3].at); d != 500*time.Millisecond {
-			t.Errorf("the retry after the probe's 429 went %v after it, want the policy's 500ms", d)
+		if d := at[4].at.Sub(at[3].at); d < time.Second || d > 1500*time.Millisecond {
+			t.Errorf("the retry after the probe's 429 went %v after it, want the first probe wait, 1 s to 1.5 s", d)
 		}
-		if d := at[5].at.Sub(at[4].at); d < time.Second || d > 1500*time.Millisecond {
-			t.Errorf("the retry after a 429 at a limit of 1 went %v after it, want the first probe wait, 1 s to 1.5 s", d)
+		if d := at[5].at.Sub(at[4].at); d < 4*time.Second || d > 6*time.Second {
+			t.Errorf("the retry after a second 429 in a row went %v after it, want the second probe wait, 4 s to 6 s", d)
 		}
 		if d := at[6].at.Sub(at[5].at); d < 4*time.Second || d > 6*time.Second {
-			t.Errorf("the retry after a second 429 in a row at a limit of 1 went %v after it, want the second probe wait, 4 s to 6 s", d)
+			t.Errorf("the retry after a third 429 in a row went %v after it, want the last probe wait again, 4 s to 6 s", d)
 		}
 	})
 }
@@ -812,5 +814,107 @@ func TestAdmissionBoundAheadOfPace(t *testing.T) {
 		if at := u.firstSentFrom(answered.Add(time.Millisecond)); !at.Equal(answered.Add(time.Second)) {
 			t.Errorf("the attempt after the first waiter's went %v after the probe's answer, want 1 s: at the third request's bound", at.Sub(answered))
 		}
+	})
+}
+
+// At its deadline less its reserve, the latest it may be sent, a waiter
+// of a recovering key goes: past the limit, past the hold after a 429 at
+// a limit of 1, and ahead of waiters that have time left, since its
+// reserve is for this last attempt and the upstream is answering. A down
+// or probing key, whose one attempt in flight is the probe, sends it
+// away instead.
+func TestAdmissionLastChance(t *testing.T) {
+	refused := step{err: errRefused}
+	// goAndWait starts a request with a minute's deadline, which it
+	// must meet, and waits until it is blocked.
+	goAndWait := func(t *testing.T, wg *sync.WaitGroup, tr http.RoundTripper, id string) {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			if err := send1(ctx, tr, id); err != nil {
+				t.Errorf("%s: %v", id, err)
+			}
+		})
+		synctest.Wait()
+	}
+	t.Run("past the limit", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// The probe is answered in 1 s; the two sent under the
+			// first limit, 2 of MaxLimit 8, take 10 s each.
+			f := newFake(refused, refused, refused, step{delay: time.Second}, step{delay: 10 * time.Second}, step{delay: 10 * time.Second}, step{})
+			onState, recovering := firstChange(outlast.Recovering)
+			a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}, MaxLimit: 8, OnState: onState}
+			markDown(t, f, a)
+			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+			var wg sync.WaitGroup
+			for _, id := range []string{"probe", "a", "b"} {
+				goAndWait(t, &wg, tr, id)
+			}
+			time.Sleep(time.Until((<-recovering).Add(time.Second)))
+			synctest.Wait()
+			if s := a.State("model.test"); s.State != outlast.Recovering || s.InFlight != s.Limit {
+				t.Errorf("state %+v, want recovering with its limit in flight", s)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+			defer cancel()
+			bound := time.Now().Add(2 * time.Second) // less patient's 1 s reserve
+			if err := send1(ctx, tr, "last"); err != nil {
+				t.Errorf("a waiter at its bound with the limit in flight: %v, want sent past the limit and answered", err)
+			}
+			if at := f.attempts(); len(at) != 7 || !at[6].at.Equal(bound) {
+				t.Errorf("attempts %v, want the seventh sent at its bound, %v", at, bound)
+			}
+			wg.Wait()
+		})
+	})
+	t.Run("past the hold and the queue", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// The probe's 429 recovers the key at a limit of 1 and
+			// holds it for 4 s to 6 s.
+			f := newFake(refused, refused, refused, step{status: 429}, step{})
+			onState, recovering := firstChange(outlast.Recovering)
+			a := &outlast.Admission{ProbeWaits: []time.Duration{4 * time.Second}, OnState: onState}
+			markDown(t, f, a)
+			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+			var wg sync.WaitGroup
+			goAndWait(t, &wg, tr, "front") // the probe, then first in the queue
+			held := <-recovering
+			synctest.Wait()
+			ctx, cancel := context.WithDeadline(t.Context(), held.Add(2*time.Second))
+			defer cancel()
+			if err := send1(ctx, tr, "last"); err != nil {
+				t.Errorf("a waiter at its bound behind another, in the hold: %v, want sent at its bound", err)
+			}
+			at := f.attempts()
+			if len(at) != 5 || !at[4].at.Equal(held.Add(time.Second)) {
+				t.Errorf("attempts %v, want the fifth at its bound, 1 s after the 429", at)
+			}
+			wg.Wait()
+			if at = f.attempts(); len(at) != 6 || at[5].at.Before(held.Add(4*time.Second)) {
+				t.Errorf("attempts %v, want the front waiter's retry after the hold, 4 s or more after the 429", at)
+			}
+		})
+	})
+	t.Run("not while probing", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFake(refused, refused, refused, step{delay: 10 * time.Second})
+			onState, probing := firstChange(outlast.Probing)
+			a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}, OnState: onState}
+			markDown(t, f, a)
+			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+			var wg sync.WaitGroup
+			goAndWait(t, &wg, tr, "probe")
+			sent := <-probing
+			ctx, cancel := context.WithDeadline(t.Context(), sent.Add(3*time.Second))
+			defer cancel()
+			err := send1(ctx, tr, "other")
+			if !errors.Is(err, outlast.ErrUpstreamDown) || !time.Now().Equal(sent.Add(2*time.Second)) {
+				t.Errorf("a waiter at its bound while the probe is out: %v at %v, want ErrUpstreamDown at its bound, %v", err, time.Now(), sent.Add(2*time.Second))
+			}
+			if n := len(f.attempts()); n != 4 {
+				t.Errorf("%d attempts, want 4: the probe alone past the three that marked it down", n)
+			}
+			wg.Wait()
+		})
 	})
 }

@@ -168,19 +168,26 @@ func (s *schedule) decide(ctx context.Context, err error, start time.Time, paced
 	if s.p.MaxAttempts > 0 && s.n >= s.p.MaxAttempts {
 		return 0, false, nil
 	}
-	wait, ok := s.waitFor(ctx, err)
+	wait, ok := s.waitFor(ctx, err, paced)
 	return wait, ok, nil
 }
 
 // waitFor returns the wait before the retry after failure s.n, err, and
 // whether that wait fits the bounds.
-func (s *schedule) waitFor(ctx context.Context, err error) (time.Duration, bool) {
+func (s *schedule) waitFor(ctx context.Context, err error, paced bool) (time.Duration, bool) {
 	p := s.p
 	deadline, hasDeadline := ctx.Deadline()
 	if !hasDeadline && s.n > len(p.Waits) {
 		return 0, false // without a deadline, the list is the bound
 	}
-	w := p.Waits[min(max(s.n-s.paced, 1), len(p.Waits))-1]
+	// A paced failure's retry waits for nothing but the Admission, whose
+	// queue it rejoins at once, in its place: its own wait would only
+	// let later arrivals go first, and keep it from hearing at once
+	// that no chance is left before its deadline.
+	var w time.Duration
+	if !paced {
+		w = p.Waits[min(max(s.n-s.paced, 1), len(p.Waits))-1]
+	}
 	serverSet := false
 	if d, has := errDelay(err); has {
 		switch p.RetryAfter {
@@ -192,9 +199,12 @@ func (s *schedule) waitFor(ctx context.Context, err error) (time.Duration, bool)
 		}
 	}
 	limit := s.limit(deadline, hasDeadline)
-	if w > limit {
+	if w > limit || limit <= 0 {
 		// Never sleep into a retry that cannot leave the reserve; this
-		// also ends retrying when the server's delay breaks a bound.
+		// also ends retrying when the server's delay breaks a bound. At
+		// the bound itself nothing is left to retry in, not even with
+		// no wait: a paced retry would be let go there at once, and
+		// again, at the same instant.
 		return 0, false
 	}
 	return min(p.Jitter.apply(w, serverSet), limit), true

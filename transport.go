@@ -211,7 +211,7 @@ type result struct {
 	resp     *http.Response
 	fail     error
 	at       Attempt
-	admitted bool // the Admission let it through a troubled key: its pacing, not the request's waits, spaces what follows
+	admitted bool // the Admission let it through a troubled key, still troubled after its result: its pacing, not the request's waits, spaces what follows
 }
 
 // attempt makes the next attempt: it takes the gate, sends, and classifies
@@ -230,7 +230,6 @@ func (c *call) attempt() (result, error) {
 		return res, err
 	}
 	tok, err := c.admit(r, &res.at)
-	res.admitted = tok != nil
 	if err != nil {
 		closeBody(r)
 		return res, err
@@ -358,7 +357,8 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 	if tok == nil && res.fail == nil && pause == 0 && a.troubled.Load() == 0 {
 		return
 	}
-	a.report(c.t.admissionKey(r), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
+	troubled := a.report(c.t.admissionKey(r), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
+	res.admitted = tok != nil && troubled
 	if tok == nil {
 		return
 	}
