@@ -125,17 +125,19 @@ func (s UpstreamState) String() string {
 // delay on a healthy key is left to the request's own policy: it is rate
 // limiting, not an outage.
 //
-// A request's failed attempts that went through a troubled key, still
-// troubled after them, count against its policy's MaxAttempts but, in the
-// Transport's own retries (not those of Do around it), are retried with
-// no wait of their own (a server's delay aside) and do not advance its
-// Waits: the retry rejoins the queue at once, in the place its arrival
-// gave it. The Admission, not the request's backoff, spaces the key's
-// attempts; a wait of the request's own would let later arrivals go
-// first, keep it from hearing at once that no chance is left before its
-// deadline, and, for the request at the front of the queue, which probes
-// for everyone, grow too long for its deadline by the time the upstream
-// is back.
+// A request's failed attempts that went through a troubled key count
+// against its policy's MaxAttempts but, in the Transport's own retries
+// (not those of Do around it), do not advance its Waits; and when the
+// failure is one the key's state answers (an outage failure, a 429, a
+// server's delay) and the key is still troubled after it, the retry has
+// no wait of its own (a server's delay aside): it rejoins the queue at
+// once, in the place its arrival gave it. The Admission, not the
+// request's backoff, spaces the key's attempts; a wait of the request's
+// own would let later arrivals go first, keep it from hearing at once
+// that no chance is left before its deadline, and, for the request at the
+// front of the queue, which probes for everyone, grow too long for its
+// deadline by the time the upstream is back. Any other failure, which
+// says the upstream is up, waits as the policy says.
 //
 // The zero value is ready to use with the defaults. An Admission is safe for
 // concurrent use and must not be copied after first use.
@@ -753,8 +755,12 @@ func (t *admToken) release() {
 // probe abandoned. delay is the delay its server asked for on a failed
 // status, if any; pause is how long until the rate limit that the
 // response reports spent lets a request through (RateLimitReset). It
-// reports whether key is troubled after the result: not healthy.
-func (a *Admission) report(key string, tok *admToken, class Class, status int, delay, pause time.Duration, err error) (troubled bool) {
+// reports whether the Admission spaces what follows the result: key is
+// troubled after it, and it was an outage failure, a 429, or a failure
+// whose server set a delay, which the key's state answers (a probe
+// schedule, a smaller limit, a hold). Another failure, one that says the
+// upstream is up, leaves the request's retry to its own waits.
+func (a *Admission) report(key string, tok *admToken, class Class, status int, delay, pause time.Duration, err error) (spaced bool) {
 	if tok == nil && class == ClassNone && pause == 0 && a.troubled.Load() == 0 {
 		return false // the success path: nothing is troubled
 	}
@@ -887,7 +893,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		changes = append(changes, transition{key: k.key, from: Recovering, to: Recovering, at: now})
 	}
 	a.grantQueued(k, now, &changes)
-	troubled = k.state != Healthy
+	spaced = k.state != Healthy && (outage || paced || class == ClassRateLimited)
 	var fleetDone func(FleetState)
 	var told FleetState
 	if probe && tok.fleetDone != nil {
@@ -903,7 +909,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		fleetDone(told)
 	}
 	a.notify(changes)
-	return troubled
+	return spaced
 }
 
 // latest returns the latest of times.

@@ -918,3 +918,41 @@ func TestAdmissionLastChance(t *testing.T) {
 		})
 	})
 }
+
+// A failure that says the upstream is up (here a 408) on a recovering key
+// is retried after the request's own wait: the Admission spaces outage
+// failures, 429s and a server's delays, with probes, a smaller limit and
+// holds, but nothing else, and a retry with no wait would come straight
+// back.
+func TestAdmissionAnswerKeepsOwnWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refused := step{err: errRefused}
+		// The probe's answer in 10 ms paces grants 5 ms apart: far
+		// less than the policy's wait.
+		f := newFake(refused, refused, refused, step{delay: 10 * time.Millisecond}, step{delay: 10 * time.Second}, step{status: http.StatusRequestTimeout}, step{})
+		onState, recovering := firstChange(outlast.Recovering)
+		a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}, MaxLimit: 8, OnState: onState}
+		markDown(t, f, a)
+		tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+		var wg sync.WaitGroup
+		for _, id := range []string{"probe", "long"} {
+			wg.Go(func() {
+				if err := send1(t.Context(), tr, id); err != nil {
+					t.Errorf("%s: %v", id, err)
+				}
+			})
+			synctest.Wait()
+		}
+		time.Sleep(time.Until((<-recovering).Add(time.Second)))
+		if s := a.State("model.test"); s.State != outlast.Recovering {
+			t.Errorf("state %+v, want recovering, with the long request in flight", s)
+		}
+		if err := send1(t.Context(), tr, "r"); err != nil {
+			t.Errorf("r: %v", err)
+		}
+		if at := f.attempts(); len(at) != 7 || at[6].at.Sub(at[5].at) != 500*time.Millisecond {
+			t.Errorf("attempts %v, want the retry after the 408 the policy's 500ms later", at)
+		}
+		wg.Wait()
+	})
+}

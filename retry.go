@@ -103,7 +103,7 @@ func doOnce(ctx context.Context, n int, hooks callHooks, attempt func(context.Co
 	retry := false
 	if err != nil {
 		// Do validated the policy, so decide cannot fail.
-		wait, retry, _ = s.decide(ctx, err, at.Start, false)
+		wait, retry, _ = s.decide(ctx, err, at.Start, false, false)
 		if retry {
 			at.RetryIn = wait
 			logRetry(ctx, slog.Default(), "", n, err, wait)
@@ -148,7 +148,10 @@ type schedule struct {
 // that the attempt went through a troubled key of an Admission: its
 // failure counts against MaxAttempts but does not advance the waits, since
 // the Admission, not the request's backoff, spaces the key's attempts.
-func (s *schedule) decide(ctx context.Context, err error, start time.Time, paced bool) (time.Duration, bool, error) {
+// spaced says that the key, still troubled after the failure, spaces the
+// retry itself (an outage failure, a 429, a server's delay): the retry has
+// no wait of its own, a server's delay aside.
+func (s *schedule) decide(ctx context.Context, err error, start time.Time, paced, spaced bool) (time.Duration, bool, error) {
 	if s.p == nil || s.once {
 		return 0, false, nil
 	}
@@ -168,24 +171,24 @@ func (s *schedule) decide(ctx context.Context, err error, start time.Time, paced
 	if s.p.MaxAttempts > 0 && s.n >= s.p.MaxAttempts {
 		return 0, false, nil
 	}
-	wait, ok := s.waitFor(ctx, err, paced)
+	wait, ok := s.waitFor(ctx, err, spaced)
 	return wait, ok, nil
 }
 
 // waitFor returns the wait before the retry after failure s.n, err, and
 // whether that wait fits the bounds.
-func (s *schedule) waitFor(ctx context.Context, err error, paced bool) (time.Duration, bool) {
+func (s *schedule) waitFor(ctx context.Context, err error, spaced bool) (time.Duration, bool) {
 	p := s.p
 	deadline, hasDeadline := ctx.Deadline()
 	if !hasDeadline && s.n > len(p.Waits) {
 		return 0, false // without a deadline, the list is the bound
 	}
-	// A paced failure's retry waits for nothing but the Admission, whose
-	// queue it rejoins at once, in its place: its own wait would only
-	// let later arrivals go first, and keep it from hearing at once
+	// A spaced failure's retry waits for nothing but the Admission,
+	// whose queue it rejoins at once, in its place: its own wait would
+	// only let later arrivals go first, and keep it from hearing at once
 	// that no chance is left before its deadline.
 	var w time.Duration
-	if !paced {
+	if !spaced {
 		w = p.Waits[min(max(s.n-s.paced, 1), len(p.Waits))-1]
 	}
 	serverSet := false

@@ -156,7 +156,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return res.resp, err
 		}
 		// The policy is read only now that an attempt has failed.
-		wait, retry, err := c.sched.decide(c.ctx, res.fail, res.at.Start, res.admitted)
+		wait, retry, err := c.sched.decide(c.ctx, res.fail, res.at.Start, res.admitted, res.spaced)
 		if err != nil || !retry {
 			return c.stop(res, err)
 		}
@@ -211,7 +211,8 @@ type result struct {
 	resp     *http.Response
 	fail     error
 	at       Attempt
-	admitted bool // the Admission let it through a troubled key, still troubled after its result: its pacing, not the request's waits, spaces what follows
+	admitted bool // the Admission let it through a troubled key: the request's waits do not advance
+	spaced   bool // and the key, still troubled after its failure, spaces what follows: the retry has no wait of its own
 }
 
 // attempt makes the next attempt: it takes the gate, sends, and classifies
@@ -230,6 +231,7 @@ func (c *call) attempt() (result, error) {
 		return res, err
 	}
 	tok, err := c.admit(r, &res.at)
+	res.admitted = tok != nil
 	if err != nil {
 		closeBody(r)
 		return res, err
@@ -357,8 +359,8 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 	if tok == nil && res.fail == nil && pause == 0 && a.troubled.Load() == 0 {
 		return
 	}
-	troubled := a.report(c.t.admissionKey(r), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
-	res.admitted = tok != nil && troubled
+	spaced := a.report(c.t.admissionKey(r), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
+	res.spaced = tok != nil && spaced
 	if tok == nil {
 		return
 	}
