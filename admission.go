@@ -912,6 +912,14 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 	return spaced
 }
 
+// troubledNow reports whether key is troubled: not healthy.
+func (a *Admission) troubledNow(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := a.keys[key]
+	return k != nil && k.state != Healthy
+}
+
 // latest returns the latest of times.
 func latest(times ...time.Time) time.Time {
 	var t time.Time
@@ -975,6 +983,9 @@ func (a *Admission) setState(k *admKey, s UpstreamState, changes *[]transition) 
 	}
 	if k.state == Probing {
 		k.probe = nil // the probe's answer, if it comes, is an ordinary one
+	}
+	if k.state == Recovering {
+		k.held = time.Time{} // a hold is the recovery's: a later one starts anew
 	}
 	if a.OnState != nil || a.Fleet != nil {
 		*changes = append(*changes, transition{key: k.key, from: k.state, to: s, at: time.Now()})

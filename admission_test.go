@@ -956,3 +956,104 @@ func TestAdmissionAnswerKeepsOwnWait(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// An outage failure on a recovering key whose release leaves the key
+// healthy (nobody waits, and less than half the limit is in use) is
+// retried after the policy's wait: nothing is left to space the retry.
+func TestAdmissionNoWaitOnlyWhileTroubled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refused := step{err: errRefused}
+		f := newFake(refused, refused, refused,
+			step{delay: 10 * time.Millisecond},               // the probe
+			step{delay: 100 * time.Millisecond},              // long, which keeps the key recovering
+			step{status: 500, delay: 200 * time.Millisecond}, // r, answered after long is done
+			step{}) // r's retry
+		onState, recovering := firstChange(outlast.Recovering)
+		a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}, MaxLimit: 8, OnState: onState}
+		markDown(t, f, a)
+		tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+		var wg sync.WaitGroup
+		for _, id := range []string{"probe", "long"} {
+			wg.Go(func() {
+				if err := send1(t.Context(), tr, id); err != nil {
+					t.Errorf("%s: %v", id, err)
+				}
+			})
+			synctest.Wait()
+		}
+		time.Sleep(time.Until((<-recovering).Add(50 * time.Millisecond)))
+		if err := send1(t.Context(), tr, "r"); err != nil {
+			t.Errorf("r: %v", err)
+		}
+		wg.Wait()
+		if at := f.attempts(); len(at) != 7 || at[6].at.Sub(at[5].at) != 700*time.Millisecond {
+			t.Errorf("attempts %v, want r's retry 700ms after its first attempt: the 500 after 200ms, then the policy's 500ms", at)
+		}
+	})
+}
+
+// The hold after a 429 at a limit of 1 belongs to that recovery: once the
+// key has gone down and a probe is answered, the new recovery is not held
+// by it.
+func TestAdmissionHoldEndsWithRecovery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refused := step{err: errRefused}
+		f := newFake(refused, refused, refused,
+			step{status: 429}, // the probe: recovering at a limit of 1, held 4 s to 6 s
+			step{status: 503, header: map[string]string{"Retry-After": "1"}}, // last, at its bound: down for 1 s
+			step{}, // the probe after the delay: the key recovers again
+			step{}) // after
+		onState, recovering := firstChange(outlast.Recovering)
+		a := &outlast.Admission{ProbeWaits: []time.Duration{4 * time.Second}, MaxLimit: 8, OnState: onState}
+		markDown(t, f, a)
+		tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			if err := send1(ctx, tr, "front"); err != nil {
+				t.Errorf("front: %v", err)
+			}
+		})
+		synctest.Wait()
+		held := <-recovering
+		synctest.Wait()
+		ctx, cancel := context.WithDeadline(t.Context(), held.Add(2*time.Second))
+		if err := send1(ctx, tr, "last"); err == nil {
+			t.Error("last: nil, want the 503 it was sent into at its bound")
+		}
+		cancel()
+		time.Sleep(time.Until(held.Add(2500 * time.Millisecond)))
+		synctest.Wait()
+		if s := a.State("model.test"); s.State != outlast.Recovering && s.State != outlast.Healthy {
+			t.Errorf("state %+v 2.5 s after the first 429, want recovered again", s)
+		}
+		start := time.Now()
+		if err := send1(t.Context(), tr, "after"); err != nil {
+			t.Errorf("after: %v", err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("a request after the key recovered again waited %v, for the hold of the recovery before", d)
+		}
+		wg.Wait()
+	})
+}
+
+// At MaxLimit 1 the probe's 429 holds the key: its request's retry, with
+// nobody else waiting, waits out the hold rather than finding the key
+// healthy.
+func TestAdmissionHoldAtMaxLimitOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refused := step{err: errRefused}
+		f := newFake(refused, refused, refused, step{status: 429}, step{})
+		a := &outlast.Admission{ProbeWaits: []time.Duration{4 * time.Second}, MaxLimit: 1}
+		markDown(t, f, a)
+		tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+		if err := send1(t.Context(), tr, "front"); err != nil {
+			t.Fatal(err)
+		}
+		if at := f.attempts(); len(at) != 5 || at[4].at.Sub(at[3].at) < 4*time.Second {
+			t.Errorf("attempts %v, want the retry after the probe's 429 held 4 s or more", at)
+		}
+	})
+}
