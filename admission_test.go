@@ -930,20 +930,8 @@ func TestAdmissionAnswerKeepsOwnWait(t *testing.T) {
 		// The probe's answer in 10 ms paces grants 5 ms apart: far
 		// less than the policy's wait.
 		f := newFake(refused, refused, refused, step{delay: 10 * time.Millisecond}, step{delay: 10 * time.Second}, step{status: http.StatusRequestTimeout}, step{})
-		onState, recovering := firstChange(outlast.Recovering)
-		a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}, MaxLimit: 8, OnState: onState}
-		markDown(t, f, a)
-		tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
-		var wg sync.WaitGroup
-		for _, id := range []string{"probe", "long"} {
-			wg.Go(func() {
-				if err := send1(t.Context(), tr, id); err != nil {
-					t.Errorf("%s: %v", id, err)
-				}
-			})
-			synctest.Wait()
-		}
-		time.Sleep(time.Until((<-recovering).Add(time.Second)))
+		a, tr, recovered, wg := recoverWithLong(t, f)
+		time.Sleep(time.Until(recovered.Add(time.Second)))
 		if s := a.State("model.test"); s.State != outlast.Recovering {
 			t.Errorf("state %+v, want recovering, with the long request in flight", s)
 		}
@@ -968,20 +956,8 @@ func TestAdmissionNoWaitOnlyWhileTroubled(t *testing.T) {
 			step{delay: 100 * time.Millisecond},              // long, which keeps the key recovering
 			step{status: 500, delay: 200 * time.Millisecond}, // r, answered after long is done
 			step{}) // r's retry
-		onState, recovering := firstChange(outlast.Recovering)
-		a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}, MaxLimit: 8, OnState: onState}
-		markDown(t, f, a)
-		tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
-		var wg sync.WaitGroup
-		for _, id := range []string{"probe", "long"} {
-			wg.Go(func() {
-				if err := send1(t.Context(), tr, id); err != nil {
-					t.Errorf("%s: %v", id, err)
-				}
-			})
-			synctest.Wait()
-		}
-		time.Sleep(time.Until((<-recovering).Add(50 * time.Millisecond)))
+		_, tr, recovered, wg := recoverWithLong(t, f)
+		time.Sleep(time.Until(recovered.Add(50 * time.Millisecond)))
 		if err := send1(t.Context(), tr, "r"); err != nil {
 			t.Errorf("r: %v", err)
 		}
@@ -1056,4 +1032,27 @@ func TestAdmissionHoldAtMaxLimitOne(t *testing.T) {
 			t.Errorf("attempts %v, want the retry after the probe's 429 held 4 s or more", at)
 		}
 	})
+}
+
+// recoverWithLong marks f's key down for an Admission with MaxLimit 8 and
+// probe waits of 1 s, then starts two requests, which f's script must
+// answer: the probe, whose answer recovers the key at a limit of 2, and
+// "long", sent under it, which keeps the key recovering while it is in
+// flight. It returns when the key recovered; the caller waits on wg.
+func recoverWithLong(t *testing.T, f *fakeRT) (*outlast.Admission, *outlast.Transport, time.Time, *sync.WaitGroup) {
+	t.Helper()
+	onState, recovering := firstChange(outlast.Recovering)
+	a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}, MaxLimit: 8, OnState: onState}
+	markDown(t, f, a)
+	tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+	wg := &sync.WaitGroup{}
+	for _, id := range []string{"probe", "long"} {
+		wg.Go(func() {
+			if err := send1(t.Context(), tr, id); err != nil {
+				t.Errorf("%s: %v", id, err)
+			}
+		})
+		synctest.Wait()
+	}
+	return a, tr, <-recovering, wg
 }
