@@ -516,7 +516,7 @@ func (a *Admission) take(k *admKey, now time.Time, changes *[]transition) *admTo
 		a.setState(k, Probing, changes)
 		tok = &admToken{a: a, k: k, probe: true}
 		k.probe = tok
-	case k.state == Recovering && (k.inFlight < int(k.limit) && !now.Before(k.held) && !now.Before(k.nextGrant) || a.frontAtBound(k, now)):
+	case k.state == Recovering && k.inFlight < int(k.limit) && !now.Before(k.held) && !now.Before(k.nextGrant):
 		return a.grant(k, now)
 	default:
 		return nil
@@ -547,12 +547,6 @@ func (a *Admission) grant(k *admKey, now time.Time) *admToken {
 // grant, past the bound.
 func (a *Admission) lastChance(k *admKey, now time.Time) bool {
 	return a.Fleet == nil && k.state == Recovering && !now.Before(k.notBefore)
-}
-
-// frontAtBound reports whether k's front waiter has reached its bound and
-// goes now (lastChance).
-func (a *Admission) frontAtBound(k *admKey, now time.Time) bool {
-	return a.lastChance(k, now) && len(k.q) > 0 && !k.q[0].bound.IsZero() && !now.Before(k.q[0].bound)
 }
 
 // tooLate returns the error for waiter w, which cannot wait: the next
@@ -717,10 +711,11 @@ func (t *admToken) sending() {
 }
 
 // release ends a token's hold on its key: the probe or a place under the
-// limit passes to the next waiter.
-func (t *admToken) release() {
+// limit passes to the next waiter. It reports whether the key is still
+// troubled after it: a release can leave it healthy.
+func (t *admToken) release() (troubled bool) {
 	if t == nil {
-		return
+		return false
 	}
 	a := t.a
 	var changes []transition
@@ -742,11 +737,13 @@ func (t *admToken) release() {
 			told = a.fleetState(k)
 		}
 	}
+	troubled = t.k.state != Healthy
 	a.mu.Unlock()
 	if fleetDone != nil {
 		fleetDone(told)
 	}
 	a.notify(changes)
+	return troubled
 }
 
 // report tells a of an attempt's result at key. tok is the attempt's token,
@@ -755,12 +752,12 @@ func (t *admToken) release() {
 // probe abandoned. delay is the delay its server asked for on a failed
 // status, if any; pause is how long until the rate limit that the
 // response reports spent lets a request through (RateLimitReset). It
-// reports whether the Admission spaces what follows the result: key is
-// troubled after it, and it was an outage failure, a 429, or a failure
-// whose server set a delay, which the key's state answers (a probe
-// schedule, a smaller limit, a hold). Another failure, one that says the
-// upstream is up, leaves the request's retry to its own waits.
-func (a *Admission) report(key string, tok *admToken, class Class, status int, delay, pause time.Duration, err error) (spaced bool) {
+// reports whether the key's state answers the result, and so spaces what
+// follows it while the key stays troubled: an outage failure, a 429, or a
+// failure whose server set a delay (a probe schedule, a smaller limit, a
+// hold). Another failure, one that says the upstream is up, leaves the
+// request's retry to its own waits.
+func (a *Admission) report(key string, tok *admToken, class Class, status int, delay, pause time.Duration, err error) (spaces bool) {
 	if tok == nil && class == ClassNone && pause == 0 && a.troubled.Load() == 0 {
 		return false // the success path: nothing is troubled
 	}
@@ -893,7 +890,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		changes = append(changes, transition{key: k.key, from: Recovering, to: Recovering, at: now})
 	}
 	a.grantQueued(k, now, &changes)
-	spaced = k.state != Healthy && (outage || paced || class == ClassRateLimited)
+	spaces = outage || paced || class == ClassRateLimited
 	var fleetDone func(FleetState)
 	var told FleetState
 	if probe && tok.fleetDone != nil {
@@ -909,15 +906,7 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 		fleetDone(told)
 	}
 	a.notify(changes)
-	return spaced
-}
-
-// troubledNow reports whether key is troubled: not healthy.
-func (a *Admission) troubledNow(key string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	k := a.keys[key]
-	return k != nil && k.state != Healthy
+	return spaces
 }
 
 // latest returns the latest of times.

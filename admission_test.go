@@ -825,18 +825,6 @@ func TestAdmissionBoundAheadOfPace(t *testing.T) {
 // away instead.
 func TestAdmissionLastChance(t *testing.T) {
 	refused := step{err: errRefused}
-	// goAndWait starts a request with a minute's deadline, which it
-	// must meet, and waits until it is blocked.
-	goAndWait := func(t *testing.T, wg *sync.WaitGroup, tr http.RoundTripper, id string) {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			defer cancel()
-			if err := send1(ctx, tr, id); err != nil {
-				t.Errorf("%s: %v", id, err)
-			}
-		})
-		synctest.Wait()
-	}
 	t.Run("past the limit", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			// The probe is answered in 1 s; the two sent under the
@@ -984,14 +972,7 @@ func TestAdmissionHoldEndsWithRecovery(t *testing.T) {
 		markDown(t, f, a)
 		tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
 		var wg sync.WaitGroup
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			defer cancel()
-			if err := send1(ctx, tr, "front"); err != nil {
-				t.Errorf("front: %v", err)
-			}
-		})
-		synctest.Wait()
+		goAndWait(t, &wg, tr, "front")
 		held := <-recovering
 		synctest.Wait()
 		ctx, cancel := context.WithDeadline(t.Context(), held.Add(2*time.Second))
@@ -1055,4 +1036,18 @@ func recoverWithLong(t *testing.T, f *fakeRT) (*outlast.Admission, *outlast.Tran
 		synctest.Wait()
 	}
 	return a, tr, <-recovering, wg
+}
+
+// goAndWait starts a request through tr with a minute's deadline, which
+// it must meet, and waits until every goroutine of the bubble is blocked.
+func goAndWait(t *testing.T, wg *sync.WaitGroup, tr http.RoundTripper, id string) {
+	t.Helper()
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		if err := send1(ctx, tr, id); err != nil {
+			t.Errorf("%s: %v", id, err)
+		}
+	})
+	synctest.Wait()
 }

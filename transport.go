@@ -359,8 +359,7 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 	if tok == nil && res.fail == nil && pause == 0 && a.troubled.Load() == 0 {
 		return
 	}
-	key := c.t.admissionKey(r)
-	spaced := a.report(key, tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
+	spaces := a.report(c.t.admissionKey(r), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
 	if tok == nil {
 		return
 	}
@@ -368,10 +367,10 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 		res.resp.Body = &admBody{ReadCloser: res.resp.Body, tok: tok}
 		return
 	}
-	tok.release()
 	// The release may leave the key healthy, with nothing left to space
 	// the retry: then the policy's wait does.
-	res.spaced = spaced && a.troubledNow(key)
+	troubled := tok.release()
+	res.spaced = spaces && troubled
 }
 
 // admBody gives back an Admission's hold when a response's body ends.
