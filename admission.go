@@ -49,6 +49,12 @@ const (
 // its longest wait.
 var DefaultProbeWaits = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
 
+// DefaultProbeTime is how long a probe's answer is counted on to take,
+// unless ProbeTime says otherwise: about two and a half times an LLM API's
+// usual time to response headers for a short or streamed request, so that
+// a probe is rarely answered later.
+const DefaultProbeTime = 5 * time.Second
+
 // An UpstreamState is what an [Admission] knows of a key's upstream.
 type UpstreamState uint8
 
@@ -170,6 +176,21 @@ type Admission struct {
 	// their own, and no Fleet, all told the same time, need a spread of a
 	// few round trips.
 	DelaySpread time.Duration
+
+	// ProbeTime is how long the answer to the probe sent at a server's
+	// not-before time is counted on to take. Until that answer, only the
+	// front of the queue, whose attempt the probe is, may be sent, so a
+	// request behind it whose deadline less its reserve comes less than
+	// ProbeTime after a server's not-before time leaves at once, with
+	// ErrUpstreamDown, rather than idling through the server's delay for
+	// a chance that comes only if the probe is answered sooner. Too long
+	// sends away requests that a quick answer would have let go; too
+	// short leaves requests to idle to their bound and fail there. Zero
+	// means DefaultProbeTime; below zero, such a request waits for its
+	// bound. A down key's own probe schedule, whose waits are short and
+	// whose probe a waiter at the front may bring forward, is not
+	// counted on this way.
+	ProbeTime time.Duration
 
 	// OnState, if not nil, is called when a key's state changes, without
 	// a lock held, in the goroutine that changed it, with the time of the
@@ -355,6 +376,18 @@ func (a *Admission) delaySpread(delay time.Duration) time.Duration {
 		return min(a.DelaySpread, delay/2)
 	}
 	return delay / 10
+}
+
+// probeTime returns ProbeTime, DefaultProbeTime if it is zero, or 0 if
+// it is below zero.
+func (a *Admission) probeTime() time.Duration {
+	switch {
+	case a.ProbeTime < 0:
+		return 0
+	case a.ProbeTime == 0:
+		return DefaultProbeTime
+	}
+	return a.ProbeTime
 }
 
 // probeGap is the least time between a failure that the key's probe
@@ -551,7 +584,9 @@ func (a *Admission) lastChance(k *admKey, now time.Time) bool {
 
 // tooLate returns the error for waiter w, which cannot wait: the next
 // chance to send comes after its bound, a down key's next probe or a
-// server's not-before time for any key. For a waiter at the front of the
+// server's not-before time for any key, and for a waiter behind the front,
+// the probe's answer after a server's not-before time (ProbeTime). For a
+// waiter at the front of the
 // queue (front), whose attempt the probe is, and that may have it brought
 // forward (early), a down key's next probe is brought forward to its
 // bound when it may be.
@@ -561,6 +596,13 @@ func (a *Admission) tooLate(k *admKey, w *admWaiter, front bool, now time.Time) 
 		return nil
 	}
 	next := k.nextChance(now) // a probing or recovering key's: a server's not-before time, if any
+	why := "the next chance to send"
+	if !front && k.state != Recovering && next.Equal(k.notBefore) && next.After(now) {
+		// The chance at a server's not-before time is the probe's, the
+		// front's attempt; this waiter's comes with the probe's answer.
+		next = next.Add(a.probeTime())
+		why = "the probe's answer after a server's not-before time"
+	}
 	if !next.After(bound) {
 		return nil
 	}
@@ -571,7 +613,7 @@ func (a *Admission) tooLate(k *admKey, w *admWaiter, front bool, now time.Time) 
 		k.nextProbe = bound
 		return nil
 	}
-	return downError(k.key, fmt.Sprintf("the next chance to send, in %v, is after the deadline's reserve", next.Sub(now).Round(time.Millisecond)), k.last)
+	return downError(k.key, fmt.Sprintf("%s, in %v, is after the deadline's reserve", why, next.Sub(now).Round(time.Millisecond)), k.last)
 }
 
 // downError is the error of a request sent away from key: why, and the

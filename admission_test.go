@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -901,6 +902,86 @@ func TestAdmissionLastChance(t *testing.T) {
 			}
 			if n := len(f.attempts()); n != 4 {
 				t.Errorf("%d attempts, want 4: the probe alone past the three that marked it down", n)
+			}
+			wg.Wait()
+		})
+	})
+}
+
+// Until the probe sent at a server's not-before time is answered, only
+// the front of the queue, whose attempt the probe is, may go: a request
+// behind it whose bound comes less than ProbeTime after that time leaves
+// at once, where it would have idled through the server's delay to fail
+// at its bound unless the probe were answered sooner. The front is not
+// sent away, nor is a waiter on the key's own probe schedule.
+func TestAdmissionProbeTime(t *testing.T) {
+	// The server asks for 10 s; the probe is answered 2 s after it.
+	script := []step{{status: 503, header: map[string]string{"Retry-After": "10"}}, {delay: 2 * time.Second}, {}}
+	run := func(t *testing.T, a *outlast.Admission) (waited time.Duration, short error) {
+		f := newFake(script...)
+		if err := send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "first"); err == nil {
+			t.Fatal("the first request succeeded, want its 503")
+		}
+		nb := a.State("model.test").NotBefore
+		if nb.IsZero() {
+			t.Fatalf("state %+v, want a not-before time", a.State("model.test"))
+		}
+		tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+		var wg sync.WaitGroup
+		// The front's bound (its deadline less patient's 1 s reserve)
+		// is 3 s after the not-before time: it is the probe, answered
+		// in time.
+		for _, w := range []struct {
+			id    string
+			bound time.Duration
+		}{{"front", 3 * time.Second}, {"long", 6 * time.Second}} {
+			wg.Go(func() {
+				ctx, cancel := context.WithDeadline(t.Context(), nb.Add(w.bound+time.Second))
+				defer cancel()
+				if err := send1(ctx, tr, w.id); err != nil {
+					t.Errorf("%s, bound %v after the not-before time: %v, want success", w.id, w.bound, err)
+				}
+			})
+			synctest.Wait()
+		}
+		ctx, cancel := context.WithDeadline(t.Context(), nb.Add(4*time.Second))
+		defer cancel()
+		before := time.Now()
+		short = send1(ctx, tr, "short") // behind the front, its bound 3 s after the not-before time
+		waited = time.Since(before)
+		wg.Wait()
+		return waited, short
+	}
+	t.Run("behind the front", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			waited, err := run(t, &outlast.Admission{})
+			if !errors.Is(err, outlast.ErrUpstreamDown) || !strings.Contains(err.Error(), "probe's answer") || waited != 0 {
+				t.Errorf("bound 3 s after the not-before time, behind the front: %v after %v, want ErrUpstreamDown naming the probe's answer, at once", err, waited)
+			}
+		})
+	})
+	t.Run("below zero waits", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// What ProbeTime gives up: here the probe is answered
+			// before this waiter's bound, and it is sent then.
+			if _, err := run(t, &outlast.Admission{ProbeTime: -1}); err != nil {
+				t.Errorf("with ProbeTime below zero: %v, want it to wait and succeed", err)
+			}
+		})
+	})
+	t.Run("not on the probe schedule", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFake(step{err: errRefused}, step{err: errRefused}, step{err: errRefused}, step{delay: time.Second}, step{})
+			a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}}
+			markDown(t, f, a)
+			next := a.State("model.test").NextProbe
+			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+			var wg sync.WaitGroup
+			goAndWait(t, &wg, tr, "front")
+			ctx, cancel := context.WithDeadline(t.Context(), next.Add(3*time.Second))
+			defer cancel()
+			if err := send1(ctx, tr, "behind"); err != nil {
+				t.Errorf("behind the front, bound 2 s after a scheduled probe answered in 1 s: %v, want success", err)
 			}
 			wg.Wait()
 		})

@@ -72,10 +72,10 @@ func newBuild(sc *scenario) build {
 	j.RetryAfter = outlast.RetryAfterAtLeast
 	b.jittered = &j
 	b.attempts = attemptBudget(sc, b.outlast)
-	b.shared.admission = &outlast.Admission{MaxLimit: sc.Slots}
+	b.shared.admission = &outlast.Admission{MaxLimit: sc.Slots, ProbeTime: sc.ProbeTime}
 	b.shared.gate = gate.New(sc.Slots, 1<<20)
 	if k := sc.FallbackSlots(); k > 0 {
-		b.shared.fallbackAdmission = &outlast.Admission{MaxLimit: k}
+		b.shared.fallbackAdmission = &outlast.Admission{MaxLimit: k, ProbeTime: sc.ProbeTime}
 		b.shared.fallbackGate = gate.New(k, 1<<20)
 	}
 	return b
@@ -517,20 +517,21 @@ const fleetAdmissionConfig = "probe waits 2 s, 4 s, 8 s, a server's delay spread
 // one: probe waits twice the defaults, since the probes add up across the
 // fleet, and a server's delay spread by up to 8 s, since every process is
 // told the same not-before time.
-func fleetAdmission(limit int) *outlast.Admission {
+func fleetAdmission(sc *scenario, limit int) *outlast.Admission {
 	return &outlast.Admission{
 		MaxLimit:    limit,
+		ProbeTime:   sc.ProbeTime,
 		ProbeWaits:  []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second},
 		DelaySpread: 8 * time.Second,
 	}
 }
 
 func outlastAdmission(b build, rt http.RoundTripper) caller {
-	return outlastAdmitted(b, rt, b.jittered, nil, fleetAdmission(b.perClient(b.sc.Slots)))
+	return outlastAdmitted(b, rt, b.jittered, nil, fleetAdmission(b.sc, b.perClient(b.sc.Slots)))
 }
 
 func outlastBudget(b build, rt http.RoundTripper) caller {
-	a := fleetAdmission(b.perClient(b.sc.Slots))
+	a := fleetAdmission(b.sc, b.perClient(b.sc.Slots))
 	a.RetryBudget = 0.1
 	return outlastAdmitted(b, rt, b.jittered, nil, a)
 }
@@ -581,7 +582,7 @@ func outlastFallbackAvailable(b build, rt http.RoundTripper) caller {
 // client process has its own Fallback over its own two Admissions, their
 // limits ending at its share of each provider's slots, and no gate.
 func outlastFallbackPerProcess(b build, rt http.RoundTripper) caller {
-	pa, fa := fleetAdmission(b.perClient(b.sc.Slots)), fleetAdmission(b.perClient(b.sc.FallbackSlots()))
+	pa, fa := fleetAdmission(b.sc, b.perClient(b.sc.Slots)), fleetAdmission(b.sc, b.perClient(b.sc.FallbackSlots()))
 	return outlastFallback(b, rt, outlast.PreferPrimary, nil, nil, pa, fa)
 }
 
