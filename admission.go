@@ -106,7 +106,9 @@ func (s UpstreamState) String() string {
 //   - a waiting request leaves at once, with an error that wraps
 //     ErrUpstreamDown and the last failure, when the next chance to send,
 //     brought forward as far as it may be, or the not-before time comes
-//     after its deadline less its policy's reserve.
+//     after its deadline less its policy's reserve, and, behind the
+//     front, when the probe's answer after a server's not-before time
+//     would (ProbeTime).
 //
 // When a probe is answered the key recovers: the queue is released under a
 // limit of requests in flight, which starts at a quarter of MaxLimit (at
@@ -179,17 +181,20 @@ type Admission struct {
 
 	// ProbeTime is how long the answer to the probe sent at a server's
 	// not-before time is counted on to take. Until that answer, only the
-	// front of the queue, whose attempt the probe is, may be sent, so a
-	// request behind it whose deadline less its reserve comes less than
-	// ProbeTime after a server's not-before time leaves at once, with
-	// ErrUpstreamDown, rather than idling through the server's delay for
-	// a chance that comes only if the probe is answered sooner. Too long
-	// sends away requests that a quick answer would have let go; too
-	// short leaves requests to idle to their bound and fail there. Zero
-	// means DefaultProbeTime; below zero, such a request waits for its
-	// bound. A down key's own probe schedule, whose waits are short and
-	// whose probe a waiter at the front may bring forward, is not
-	// counted on this way.
+	// front of the queue, whose attempt the probe is (with a Fleet, the
+	// fleet's probe), may be sent. So while a down key waits for a
+	// server's not-before time at least ProbeTime away, a request behind
+	// the front whose deadline less its reserve comes less than ProbeTime
+	// after that time leaves at once, with ErrUpstreamDown, rather than
+	// idle through the server's delay for a chance that comes only if
+	// the probe is answered sooner; so does the front, when a retry that
+	// arrived before it takes its place. Too long sends away requests that
+	// a quick answer would have let go; too short leaves requests to idle
+	// to their bound and fail there. Zero means DefaultProbeTime; below
+	// zero, such a request waits for its bound. A shorter delay, and a
+	// down key's own probe schedule, whose waits are short and whose
+	// probe a waiter at the front may bring forward, are not counted on
+	// this way: there a request idles for less.
 	ProbeTime time.Duration
 
 	// OnState, if not nil, is called when a key's state changes, without
@@ -465,6 +470,11 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 		return nil, 0, err
 	}
 	ahead := k.enqueue(w) + k.inFlight
+	if ahead == k.inFlight && len(k.q) > 1 && k.state == Down {
+		// A retry took the front's place: the waiter it displaced is no
+		// longer the probe's, and may now have no chance.
+		a.sendAway(k, now)
+	}
 	a.arm(k, now)
 	a.mu.Unlock()
 	if queued != nil {
@@ -584,10 +594,10 @@ func (a *Admission) lastChance(k *admKey, now time.Time) bool {
 
 // tooLate returns the error for waiter w, which cannot wait: the next
 // chance to send comes after its bound, a down key's next probe or a
-// server's not-before time for any key, and for a waiter behind the front,
-// the probe's answer after a server's not-before time (ProbeTime). For a
-// waiter at the front of the
-// queue (front), whose attempt the probe is, and that may have it brought
+// server's not-before time for any key, and for a waiter behind the front
+// of a down key's queue, the probe's answer after a server's not-before
+// time at least ProbeTime away. For a waiter at the front of the queue
+// (front), whose attempt the probe is, and that may have it brought
 // forward (early), a down key's next probe is brought forward to its
 // bound when it may be.
 func (a *Admission) tooLate(k *admKey, w *admWaiter, front bool, now time.Time) error {
@@ -597,10 +607,10 @@ func (a *Admission) tooLate(k *admKey, w *admWaiter, front bool, now time.Time) 
 	}
 	next := k.nextChance(now) // a probing or recovering key's: a server's not-before time, if any
 	why := "the next chance to send"
-	if !front && k.state != Recovering && next.Equal(k.notBefore) && next.After(now) {
+	if pt := a.probeTime(); !front && k.state == Down && pt > 0 && next.Equal(k.notBefore) && next.Sub(now) >= pt {
 		// The chance at a server's not-before time is the probe's, the
 		// front's attempt; this waiter's comes with the probe's answer.
-		next = next.Add(a.probeTime())
+		next = next.Add(pt)
 		why = "the probe's answer after a server's not-before time"
 	}
 	if !next.After(bound) {

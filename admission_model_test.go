@@ -31,7 +31,7 @@ import (
 // TestAdmissionModel runs the model on fixed seeds, so that go test
 // exercises it without -fuzz.
 func TestAdmissionModel(t *testing.T) {
-	for seed := range uint64(200) {
+	for seed := range uint64(1000) {
 		r := rand.New(rand.NewPCG(seed, 0xad))
 		data := make([]byte, 200)
 		for i := range data {
@@ -650,6 +650,7 @@ type instant struct {
 	before, after outlast.UpstreamState
 	up            bool // healthy or recovering at some moment of it
 	healthy       bool // healthy at some moment of it
+	recovering    bool // recovering at some moment of it
 	toHealthy     bool // a change to healthy
 	upToDown      bool // a change from healthy or recovering to down
 	probeToDown   bool // a change from probing to down
@@ -696,6 +697,7 @@ func (m *model) chain(in *instant, evs []stateEvent) {
 		for _, s := range [2]outlast.UpstreamState{e.from, e.to} {
 			in.up = in.up || s == outlast.Healthy || s == outlast.Recovering
 			in.healthy = in.healthy || s == outlast.Healthy
+			in.recovering = in.recovering || s == outlast.Recovering
 		}
 		in.upToDown = in.upToDown || e.to == outlast.Down && (e.from == outlast.Healthy || e.from == outlast.Recovering)
 		in.probeToDown = in.probeToDown || e.from == outlast.Probing && e.to == outlast.Down
@@ -773,6 +775,20 @@ func (tl timeline) recoveringAt(t time.Time) bool {
 	switch {
 	case exact:
 		return tl[i].after == outlast.Recovering && !tl[i].healthy
+	case i == 0:
+		return false
+	}
+	return tl[i-1].after == outlast.Recovering
+}
+
+// recoveringDuring reports whether the key was recovering at some moment
+// of instant t, and never healthy during it: a request's last chance at t
+// may have gone before its own failure took the key down in that instant.
+func (tl timeline) recoveringDuring(t time.Time) bool {
+	i, exact := tl.locate(t)
+	switch {
+	case exact:
+		return tl[i].recovering && !tl[i].healthy
 	case i == 0:
 		return false
 	}
@@ -1147,7 +1163,7 @@ func (m *model) checkDownAfter() {
 // recovering, when it goes past the limit and the waiters ahead.
 func (m *model) lastChance(req int, t time.Time) bool {
 	r := m.reqs[req]
-	return !r.bound.IsZero() && t.Equal(r.bound) && m.tl.recoveringAt(t)
+	return !r.bound.IsZero() && t.Equal(r.bound) && m.tl.recoveringDuring(t)
 }
 
 // checkOrder: a request is never sent while one that arrived before it

@@ -969,6 +969,81 @@ func TestAdmissionProbeTime(t *testing.T) {
 			}
 		})
 	})
+	t.Run("not for a short delay", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// 500 ms is less than ProbeTime: a waiter idles little, so
+			// it waits for the probe's answer.
+			f := newFake(step{status: 429, header: map[string]string{"Retry-After-Ms": "500"}}, step{})
+			a := &outlast.Admission{}
+			send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "first")
+			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+			var wg sync.WaitGroup
+			goAndWait(t, &wg, tr, "front")
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+			defer cancel()
+			if err := send1(ctx, tr, "behind"); err != nil {
+				t.Errorf("behind the front, bound 2 s away, after a 500 ms delay: %v, want success", err)
+			}
+			wg.Wait()
+		})
+	})
+	t.Run("not while probing", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// A request sent while the key was healthy answers with a
+			// server's delay while the probe is out, its answer due at
+			// 9 s to 9.5 s: the probe is not this rule's to count on,
+			// and is answered before the not-before time.
+			f := newFake(step{delay: 5 * time.Second, status: 503, header: map[string]string{"Retry-After": "10"}},
+				step{err: errRefused}, step{err: errRefused}, step{err: errRefused}, step{delay: 8 * time.Second}, step{})
+			onState, probing := firstChange(outlast.Probing)
+			a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}, OnState: onState}
+			start := time.Now()
+			var wg sync.WaitGroup
+			wg.Go(func() { send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "slow") })
+			synctest.Wait()
+			markDown(t, f, a)
+			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+			goAndWait(t, &wg, tr, "probe")
+			<-probing
+			time.Sleep(time.Until(start.Add(5 * time.Second))) // the slow request's answer
+			synctest.Wait()
+			s := a.State("model.test")
+			if s.State != outlast.Probing || s.NotBefore.IsZero() {
+				t.Fatalf("state %+v, want probing with a not-before time", s)
+			}
+			goAndWait(t, &wg, tr, "front") // the front of the queue, with the probe out
+			ctx, cancel := context.WithDeadline(t.Context(), s.NotBefore.Add(3*time.Second))
+			defer cancel()
+			if err := send1(ctx, tr, "behind"); err != nil {
+				t.Errorf("behind the front, the probe in flight, bound 2 s after the not-before time: %v, want success", err)
+			}
+			wg.Wait()
+		})
+	})
+	t.Run("the front displaced by a retry", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// The probe is answered in 1 s with another 10 s delay; its
+			// retry, whose request arrived first, takes the front's
+			// place from a waiter whose bound is 2 s to 3 s after the
+			// new not-before time.
+			ra := map[string]string{"Retry-After": "10"}
+			f := newFake(step{status: 503, header: ra}, step{delay: time.Second, status: 503, header: ra}, step{})
+			onState, probing := firstChange(outlast.Probing)
+			a := &outlast.Admission{OnState: onState}
+			send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "first")
+			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+			var wg sync.WaitGroup
+			goAndWait(t, &wg, tr, "probe")
+			sent := <-probing
+			ctx, cancel := context.WithDeadline(t.Context(), sent.Add(15*time.Second))
+			defer cancel()
+			err := send1(ctx, tr, "displaced")
+			if !errors.Is(err, outlast.ErrUpstreamDown) || !time.Now().Equal(sent.Add(time.Second)) {
+				t.Errorf("displaced from the front: %v at %v, want ErrUpstreamDown at the probe's answer, %v", err, time.Now(), sent.Add(time.Second))
+			}
+			wg.Wait()
+		})
+	})
 	t.Run("not on the probe schedule", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFake(step{err: errRefused}, step{err: errRefused}, step{err: errRefused}, step{delay: time.Second}, step{})

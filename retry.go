@@ -186,13 +186,20 @@ func (s *schedule) waitFor(ctx context.Context, err error, spaced bool) (time.Du
 	// A spaced failure's retry waits for nothing but the Admission,
 	// whose queue it rejoins at once, in its place: its own wait would
 	// only let later arrivals go first, and keep it from hearing at once
-	// that no chance is left before its deadline.
+	// that no chance is left before its deadline. A server's delay is
+	// the Admission's too (the key's not-before time), so it is not
+	// slept here either, but it still ends retrying when it breaks a
+	// bound.
 	var w time.Duration
 	if !spaced {
 		w = p.Waits[min(max(s.n-s.paced, 1), len(p.Waits))-1]
 	}
 	serverSet := false
-	if d, has := errDelay(err); has {
+	if d, has := errDelay(err); has && spaced {
+		if d > s.limit(deadline, hasDeadline) {
+			return 0, false
+		}
+	} else if has {
 		switch p.RetryAfter {
 		case RetryAfterAtLeast:
 			serverSet = d >= w
