@@ -164,8 +164,10 @@ type Admission struct {
 	MaxQueue int
 
 	// MaxLimit is the limit of requests in flight at which a recovering
-	// key is healthy again. Set it to the upstream's capacity, a gate's
-	// capacity when there is one. Zero means DefaultMaxLimit.
+	// key is healthy again: set it to the upstream's capacity. Zero means
+	// the capacity of the Gate of the Transport that reports the key's
+	// attempts, if that Gate has a Capacity method (gate.Gate has), and
+	// DefaultMaxLimit if not.
 	MaxLimit int
 
 	// DelaySpread is how much later, at most, a key's not-before time
@@ -267,6 +269,7 @@ func (a *Admission) State(key string) AdmissionState {
 // admKey is one troubled key.
 type admKey struct {
 	key       string
+	ceiling   int // the capacity of the reporting Transport's Gate, if it says
 	state     UpstreamState
 	streak    int           // outage failures in a row
 	probes    int           // failed probes since the key went down
@@ -353,7 +356,15 @@ type transition struct {
 
 func (a *Admission) downAfter() int { return cmpOr(a.DownAfter, DefaultDownAfter) }
 func (a *Admission) maxQueue() int  { return cmpOr(a.MaxQueue, DefaultAdmissionQueue) }
-func (a *Admission) maxLimit() int  { return cmpOr(a.MaxLimit, DefaultMaxLimit) }
+
+// maxLimit returns k's MaxLimit: the field, the capacity of the Gate its
+// attempts went through, or DefaultMaxLimit.
+func (a *Admission) maxLimit(k *admKey) int {
+	if a.MaxLimit > 0 {
+		return a.MaxLimit
+	}
+	return cmpOr(k.ceiling, DefaultMaxLimit)
+}
 
 func cmpOr(v, def int) int {
 	if v <= 0 {
@@ -369,8 +380,8 @@ const recoveryGrowth = 0.5
 
 // startLimit is a recovering key's first limit: a quarter of MaxLimit, at
 // least 2 (at most MaxLimit).
-func (a *Admission) startLimit() float64 {
-	m := a.maxLimit()
+func (a *Admission) startLimit(k *admKey) float64 {
+	m := a.maxLimit(k)
 	return float64(min(max(2, m/4), m))
 }
 
@@ -727,7 +738,7 @@ func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition)
 		w.tok = tok
 		close(w.ready)
 	}
-	if k.state == Recovering && len(k.q) == 0 && !now.Before(k.notBefore) && !now.Before(k.held) && (int(k.limit) >= a.maxLimit() || k.inFlight < int(k.limit)/2) {
+	if k.state == Recovering && len(k.q) == 0 && !now.Before(k.notBefore) && !now.Before(k.held) && (int(k.limit) >= a.maxLimit(k) || k.inFlight < int(k.limit)/2) {
 		// The limit is reached, or no longer needed: nobody waits,
 		// and less than half of it is in use.
 		a.setState(k, Healthy, changes)
@@ -809,7 +820,7 @@ func (t *admToken) release() (troubled bool) {
 // failure whose server set a delay (a probe schedule, a smaller limit, a
 // hold). Another failure, one that says the upstream is up, leaves the
 // request's retry to its own waits.
-func (a *Admission) report(key string, tok *admToken, class Class, status int, delay, pause time.Duration, err error) (spaces bool) {
+func (a *Admission) report(key string, ceiling int, tok *admToken, class Class, status int, delay, pause time.Duration, err error) (spaces bool) {
 	if tok == nil && class == ClassNone && pause == 0 && a.troubled.Load() == 0 {
 		return false // the success path: nothing is troubled
 	}
@@ -832,6 +843,9 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 			return false
 		}
 		k = a.troubledKey(key)
+	}
+	if ceiling > 0 {
+		k.ceiling = ceiling
 	}
 	if paced {
 		// Jittered upward, never earlier.
@@ -863,10 +877,10 @@ func (a *Admission) report(key string, tok *admToken, class Class, status int, d
 			// The probe, or a request sent before the key went down,
 			// was answered; a server's not-before time still holds.
 			k.probes = 0
-			k.limit = a.startLimit()
+			k.limit = a.startLimit(k)
 			a.setState(k, Recovering, &changes)
 		case k.state == Recovering:
-			k.limit = min(k.limit+recoveryGrowth, float64(a.maxLimit()))
+			k.limit = min(k.limit+recoveryGrowth, float64(a.maxLimit(k)))
 		}
 	case class == ClassRateLimited && !paced:
 		// Rate limiting, not an outage: a recovering key halves its

@@ -103,7 +103,7 @@ func (a *Admission) Learn(key string, s FleetState) {
 		if k.state == Probing {
 			break
 		}
-		k.limit = float64(min(max(s.Limit, 1), a.maxLimit()))
+		k.limit = float64(min(max(s.Limit, 1), a.maxLimit(k)))
 		a.setState(k, Recovering, &changes)
 	case Healthy:
 		if k.state == Probing {
@@ -111,7 +111,7 @@ func (a *Admission) Learn(key string, s FleetState) {
 		}
 		k.streak = 0
 		if len(k.q) > 0 {
-			k.limit = float64(a.maxLimit())
+			k.limit = float64(a.maxLimit(k))
 			a.setState(k, Recovering, &changes)
 		} else {
 			a.setState(k, Healthy, &changes)

@@ -3,8 +3,10 @@ package outlast_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -255,4 +257,32 @@ func TestDoAroundGateKeepsTheReserve(t *testing.T) {
 		}
 		<-hogDone
 	})
+}
+
+// A recovering key's limit ends at the capacity of the Gate its attempts
+// go through, unless MaxLimit says otherwise: the recovery starts at a
+// quarter of it.
+func TestAdmissionCeilingFromGate(t *testing.T) {
+	for _, c := range []struct {
+		maxLimit, want int
+	}{{0, 10}, {8, 2}} {
+		t.Run(fmt.Sprintf("MaxLimit %d", c.maxLimit), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				u := &upstream{up: time.Now().Add(500 * time.Millisecond), service: time.Second}
+				onState, recovering := firstChange(outlast.Recovering)
+				a := &outlast.Admission{MaxLimit: c.maxLimit, OnState: onState}
+				tr := &outlast.Transport{Base: u, Policy: patient(), Admission: a, Gate: gate.New(40, 1<<20)}
+				for i := range 3 {
+					send1(t.Context(), &outlast.Transport{Base: u, Admission: a, Gate: tr.Gate}, "mark"+strconv.Itoa(i))
+				}
+				done := make(chan struct{})
+				go func() { sendAll(t, tr, 20, time.Minute); close(done) }()
+				<-recovering
+				if s := a.State("model.test"); s.Limit != c.want {
+					t.Errorf("limit %d as the key recovers through a gate of 40, want %d", s.Limit, c.want)
+				}
+				<-done
+			})
+		})
+	}
 }

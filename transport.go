@@ -359,7 +359,7 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 	if tok == nil && res.fail == nil && pause == 0 && a.troubled.Load() == 0 {
 		return
 	}
-	spaces := a.report(c.t.admissionKey(r), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
+	spaces := a.report(c.t.admissionKey(r), c.t.gateCapacity(), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
 	if tok == nil {
 		return
 	}
@@ -621,6 +621,16 @@ func (c *call) withLast(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w (the last attempt: %w)", err, c.last)
+}
+
+// gateCapacity returns the capacity of t's Gate, if it has a Capacity
+// method, else 0: a recovering key's limit ends there unless the
+// Admission's MaxLimit says otherwise.
+func (t *Transport) gateCapacity() int {
+	if g, ok := t.Gate.(interface{ Capacity() int }); ok {
+		return g.Capacity()
+	}
+	return 0
 }
 
 func (t *Transport) admissionKey(r *http.Request) string {
