@@ -908,6 +908,39 @@ func TestAdmissionLastChance(t *testing.T) {
 	})
 }
 
+// A request that waits for a down key is told its place once, as at the
+// gate: how many wait ahead of it when it joins the queue.
+func TestAdmissionQueuedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &upstream{up: time.Now().Add(500 * time.Millisecond), service: time.Second}
+		a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}}
+		markDown(t, u, a)
+		tr := &outlast.Transport{Base: u, Policy: patient(), Admission: a}
+		var mu sync.Mutex
+		told := map[string][]int{}
+		var wg sync.WaitGroup
+		for _, id := range []string{"a", "b", "c"} {
+			ctx := outlast.WithHooks(t.Context(), outlast.Hooks{Queued: func(_ string, ahead int) {
+				mu.Lock()
+				told[id] = append(told[id], ahead)
+				mu.Unlock()
+			}})
+			wg.Go(func() {
+				if err := send1(ctx, tr, id); err != nil {
+					t.Errorf("%s: %v", id, err)
+				}
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		for i, id := range []string{"a", "b", "c"} {
+			if got := told[id]; len(got) != 1 || got[0] != i {
+				t.Errorf("request %s was told %v, want once: [%d]", id, got, i)
+			}
+		}
+	})
+}
+
 // Until the probe sent at a server's not-before time is answered, only
 // the front of the queue, whose attempt the probe is, may go: a request
 // behind it whose bound comes less than ProbeTime after that time leaves

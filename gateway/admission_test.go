@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -145,5 +146,74 @@ func TestGatewayAdmission(t *testing.T) {
 		if o.during > 16 {
 			t.Errorf("the upstream saw %d attempts during the 30 s outage, want at most 16: 40 callers' own retries every 2 s would make hundreds", o.during)
 		}
+	})
+}
+
+// delayed is an upstream in virtual time that answers its first request
+// at once with 503 and Retry-After: 20, and every later one with 200
+// after a second.
+type delayed struct{ n atomic.Int32 }
+
+func (d *delayed) RoundTrip(r *http.Request) (*http.Response, error) {
+	h := http.Header{"Content-Type": {"application/json"}}
+	code := 200
+	if d.n.Add(1) == 1 {
+		code = 503
+		h.Set("Retry-After", "20")
+	} else {
+		select {
+		case <-time.After(time.Second):
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+	}
+	return &http.Response{StatusCode: code, Header: h, Body: io.NopCloser(strings.NewReader(`{}`)), Request: r}, nil
+}
+
+// /outlast/health shows a server's not-before time while the upstream is
+// down, and the limit once it recovers: a quarter of MaxLimit at first.
+func TestGatewayHealthAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u, _ := url.Parse("http://upstream.test")
+		g, err := gateway.New(gateway.Config{
+			Upstreams: []gateway.Upstream{{
+				URL:       u,
+				Policy:    &outlast.Policy{Waits: []time.Duration{2 * time.Second}, Reserve: time.Second},
+				Admission: &outlast.Admission{MaxLimit: 8},
+			}},
+			Transport: &delayed{},
+			Logger:    slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		health := func() *gateway.AdmissionHealth {
+			t.Helper()
+			var h gateway.Health
+			rec := httptest.NewRecorder()
+			g.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/outlast/health", nil))
+			if err := json.Unmarshal(rec.Body.Bytes(), &h); err != nil {
+				t.Fatal(err)
+			}
+			return h.Upstreams[0].Admission
+		}
+		start := time.Now()
+		if rec := serve(g, `{"model":"m"}`, map[string]string{"Outlast-Timeout": "5s"}); rec.Code != 503 {
+			t.Fatalf("the first request: %d, want the upstream's 503, whose 20 s delay is past its deadline", rec.Code)
+		}
+		a := health()
+		if a == nil || a.State != "down" || a.NotBefore == nil || a.NotBefore.Before(start.Add(20*time.Second)) || a.NotBefore.After(start.Add(22*time.Second)) {
+			t.Fatalf("health after the 503: %+v, want down with a not-before time 20 s to 22 s away", a)
+		}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() { serve(g, `{"model":"m"}`, map[string]string{"Outlast-Timeout": "2m"}) })
+		}
+		// The probe goes at the not-before time and is answered 1 s later.
+		time.Sleep(time.Until(a.NotBefore.Add(1500 * time.Millisecond)))
+		if r := health(); r == nil || r.State != "recovering" || r.Limit != 2 || r.NotBefore != nil {
+			t.Errorf("health once the probe is answered: %+v, want recovering at a limit of 2 (a quarter of 8), the not-before time gone", r)
+		}
+		wg.Wait()
 	})
 }

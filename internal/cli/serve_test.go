@@ -196,8 +196,17 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if want := `outlast_retries_total{reason="status_5xx",upstream="` + strings.TrimPrefix(upstream.URL, "http://") + `"} 1`; !strings.Contains(string(body), want) {
-		t.Errorf("/outlast/metrics lacks %s:\n%s", want, body)
+	host := strings.TrimPrefix(upstream.URL, "http://")
+	// Admission is on by default: its state and limit are exported too.
+	for _, want := range []string{
+		`outlast_retries_total{reason="status_5xx",upstream="` + host + `"} 1`,
+		`outlast_upstream_state{state="healthy",upstream="` + host + `"} 1`,
+		`outlast_upstream_state{state="down",upstream="` + host + `"} 0`,
+		`outlast_admission_limit{upstream="` + host + `"} 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/outlast/metrics lacks %s:\n%s", want, body)
+		}
 	}
 	// Serve writes what its journal holds before it returns: the record
 	// keeps the request with both attempts.
