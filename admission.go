@@ -819,13 +819,15 @@ func (t *admToken) release() (troubled bool) {
 // follows it while the key stays troubled: an outage failure, a 429, or a
 // failure whose server set a delay (a probe schedule, a smaller limit, a
 // hold). Another failure, one that says the upstream is up, leaves the
-// request's retry to its own waits.
-func (a *Admission) report(key string, ceiling int, tok *admToken, class Class, status int, delay, pause time.Duration, err error) (spaces bool) {
+// request's retry to its own waits. held reports whether the delay, or
+// pause, became the key's not-before time (a delay counts only on a 429,
+// 503 or 529), which then holds the retry as long as the server asked.
+func (a *Admission) report(key string, ceiling int, tok *admToken, class Class, status int, delay, pause time.Duration, err error) (spaces, held bool) {
 	if tok == nil && class == ClassNone && pause == 0 && a.troubled.Load() == 0 {
-		return false // the success path: nothing is troubled
+		return false, false // the success path: nothing is troubled
 	}
 	if class == ClassCanceled || class == ClassBusy || class == ClassDown {
-		return false // says nothing of the upstream
+		return false, false // says nothing of the upstream
 	}
 	now := time.Now()
 	var changes []transition
@@ -840,7 +842,7 @@ func (a *Admission) report(key string, ceiling int, tok *admToken, class Class, 
 	if k == nil {
 		if !outage && !paced {
 			a.mu.Unlock()
-			return false
+			return false, false
 		}
 		k = a.troubledKey(key)
 	}
@@ -972,7 +974,7 @@ func (a *Admission) report(key string, ceiling int, tok *admToken, class Class, 
 		fleetDone(told)
 	}
 	a.notify(changes)
-	return spaces
+	return spaces, paced
 }
 
 // latest returns the latest of times.

@@ -1096,6 +1096,41 @@ func TestAdmissionProbeTime(t *testing.T) {
 	})
 }
 
+// A retry after a server's delay that the Admission does not hold the
+// key for (it takes a delay only on a 429, 503 or 529) still waits that
+// delay itself, unless its policy ignores the delay.
+func TestAdmissionDelayNotHeld(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		mode       outlast.RetryAfterMode
+		retryAfter string
+		atLeast    time.Duration // the least time from the 502 to the retry
+	}{
+		{"at least", outlast.RetryAfterAtLeast, "10", 10 * time.Second},
+		// Past the 30 s deadline: a policy that ignores it retries all
+		// the same.
+		{"ignored", outlast.RetryAfterIgnore, "60", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFake(step{err: errRefused}, step{err: errRefused}, step{err: errRefused}, step{status: 502, header: map[string]string{"Retry-After": c.retryAfter}}, step{})
+				a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}}
+				markDown(t, f, a)
+				p := &outlast.Policy{Waits: []time.Duration{500 * time.Millisecond}, Reserve: time.Second, RetryAfter: c.mode}
+				ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+				defer cancel()
+				if err := send1(ctx, &outlast.Transport{Base: f, Policy: p, Admission: a}, "r"); err != nil {
+					t.Fatalf("%v, want success after the 502", err)
+				}
+				at := f.attempts()
+				if len(at) != 5 || at[4].at.Sub(at[3].at) < c.atLeast {
+					t.Errorf("attempts %v: the retry went %v after the 502 with Retry-After: %s, want at least %v", at, at[len(at)-1].at.Sub(at[3].at), c.retryAfter, c.atLeast)
+				}
+			})
+		})
+	}
+}
+
 // A failure that says the upstream is up (here a 408) on a recovering key
 // is retried after the request's own wait: the Admission spaces outage
 // failures, 429s and a server's delays, with probes, a smaller limit and

@@ -74,7 +74,8 @@ func (a *Admission) fleetState(k *admKey) FleetState {
 // time are never brought earlier (with a Fleet, no waiter brings a probe
 // forward). A recovering key takes the limit told,
 // the last told winning; a key told healthy releases its waiters under
-// MaxLimit. Changes that Learn makes, and those that follow from them,
+// MaxLimit, and is healthy only once they have gone and its not-before
+// time has passed. Changes that Learn makes, and those that follow from them,
 // are told to OnState, not back to the Fleet.
 func (a *Admission) Learn(key string, s FleetState) {
 	now := time.Now()
@@ -110,7 +111,11 @@ func (a *Admission) Learn(key string, s FleetState) {
 			break
 		}
 		k.streak = 0
-		if len(k.q) > 0 {
+		if len(k.q) > 0 || now.Before(k.notBefore) {
+			// Waiters go under MaxLimit; a server's not-before time
+			// that this process was told holds all the same, so the
+			// key is not healthy, which sends without asking, before
+			// it.
 			k.limit = float64(a.maxLimit(k))
 			a.setState(k, Recovering, &changes)
 		} else {

@@ -292,3 +292,24 @@ func TestFleetSharesHold(t *testing.T) {
 		}
 	})
 }
+
+// A key told healthy by the fleet while a server's not-before time of its
+// own is still ahead does not send before that time.
+func TestFleetHealthyKeepsNotBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(step{status: 503, header: map[string]string{"Retry-After": "10"}}, step{})
+		a := &outlast.Admission{}
+		send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "first")
+		nb := a.State("model.test").NotBefore
+		if nb.IsZero() {
+			t.Fatalf("state %+v, want a not-before time", a.State("model.test"))
+		}
+		a.Learn("model.test", outlast.FleetState{State: outlast.Healthy})
+		if err := send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "next"); err != nil {
+			t.Fatal(err)
+		}
+		if at := f.attempts(); len(at) != 2 || at[1].at.Before(nb) {
+			t.Errorf("attempts %v, want the second at or after the not-before time %v, though the fleet said healthy", at, nb)
+		}
+	})
+}

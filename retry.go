@@ -103,7 +103,7 @@ func doOnce(ctx context.Context, n int, hooks callHooks, attempt func(context.Co
 	retry := false
 	if err != nil {
 		// Do validated the policy, so decide cannot fail.
-		wait, retry, _ = s.decide(ctx, err, at.Start, false, false)
+		wait, retry, _ = s.decide(ctx, err, at.Start, false, false, false)
 		if retry {
 			at.RetryIn = wait
 			logRetry(ctx, slog.Default(), "", n, err, wait)
@@ -151,7 +151,7 @@ type schedule struct {
 // spaced says that the key, still troubled after the failure, spaces the
 // retry itself (an outage failure, a 429, a server's delay): the retry has
 // no wait of its own, a server's delay aside.
-func (s *schedule) decide(ctx context.Context, err error, start time.Time, paced, spaced bool) (time.Duration, bool, error) {
+func (s *schedule) decide(ctx context.Context, err error, start time.Time, paced, spaced, held bool) (time.Duration, bool, error) {
 	if s.p == nil || s.once {
 		return 0, false, nil
 	}
@@ -171,13 +171,13 @@ func (s *schedule) decide(ctx context.Context, err error, start time.Time, paced
 	if s.p.MaxAttempts > 0 && s.n >= s.p.MaxAttempts {
 		return 0, false, nil
 	}
-	wait, ok := s.waitFor(ctx, err, spaced)
+	wait, ok := s.waitFor(ctx, err, spaced, held)
 	return wait, ok, nil
 }
 
 // waitFor returns the wait before the retry after failure s.n, err, and
 // whether that wait fits the bounds.
-func (s *schedule) waitFor(ctx context.Context, err error, spaced bool) (time.Duration, bool) {
+func (s *schedule) waitFor(ctx context.Context, err error, spaced, held bool) (time.Duration, bool) {
 	p := s.p
 	deadline, hasDeadline := ctx.Deadline()
 	if !hasDeadline && s.n > len(p.Waits) {
@@ -186,16 +186,17 @@ func (s *schedule) waitFor(ctx context.Context, err error, spaced bool) (time.Du
 	// A spaced failure's retry waits for nothing but the Admission,
 	// whose queue it rejoins at once, in its place: its own wait would
 	// only let later arrivals go first, and keep it from hearing at once
-	// that no chance is left before its deadline. A server's delay is
-	// the Admission's too (the key's not-before time), so it is not
-	// slept here either, but it still ends retrying when it breaks a
-	// bound.
+	// that no chance is left before its deadline. A server's delay that
+	// became the key's not-before time (held) holds it there, so it is
+	// not slept here either, but it still ends retrying when it breaks a
+	// bound, unless the policy ignores it; any other delay (on a 502, say,
+	// which the Admission does not take as one) is slept as before.
 	var w time.Duration
 	if !spaced {
 		w = p.Waits[min(max(s.n-s.paced, 1), len(p.Waits))-1]
 	}
 	serverSet := false
-	if d, has := errDelay(err); has && spaced {
+	if d, has := errDelay(err); has && held && p.RetryAfter != RetryAfterIgnore {
 		if d > s.limit(deadline, hasDeadline) {
 			return 0, false
 		}

@@ -156,7 +156,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return res.resp, err
 		}
 		// The policy is read only now that an attempt has failed.
-		wait, retry, err := c.sched.decide(c.ctx, res.fail, res.at.Start, res.admitted, res.spaced)
+		wait, retry, err := c.sched.decide(c.ctx, res.fail, res.at.Start, res.admitted, res.spaced, res.held)
 		if err != nil || !retry {
 			return c.stop(res, err)
 		}
@@ -213,6 +213,7 @@ type result struct {
 	at       Attempt
 	admitted bool // the Admission let it through a troubled key: the request's waits do not advance
 	spaced   bool // and the key, still troubled after its failure, spaces what follows: the retry has no wait of its own
+	held     bool // and the server's delay is the key's not-before time, which holds the retry until then
 }
 
 // attempt makes the next attempt: it takes the gate, sends, and classifies
@@ -359,7 +360,7 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 	if tok == nil && res.fail == nil && pause == 0 && a.troubled.Load() == 0 {
 		return
 	}
-	spaces := a.report(c.t.admissionKey(r), c.t.gateCapacity(), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
+	spaces, held := a.report(c.t.admissionKey(r), c.t.gateCapacity(), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
 	if tok == nil {
 		return
 	}
@@ -371,6 +372,7 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 	// the retry: then the policy's wait does.
 	troubled := tok.release()
 	res.spaced = spaces && troubled
+	res.held = held && res.spaced
 }
 
 // admBody gives back an Admission's hold when a response's body ends.
