@@ -50,9 +50,10 @@ const (
 var DefaultProbeWaits = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
 
 // DefaultProbeTime is how long a probe's answer is counted on to take,
-// unless ProbeTime says otherwise: about two and a half times an LLM API's
-// usual time to response headers for a short or streamed request, so that
-// a probe is rarely answered later.
+// unless ProbeTime says otherwise: two and a half times the median answer
+// of the outage benchmark's API (2 s), and the shortest of the guesses
+// tried there (2 s, 3 s, 5 s, 10 s) that left no request to idle to its
+// bound (docs/outage.md).
 const DefaultProbeTime = 5 * time.Second
 
 // An UpstreamState is what an [Admission] knows of a key's upstream.
@@ -480,8 +481,9 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 		a.mu.Unlock()
 		return nil, 0, err
 	}
-	ahead := k.enqueue(w) + k.inFlight
-	if ahead == k.inFlight && len(k.q) > 1 && k.state == Down {
+	i := k.enqueue(w)
+	ahead := i + k.inFlight
+	if i == 0 && len(k.q) > 1 && k.state == Down {
 		// A retry took the front's place: the waiter it displaced is no
 		// longer the probe's, and may now have no chance.
 		a.sendAway(k, now)

@@ -785,14 +785,10 @@ func (tl timeline) recoveringAt(t time.Time) bool {
 // of instant t, and never healthy during it: a request's last chance at t
 // may have gone before its own failure took the key down in that instant.
 func (tl timeline) recoveringDuring(t time.Time) bool {
-	i, exact := tl.locate(t)
-	switch {
-	case exact:
+	if i, exact := tl.locate(t); exact {
 		return tl[i].recovering && !tl[i].healthy
-	case i == 0:
-		return false
 	}
-	return tl[i-1].after == outlast.Recovering
+	return tl.recoveringAt(t)
 }
 
 // check runs every check.

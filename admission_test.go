@@ -113,6 +113,13 @@ func send1(ctx context.Context, tr http.RoundTripper, id string) error {
 	return nil
 }
 
+// sendBy is send1 with deadline as the request's deadline.
+func sendBy(t *testing.T, tr http.RoundTripper, id string, deadline time.Time) error {
+	ctx, cancel := context.WithDeadline(t.Context(), deadline)
+	defer cancel()
+	return send1(ctx, tr, id)
+}
+
 // markDown marks a's key of base down: three refused or failed requests
 // in a row, with no policy.
 func markDown(t *testing.T, base http.RoundTripper, a *outlast.Admission) {
@@ -969,18 +976,14 @@ func TestAdmissionProbeTime(t *testing.T) {
 			bound time.Duration
 		}{{"front", 3 * time.Second}, {"long", 6 * time.Second}} {
 			wg.Go(func() {
-				ctx, cancel := context.WithDeadline(t.Context(), nb.Add(w.bound+time.Second))
-				defer cancel()
-				if err := send1(ctx, tr, w.id); err != nil {
+				if err := sendBy(t, tr, w.id, nb.Add(w.bound+time.Second)); err != nil {
 					t.Errorf("%s, bound %v after the not-before time: %v, want success", w.id, w.bound, err)
 				}
 			})
 			synctest.Wait()
 		}
-		ctx, cancel := context.WithDeadline(t.Context(), nb.Add(4*time.Second))
-		defer cancel()
 		before := time.Now()
-		short = send1(ctx, tr, "short") // behind the front, its bound 3 s after the not-before time
+		short = sendBy(t, tr, "short", nb.Add(4*time.Second)) // behind the front, its bound 3 s after the not-before time
 		waited = time.Since(before)
 		wg.Wait()
 		return waited, short
@@ -1012,9 +1015,7 @@ func TestAdmissionProbeTime(t *testing.T) {
 			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
 			var wg sync.WaitGroup
 			goAndWait(t, &wg, tr, "front")
-			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-			defer cancel()
-			if err := send1(ctx, tr, "behind"); err != nil {
+			if err := sendBy(t, tr, "behind", time.Now().Add(3*time.Second)); err != nil {
 				t.Errorf("behind the front, bound 2 s away, after a 500 ms delay: %v, want success", err)
 			}
 			wg.Wait()
@@ -1045,9 +1046,7 @@ func TestAdmissionProbeTime(t *testing.T) {
 				t.Fatalf("state %+v, want probing with a not-before time", s)
 			}
 			goAndWait(t, &wg, tr, "front") // the front of the queue, with the probe out
-			ctx, cancel := context.WithDeadline(t.Context(), s.NotBefore.Add(3*time.Second))
-			defer cancel()
-			if err := send1(ctx, tr, "behind"); err != nil {
+			if err := sendBy(t, tr, "behind", s.NotBefore.Add(3*time.Second)); err != nil {
 				t.Errorf("behind the front, the probe in flight, bound 2 s after the not-before time: %v, want success", err)
 			}
 			wg.Wait()
@@ -1068,9 +1067,7 @@ func TestAdmissionProbeTime(t *testing.T) {
 			var wg sync.WaitGroup
 			goAndWait(t, &wg, tr, "probe")
 			sent := <-probing
-			ctx, cancel := context.WithDeadline(t.Context(), sent.Add(15*time.Second))
-			defer cancel()
-			err := send1(ctx, tr, "displaced")
+			err := sendBy(t, tr, "displaced", sent.Add(15*time.Second))
 			if !errors.Is(err, outlast.ErrUpstreamDown) || !time.Now().Equal(sent.Add(time.Second)) {
 				t.Errorf("displaced from the front: %v at %v, want ErrUpstreamDown at the probe's answer, %v", err, time.Now(), sent.Add(time.Second))
 			}
@@ -1086,9 +1083,7 @@ func TestAdmissionProbeTime(t *testing.T) {
 			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
 			var wg sync.WaitGroup
 			goAndWait(t, &wg, tr, "front")
-			ctx, cancel := context.WithDeadline(t.Context(), next.Add(3*time.Second))
-			defer cancel()
-			if err := send1(ctx, tr, "behind"); err != nil {
+			if err := sendBy(t, tr, "behind", next.Add(3*time.Second)); err != nil {
 				t.Errorf("behind the front, bound 2 s after a scheduled probe answered in 1 s: %v, want success", err)
 			}
 			wg.Wait()
@@ -1129,6 +1124,24 @@ func TestAdmissionDelayNotHeld(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A policy that ignores a server's delay does not give up on it when the
+// key holds it: the Admission, whose not-before time it is, sends the
+// retry away, with ErrUpstreamDown, when that time is past its bound.
+func TestAdmissionIgnoredDelayHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(step{err: errRefused}, step{err: errRefused}, step{err: errRefused}, step{status: 503, header: map[string]string{"Retry-After": "60"}}, step{})
+		a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}}
+		markDown(t, f, a)
+		p := &outlast.Policy{Waits: []time.Duration{500 * time.Millisecond}, Reserve: time.Second, RetryAfter: outlast.RetryAfterIgnore}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		err := send1(ctx, &outlast.Transport{Base: f, Policy: p, Admission: a}, "r")
+		if !errors.Is(err, outlast.ErrUpstreamDown) || len(f.attempts()) != 4 {
+			t.Errorf("%v after %d attempts, want ErrUpstreamDown after the probe's 503: its 60 s delay is the key's, past the 30 s deadline", err, len(f.attempts()))
+		}
+	})
 }
 
 // A failure that says the upstream is up (here a 408) on a recovering key

@@ -72,11 +72,11 @@ func (a *Admission) fleetState(k *admKey) FleetState {
 // a's own. A key another process found down is down here too, unless a
 // probe of this process's is in flight; its next probe and not-before
 // time are never brought earlier (with a Fleet, no waiter brings a probe
-// forward). A recovering key takes the limit told,
-// the last told winning; a key told healthy releases its waiters under
-// MaxLimit, and is healthy only once they have gone and its not-before
-// time has passed. Changes that Learn makes, and those that follow from them,
-// are told to OnState, not back to the Fleet.
+// forward). A recovering key takes the limit told, the last told winning;
+// a key told healthy releases its waiters under MaxLimit, and is healthy
+// only once they have gone and its not-before time has passed. Changes
+// that Learn makes, and those that follow from them, are told to OnState,
+// not back to the Fleet.
 func (a *Admission) Learn(key string, s FleetState) {
 	now := time.Now()
 	var changes []transition

@@ -150,7 +150,9 @@ type schedule struct {
 // the Admission, not the request's backoff, spaces the key's attempts.
 // spaced says that the key, still troubled after the failure, spaces the
 // retry itself (an outage failure, a 429, a server's delay): the retry has
-// no wait of its own, a server's delay aside.
+// no wait of its own. held says that the failure's server delay is the
+// key's not-before time, which holds the retry until then: the delay is
+// not slept either, but still ends retrying when it breaks a bound.
 func (s *schedule) decide(ctx context.Context, err error, start time.Time, paced, spaced, held bool) (time.Duration, bool, error) {
 	if s.p == nil || s.once {
 		return 0, false, nil
@@ -195,21 +197,23 @@ func (s *schedule) waitFor(ctx context.Context, err error, spaced, held bool) (t
 	if !spaced {
 		w = p.Waits[min(max(s.n-s.paced, 1), len(p.Waits))-1]
 	}
+	limit := s.limit(deadline, hasDeadline)
 	serverSet := false
-	if d, has := errDelay(err); has && held && p.RetryAfter != RetryAfterIgnore {
-		if d > s.limit(deadline, hasDeadline) {
-			return 0, false
-		}
-	} else if has {
-		switch p.RetryAfter {
-		case RetryAfterAtLeast:
+	if d, has := errDelay(err); has {
+		switch {
+		case p.RetryAfter == RetryAfterIgnore:
+			// Never looked at.
+		case held:
+			if d > limit {
+				return 0, false
+			}
+		case p.RetryAfter == RetryAfterAtLeast:
 			serverSet = d >= w
 			w = max(w, d)
-		case RetryAfterExact:
+		case p.RetryAfter == RetryAfterExact:
 			w, serverSet = d, true
 		}
 	}
-	limit := s.limit(deadline, hasDeadline)
 	if w > limit || limit <= 0 {
 		// Never sleep into a retry that cannot leave the reserve; this
 		// also ends retrying when the server's delay breaks a bound. At
