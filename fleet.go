@@ -33,10 +33,14 @@ type Fleet interface {
 	Tell(key string, s FleetState)
 
 	// Probe asks to send key's probe. It reports ok when no other
-	// process holds the probe; done, called once with the state that
-	// the probe's answer led to, shares that state and lets the next
-	// probe go. The probe is held until done is called or a lease of
-	// the Fleet's own runs out.
+	// process holds the probe and the key's shared state is not
+	// Recovering; done, called once with the state that the probe's
+	// answer led to, shares that state and lets the next probe go. The
+	// probe is held until done is called or a lease of the Fleet's own
+	// runs out. A process refused is told the shared state (Learn): one
+	// that asks after another's probe was answered, before it learned
+	// so, then sends under the fleet's limit rather than probing a
+	// second time beside that limit's requests.
 	Probe(key string) (done func(FleetState), ok bool)
 
 	// Send waits for a place under key's limit, counted across the

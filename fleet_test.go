@@ -21,6 +21,7 @@ type memFleet struct {
 	mu      sync.Mutex
 	members []*outlast.Admission
 	probe   map[string]bool
+	state   map[string]outlast.FleetState // the last told, by key
 	sending map[string]int
 	freed   chan struct{} // closed and replaced when a place is given back
 	probes  int           // probes granted
@@ -28,7 +29,7 @@ type memFleet struct {
 }
 
 func newMemFleet(n int, newAdmission func() *outlast.Admission) (*memFleet, []*outlast.Admission) {
-	f := &memFleet{probe: map[string]bool{}, sending: map[string]int{}, freed: make(chan struct{})}
+	f := &memFleet{probe: map[string]bool{}, state: map[string]outlast.FleetState{}, sending: map[string]int{}, freed: make(chan struct{})}
 	for i := range n {
 		a := newAdmission()
 		a.Fleet = &memMember{f: f, self: i}
@@ -45,6 +46,7 @@ type memMember struct {
 func (m *memMember) Tell(key string, s outlast.FleetState) {
 	m.f.mu.Lock()
 	m.f.tells++
+	m.f.state[key] = s
 	members := m.f.members
 	m.f.mu.Unlock()
 	for i, a := range members {
@@ -57,17 +59,26 @@ func (m *memMember) Tell(key string, s outlast.FleetState) {
 func (m *memMember) Probe(key string) (func(outlast.FleetState), bool) {
 	f := m.f
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.probe[key] {
+		f.mu.Unlock()
+		return nil, false
+	}
+	if s := f.state[key]; s.State == outlast.Recovering {
+		// Another's probe was answered: learn it, as redisgate's
+		// refusal tells the shared state.
+		f.mu.Unlock()
+		f.members[m.self].Learn(key, s)
 		return nil, false
 	}
 	f.probe[key] = true
 	f.probes++
+	f.mu.Unlock()
 	var once sync.Once
 	return func(s outlast.FleetState) {
 		once.Do(func() {
 			f.mu.Lock()
 			delete(f.probe, key)
+			f.state[key] = s // with the probe's end, as redisgate's script does
 			f.mu.Unlock()
 			m.Tell(key, s)
 		})
@@ -199,7 +210,7 @@ func TestFleetSharesNotBefore(t *testing.T) {
 // redisgate's tests run them over Redis.
 func TestFleetRules(t *testing.T) {
 	fleettest.Run(t, func(t *testing.T, maxLimit int) func(*outlast.Admission) {
-		f := &memFleet{probe: map[string]bool{}, sending: map[string]int{}, freed: make(chan struct{})}
+		f := &memFleet{probe: map[string]bool{}, state: map[string]outlast.FleetState{}, sending: map[string]int{}, freed: make(chan struct{})}
 		return func(a *outlast.Admission) {
 			f.mu.Lock()
 			a.Fleet = &memMember{f: f, self: len(f.members)}

@@ -209,15 +209,18 @@ func (f *Fleet) write(script *redis.Script, key string, s outlast.FleetState, ow
 	}
 }
 
-// Probe takes key's probe for this process, if no other holds it, and
-// renews it while held. A process refused learns the shared state at once.
+// Probe takes key's probe for this process, if no other holds it and the
+// key is not recovering, and renews it while held. A process refused
+// learns the shared state at once: one whose view is older than another's
+// probe's answer learns that the key recovers, and sends under the
+// fleet's limit instead of probing again.
 func (f *Fleet) Probe(key string) (func(outlast.FleetState), bool) {
 	if f.mon.Degraded() {
 		return func(outlast.FleetState) {}, true // alone
 	}
 	owner := f.id + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
-	v, err := probeScript.Run(ctx, f.client, []string{f.stateKey(key), f.probeKey(key)}, owner, f.lease.Milliseconds()).Int64Slice()
+	v, err := probeScript.Run(ctx, f.client, []string{f.stateKey(key), f.probeKey(key)}, owner, f.lease.Milliseconds(), int(outlast.Recovering)).Int64Slice()
 	cancel()
 	if err != nil {
 		f.mon.fail(err)
@@ -377,10 +380,13 @@ end
 ` + merge + `return 1`)
 
 // probeScript takes the probe (KEYS[2]) for ARGV[1] for ARGV[2] ms if no
-// one holds it: {1}; else it replies {0, state, next probe, not-before,
-// limit} from KEYS[1].
+// one holds it and the state (KEYS[1]) is not ARGV[3], recovering: {1};
+// else it replies {0, state, next probe, not-before, limit} from KEYS[1].
+// A recovering state is a probe answered since the asking process last
+// learned the state, or it would not ask: its probe would be a second
+// request outside the fleet's limit.
 var probeScript = redis.NewScript(`
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', tonumber(ARGV[2])) then
+if redis.call('HGET', KEYS[1], 'st') ~= ARGV[3] and redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', tonumber(ARGV[2])) then
   return {1}
 end
 local v = redis.call('HMGET', KEYS[1], 'st', 'np', 'nb', 'lim')
