@@ -76,7 +76,9 @@ func (a *Admission) fleetState(k *admKey) FleetState {
 // a's own. A key another process found down is down here too, unless a
 // probe of this process's is in flight; its next probe and not-before
 // time are never brought earlier (with a Fleet, no waiter brings a probe
-// forward). A recovering key takes the limit told, the last told winning;
+// forward). A recovering key takes the limit told, the last told winning
+// (it is told in whole requests, so a fraction that this process's own
+// successes grew is kept while the whole number told is its own);
 // a key told healthy releases its waiters under MaxLimit, and is healthy
 // only once they have gone and its not-before time has passed. Changes
 // that Learn makes, and those that follow from them, are told to OnState,
@@ -108,7 +110,9 @@ func (a *Admission) Learn(key string, s FleetState) {
 		if k.state == Probing {
 			break
 		}
-		k.limit = float64(min(max(s.Limit, 1), a.maxLimit(k)))
+		if told := min(max(s.Limit, 1), a.maxLimit(k)); int(k.limit) != told {
+			k.limit = float64(told)
+		}
 		a.setState(k, Recovering, &changes)
 	case Healthy:
 		if k.state == Probing {

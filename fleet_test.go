@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -322,5 +325,64 @@ func TestFleetHealthyKeepsNotBefore(t *testing.T) {
 		if at := f.attempts(); len(at) != 2 || at[1].at.Before(nb) {
 			t.Errorf("attempts %v, want the second at or after the not-before time %v, though the fleet said healthy", at, nb)
 		}
+	})
+}
+
+// stepper is an upstream whose first three attempts are refused and whose
+// later attempts each wait for the test to answer them: a 200.
+type stepper struct {
+	n      atomic.Int32
+	answer chan struct{}
+}
+
+func (s *stepper) RoundTrip(r *http.Request) (*http.Response, error) {
+	if s.n.Add(1) <= 3 {
+		return nil, errRefused
+	}
+	select {
+	case <-s.answer:
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+}
+
+// A recovering key that learns the fleet's limit keeps the fraction its
+// own successes grew while the whole number told is its own: the limit is
+// told in whole requests, so taking 2 for 2.5 would undo every success
+// that another process's news follows, and the fleet's limit would grow
+// slower than one process's.
+func TestLearnKeepsGrowth(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u := &stepper{answer: make(chan struct{})}
+		a := &outlast.Admission{MaxLimit: 8} // starts recovering at 2
+		markDown(t, u, a)
+		var wg sync.WaitGroup
+		for i := range 6 {
+			tr := &outlast.Transport{Base: u, Policy: patient(), Admission: a}
+			wg.Go(func() { send1(t.Context(), tr, strconv.Itoa(i)) })
+		}
+		answer := func() {
+			u.answer <- struct{}{}
+			synctest.Wait()
+		}
+		time.Sleep(2 * time.Second) // the probe goes
+		synctest.Wait()
+		answer() // the probe: recovering at 2
+		if s := a.State("model.test"); s.State != outlast.Recovering || s.Limit != 2 {
+			t.Fatalf("after the probe: %+v, want recovering at 2", s)
+		}
+		answer() // 2.5
+		a.Learn("model.test", outlast.FleetState{State: outlast.Recovering, Limit: 2})
+		answer() // 3, unless the news took the half back
+		if s := a.State("model.test"); s.Limit != 3 {
+			t.Errorf("after two successes and the fleet's news of 2: limit %d, want 3", s.Limit)
+		}
+		a.Learn("model.test", outlast.FleetState{State: outlast.Recovering, Limit: 1})
+		if s := a.State("model.test"); s.Limit != 1 {
+			t.Errorf("after the fleet's news of 1: limit %d, want 1: a lower whole number is taken", s.Limit)
+		}
+		close(u.answer) // the rest at once
+		wg.Wait()
 	})
 }
