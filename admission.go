@@ -63,8 +63,8 @@ type UpstreamState uint8
 // row, or a server sets a not-before time; it is then down, and probing
 // while its one probe is in flight; once a probe is answered it is
 // recovering, under a limit that grows while attempts succeed, and healthy
-// again when nobody waits and the limit reaches MaxLimit or is no longer
-// half used.
+// again when nobody waits and the limit reaches MaxLimit or, without a
+// Fleet, is no longer half used.
 const (
 	Healthy UpstreamState = iota
 	Down
@@ -120,7 +120,9 @@ func (s UpstreamState) String() string {
 // row, jittered as probes are: the upstream is full of others' requests),
 // and ends at MaxLimit, where the key is healthy again; it is healthy
 // sooner when nobody waits and less than half the limit is in use, since
-// demand is then below it. While it recovers its requests are paced, one
+// demand is then below it (not with a Fleet: this process's queue is not
+// the fleet's, and its "healthy" would lift the limit for the others,
+// whose backlogs may still be going out). While it recovers its requests are paced, one
 // every round trip over the limit (the round trip a moving average of the
 // time to a success, or the latest success's if shorter), so that a
 // limit's worth goes out over a round trip and their answers, and the
@@ -740,9 +742,12 @@ func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition)
 		w.tok = tok
 		close(w.ready)
 	}
-	if k.state == Recovering && len(k.q) == 0 && !now.Before(k.notBefore) && !now.Before(k.held) && (int(k.limit) >= a.maxLimit(k) || k.inFlight < int(k.limit)/2) {
+	if k.state == Recovering && len(k.q) == 0 && !now.Before(k.notBefore) && !now.Before(k.held) && (int(k.limit) >= a.maxLimit(k) || (a.Fleet == nil && k.inFlight < int(k.limit)/2)) {
 		// The limit is reached, or no longer needed: nobody waits,
-		// and less than half of it is in use.
+		// and less than half of it is in use. Not with a Fleet, for
+		// which this process's queue is not the fleet's: another
+		// process's backlog may still be going out under the limit,
+		// which "healthy" would lift for all of them.
 		a.setState(k, Healthy, changes)
 	}
 	if k.state == Healthy && k.streak == 0 {

@@ -386,3 +386,71 @@ func TestLearnKeepsGrowth(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// growthWatch counts an upstream's successes and the requests in flight
+// at each attempt's start, and keeps the most by which the requests in
+// flight went past a limit that starts at start and grows by half a
+// request per success, as one Admission's does.
+type growthWatch struct {
+	base  http.RoundTripper
+	start int
+
+	mu        sync.Mutex
+	inFlight  int
+	successes int
+	over      int
+}
+
+func (g *growthWatch) RoundTrip(r *http.Request) (*http.Response, error) {
+	g.mu.Lock()
+	g.inFlight++
+	g.over = max(g.over, g.inFlight-(g.start+g.successes/2))
+	g.mu.Unlock()
+	resp, err := g.base.RoundTrip(r)
+	g.mu.Lock()
+	g.inFlight--
+	if err == nil && resp.StatusCode == 200 {
+		g.successes++
+	}
+	g.mu.Unlock()
+	return resp, err
+}
+
+// A process of a fleet whose own queue is empty does not end the fleet's
+// recovery: while another still has a backlog, the fleet's requests in
+// flight grow with its successes, as one Admission's would, rather than
+// jump to MaxLimit when the first process is done with its own.
+func TestFleetRecoveryOutlastsOneQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		u := &upstream{up: start.Add(5 * time.Second), service: time.Second}
+		g := &growthWatch{base: u, start: 4} // a quarter of MaxLimit
+		_, members := newMemFleet(2, func() *outlast.Admission { return &outlast.Admission{MaxLimit: 16} })
+		markDown(t, g, members[0])
+		var wg sync.WaitGroup
+		for i := range 60 {
+			a := members[1] // the backlog is the second process's, but for 3 requests
+			if i < 3 {
+				a = members[0]
+			}
+			tr := &outlast.Transport{Base: g, Policy: patient(), Admission: a}
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+				defer cancel()
+				if err := send1(ctx, tr, strconv.Itoa(i)); err != nil {
+					t.Errorf("request %d: %v", i, err)
+				}
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		if g.over > 1 {
+			t.Errorf("requests in flight went %d past a limit that grows from 4 by half a request per success: the fleet's recovery jumped", g.over)
+		}
+		for i, a := range members {
+			if s := a.State("model.test"); s.State != outlast.Healthy {
+				t.Errorf("process %d after the backlog: %+v, want healthy", i, s)
+			}
+		}
+	})
+}
