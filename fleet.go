@@ -25,9 +25,12 @@ import (
 // A Fleet must not block for long: Tell must return at once (it may
 // send in the background), and Probe and Send must return within a
 // bound of their own, even when the store behind them is unreachable.
-// When it is, a Fleet should let the process act alone, as an Admission
-// without a Fleet does, rather than hold its requests. The package
-// redisgate has one, through Redis.
+// When it is, a Fleet should let the process act alone, granting its
+// probes and places, rather than hold its requests. The Admission keeps
+// the rules it follows with a Fleet meanwhile: a recovering key is
+// healthy only at MaxLimit, and no waiter brings a probe forward or is
+// sent past the limit at its bound. The package redisgate has one,
+// through Redis.
 type Fleet interface {
 	// Tell shares key's state as this process has just changed it.
 	Tell(key string, s FleetState)
@@ -77,8 +80,8 @@ func (a *Admission) fleetState(k *admKey) FleetState {
 // probe of this process's is in flight; its next probe and not-before
 // time are never brought earlier (with a Fleet, no waiter brings a probe
 // forward). A recovering key takes the limit told, the last told winning
-// (it is told in whole requests, so a fraction that this process's own
-// successes grew is kept while the whole number told is its own);
+// (it is told in whole requests, so a key already recovering keeps the
+// fraction its own successes grew while the whole number told is its own);
 // a key told healthy releases its waiters under MaxLimit, and is healthy
 // only once they have gone and its not-before time has passed. Changes
 // that Learn makes, and those that follow from them, are told to OnState,
@@ -110,7 +113,7 @@ func (a *Admission) Learn(key string, s FleetState) {
 		if k.state == Probing {
 			break
 		}
-		if told := min(max(s.Limit, 1), a.maxLimit(k)); int(k.limit) != told {
+		if told := min(max(s.Limit, 1), a.maxLimit(k)); k.state != Recovering || int(k.limit) != told {
 			k.limit = float64(told)
 		}
 		a.setState(k, Recovering, &changes)

@@ -60,7 +60,11 @@ type FleetOptions struct {
 // until the next one, or until its own requests find the upstream down
 // or up; a process refused the probe learns the shared state in the same
 // reply. While Redis cannot be reached, the Fleet lets its process act
-// alone, as an Admission without a Fleet does, and tells nothing.
+// alone: it grants every probe and every place, and keeps the last state
+// told of each key, which it writes once Redis answers again (or first
+// thing when the process next asks for that key's probe), so that the
+// shared state is this process's latest and not what it was when Redis
+// went away.
 //
 // Use [NewFleet] and [Fleet.Join]. A Fleet is safe for concurrent use.
 type Fleet struct {
@@ -72,6 +76,8 @@ type Fleet struct {
 	send    *Gate
 	mon     *Monitor
 	ownMon  bool
+
+	tellMu sync.Mutex // held while a state is taken from pending and written, so that a key's are written in order
 
 	mu      sync.Mutex
 	a       *outlast.Admission
@@ -147,11 +153,13 @@ func (f *Fleet) probeKey(key string) string { return f.prefix + hashTag(key) + "
 func (f *Fleet) channel() string            { return f.prefix + "state" }
 
 // Tell shares key's state: it is written and announced in the background,
-// the last state told for a key replacing one not yet sent.
+// the last state told for a key replacing one not yet sent. While Redis
+// cannot be reached the state is kept, and written once Redis answers
+// again, or before this process next asks for key's probe: else the
+// shared state would stay what it was when Redis went away, and a
+// process that found the upstream down meanwhile would be refused the
+// probe by a recovery long over.
 func (f *Fleet) Tell(key string, s outlast.FleetState) {
-	if f.mon.Degraded() {
-		return
-	}
 	f.mu.Lock()
 	f.pending[key] = s
 	f.mu.Unlock()
@@ -161,44 +169,75 @@ func (f *Fleet) Tell(key string, s outlast.FleetState) {
 	}
 }
 
-// teller sends what Tell left, one key at a time.
+// teller sends what Tell left, one key at a time, and while Redis cannot
+// be reached tries again every Timeout.
 func (f *Fleet) teller() {
 	defer f.wg.Done()
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-f.stop:
 			return
 		case <-f.kick:
+		case <-retry:
 		}
-		for {
-			f.mu.Lock()
-			var key string
-			var s outlast.FleetState
-			found := false
-			for k, v := range f.pending {
-				key, s, found = k, v, true
-				delete(f.pending, k)
-				break
-			}
-			f.mu.Unlock()
-			if !found {
-				break
-			}
-			f.write(tellScript, key, s, "")
+		retry = nil
+		for !f.mon.Degraded() && f.tellPending("", true) {
+		}
+		f.mu.Lock()
+		left := len(f.pending) > 0
+		f.mu.Unlock()
+		if left {
+			retry = time.After(f.timeout)
 		}
 	}
 }
 
+// tellPending writes a state that Tell left: key's, or any key's if anyKey.
+// It reports whether there was one. One that cannot be written is kept
+// for the next try, unless a later one has replaced it.
+func (f *Fleet) tellPending(key string, anyKey bool) bool {
+	f.tellMu.Lock()
+	defer f.tellMu.Unlock()
+	return f.tellLocked(key, anyKey)
+}
+
+// tellLocked is tellPending with f.tellMu held.
+func (f *Fleet) tellLocked(key string, anyKey bool) bool {
+	f.mu.Lock()
+	s, found := f.pending[key]
+	if anyKey {
+		for k, v := range f.pending {
+			key, s, found = k, v, true
+			break
+		}
+	}
+	delete(f.pending, key)
+	f.mu.Unlock()
+	if !found {
+		return false
+	}
+	if !f.write(tellScript, key, s, "") {
+		f.mu.Lock()
+		if _, newer := f.pending[key]; !newer {
+			f.pending[key] = s
+		}
+		f.mu.Unlock()
+	}
+	return true
+}
+
 // write runs a script that merges s into key's shared state and
-// announces it: tell, or the end of a probe that owner held.
-func (f *Fleet) write(script *redis.Script, key string, s outlast.FleetState, owner string) {
+// announces it: tell, or the end of a probe that owner held. It reports
+// whether the state was written.
+func (f *Fleet) write(script *redis.Script, key string, s outlast.FleetState, owner string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	err := script.Run(ctx, f.client, []string{f.stateKey(key), f.probeKey(key)},
 		int(s.State), ms(s.NextProbe), ms(s.NotBefore), s.Limit, f.id, (10 * time.Minute).Milliseconds(), f.channel(), key, owner).Err()
 	if err != nil {
 		f.mon.fail(err)
-		return
+		return false
 	}
 	limit := 0
 	if s.State == outlast.Recovering {
@@ -207,6 +246,7 @@ func (f *Fleet) write(script *redis.Script, key string, s outlast.FleetState, ow
 	if err := f.send.setCap(ctx, key, limit); err != nil {
 		f.mon.fail(err)
 	}
+	return true
 }
 
 // Probe takes key's probe for this process, if no other holds it and the
@@ -217,6 +257,13 @@ func (f *Fleet) write(script *redis.Script, key string, s outlast.FleetState, ow
 func (f *Fleet) Probe(key string) (func(outlast.FleetState), bool) {
 	if f.mon.Degraded() {
 		return func(outlast.FleetState) {}, true // alone
+	}
+	// What this process told of key and Redis has not yet heard (its own
+	// finding that the upstream is down, say) goes first: the script
+	// judges by the shared state.
+	f.tellPending(key, false)
+	if f.mon.Degraded() {
+		return func(outlast.FleetState) {}, true // it could not be written: alone
 	}
 	owner := f.id + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
@@ -239,6 +286,9 @@ func (f *Fleet) Probe(key string) (func(outlast.FleetState), bool) {
 		once.Do(func() {
 			close(stop)
 			<-stopped
+			f.tellMu.Lock()
+			defer f.tellMu.Unlock()
+			f.tellLocked(key, false) // told before the answer: written before it
 			f.write(probeDoneScript, key, s, owner)
 		})
 	}, true

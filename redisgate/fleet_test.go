@@ -2,7 +2,9 @@ package redisgate_test
 
 import (
 	"context"
+	"net/http"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -128,7 +130,6 @@ func TestFleetProbeAfterAnswer(t *testing.T) {
 	}
 	mu.Lock()
 	if len(learned) == 0 || learned[0] != outlast.Recovering {
-		// With nobody waiting, it is healthy at once after.
 		t.Errorf("the refused process's states: %v, want recovering first, from the refusal's reply", learned)
 	}
 	mu.Unlock()
@@ -143,4 +144,88 @@ func TestFleetProbeAfterAnswer(t *testing.T) {
 		}
 		return ok
 	})
+}
+
+// refusing is an upstream that refuses every attempt after a short while,
+// and keeps the most attempts it had in flight at once.
+type refusing struct {
+	mu             sync.Mutex
+	inFlight, peak int
+}
+
+func (u *refusing) RoundTrip(r *http.Request) (*http.Response, error) {
+	u.mu.Lock()
+	u.inFlight++
+	u.peak = max(u.peak, u.inFlight)
+	u.mu.Unlock()
+	time.Sleep(30 * time.Millisecond) // so that overlaps can show
+	u.mu.Lock()
+	u.inFlight--
+	u.mu.Unlock()
+	return nil, syscall.ECONNREFUSED
+}
+
+// What a process tells while Redis cannot be reached is written once it
+// answers again: else the shared state stays what it was when Redis went
+// away (here a recovery), and a process that found the upstream down
+// meanwhile is refused the probe by that recovery and sends under its old
+// limit into a down upstream, not one probe. (A review found it.)
+func TestFleetTellsAfterDegraded(t *testing.T) {
+	t.Parallel()
+	opts := redisOptions(t)
+	prefix := testPrefix()
+	fa := redisgate.NewFleet(newClient(t, opts), redisgate.FleetOptions{Prefix: prefix, MaxLimit: 8})
+	t.Cleanup(func() { fa.Close() })
+	fa.Join(&outlast.Admission{MaxLimit: 8})
+	hole := newBlackhole(t, opts.Addr)
+	o := *opts
+	o.Addr, o.ContextTimeoutEnabled, o.MaxRetries = hole.addr(), true, -1
+	// A new connection's handshake has the client's own timeouts, not the
+	// Fleet's: held to its Timeout, so that a call fails within it.
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+	mon := redisgate.NewMonitor(newClient(t, &o), 50*time.Millisecond, 200*time.Millisecond, nil)
+	t.Cleanup(func() { mon.Close() })
+	fb := redisgate.NewFleet(newClient(t, &o), redisgate.FleetOptions{Prefix: prefix, MaxLimit: 8, Timeout: 200 * time.Millisecond, Monitor: mon})
+	t.Cleanup(func() { fb.Close() })
+	b := &outlast.Admission{MaxLimit: 8, ProbeWaits: []time.Duration{100 * time.Millisecond}}
+	fb.Join(b)
+
+	done, ok := fa.Probe("model.test")
+	if !ok {
+		t.Fatal("the first probe: refused, want taken")
+	}
+	done(outlast.FleetState{State: outlast.Recovering, Limit: 4}) // the shared state: recovering at 4
+
+	// Redis goes away for b, which finds the upstream down alone.
+	hole.holed.Store(true)
+	hole.holeNew.Store(true)
+	u := &refusing{}
+	send := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://model.test/", nil)
+		(&outlast.Transport{Base: u, Admission: b, Policy: &outlast.Policy{MaxAttempts: 1, Reserve: -1}}).RoundTrip(req)
+	}
+	for range 3 {
+		send()
+	}
+	eventually(t, 5*time.Second, "b's Fleet to be degraded", mon.Degraded)
+	if s := b.State("model.test"); s.State != outlast.Down {
+		t.Fatalf("b after three refused attempts: %v, want down", s.State)
+	}
+	hole.holed.Store(false)
+	hole.holeNew.Store(false)
+	eventually(t, 5*time.Second, "the Monitor to find Redis again", func() bool { return !mon.Degraded() })
+
+	u.mu.Lock()
+	u.peak = 0
+	u.mu.Unlock()
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(send)
+	}
+	wg.Wait()
+	if u.peak > 1 {
+		t.Errorf("a down key sent %d attempts at once after Redis came back, want 1, the fleet's probe: the shared state was the recovery from before", u.peak)
+	}
 }
