@@ -176,8 +176,15 @@ func (a *Admission) askProbe(k *admKey) {
 	a.notify(changes)
 }
 
+// fleetTry is how long a request granted at or past its bound, which may
+// not wait, has for the Fleet to give it a place that is free: a call's
+// round trip, with room.
+const fleetTry = 100 * time.Millisecond
+
 // fleetSend waits for a place under key's fleet-wide limit for a request
-// granted a place under the local one, until bound (zero for none). On
+// granted a place under the local one, until bound (zero for none), or
+// for fleetTry if bound is that near: a request that may not wait still
+// takes a place that is free, as it would from the local limit alone. On
 // an error the local place is given back.
 func (a *Admission) fleetSend(ctx context.Context, tok *admToken, bound time.Time) error {
 	a.mu.Lock()
@@ -185,6 +192,7 @@ func (a *Admission) fleetSend(ctx context.Context, tok *admToken, bound time.Tim
 	a.mu.Unlock()
 	wctx := ctx
 	if !bound.IsZero() {
+		bound = latest(bound, time.Now().Add(fleetTry))
 		var cancel context.CancelFunc
 		wctx, cancel = context.WithDeadline(ctx, bound)
 		defer cancel()

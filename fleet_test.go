@@ -90,6 +90,9 @@ func (m *memMember) Probe(key string) (func(outlast.FleetState), bool) {
 
 func (m *memMember) Send(ctx context.Context, key string, limit int) (func(), error) {
 	f := m.f
+	if err := ctx.Err(); err != nil {
+		return nil, err // as redisgate's: an ended context asks nothing
+	}
 	for {
 		f.mu.Lock()
 		if f.sending[key] < limit {

@@ -29,6 +29,7 @@ type NewFleet func(t *testing.T, maxLimit int) (join func(a *outlast.Admission))
 func Run(t *testing.T, newFleet NewFleet) {
 	t.Run("OneProbeAndOneLimit", func(t *testing.T) { oneProbeAndOneLimit(t, newFleet) })
 	t.Run("SharedNotBefore", func(t *testing.T) { sharedNotBefore(t, newFleet) })
+	t.Run("NoReserveLeft", func(t *testing.T) { noReserveLeft(t, newFleet) })
 }
 
 // members returns n Admissions joined to one new fleet.
@@ -198,5 +199,32 @@ func sharedNotBefore(t *testing.T, newFleet NewFleet) {
 	}
 	if d := u.sent[1].Sub(start); d < time.Second {
 		t.Errorf("the other process's request went after %v, want at the not-before time, 1 s, or later", d)
+	}
+}
+
+// A request with less time to its deadline than its policy's reserve,
+// which cannot wait, still goes while the key recovers when a place under
+// the fleet's limit is free, as it would without a Fleet: the reserve is
+// for a wait, not for taking a free place.
+func noReserveLeft(t *testing.T, newFleet NewFleet) {
+	u := &upstream{up: time.Now().Add(200 * time.Millisecond), service: 50 * time.Millisecond}
+	ms := members(t, newFleet, 2, 4, 100*time.Millisecond)
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodPost, "http://model.test/", nil)
+		(&outlast.Transport{Base: u, Admission: ms[0]}).RoundTrip(req)
+	}
+	waitFor(t, 5*time.Second, "the other process to learn that the key is down", func() bool {
+		return ms[1].State("model.test").State == outlast.Down
+	})
+	// The probe, answered: the key recovers at 2, under MaxLimit 4.
+	if err := send(u, ms[0], &outlast.Policy{Waits: []time.Duration{50 * time.Millisecond}, Reserve: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the other process to learn that the key recovers", func() bool {
+		return ms[1].State("model.test").State == outlast.Recovering
+	})
+	// 20 s to its deadline, with the default reserve of 60 s.
+	if err := send(u, ms[1], &outlast.Policy{}); err != nil {
+		t.Errorf("a request with no time for its reserve, a place free: %v, want it sent", err)
 	}
 }
