@@ -643,10 +643,11 @@ func (a *Admission) tooLate(k *admKey, w *admWaiter, front bool, now time.Time) 
 
 // downError is the error of a request sent away from key: why, and the
 // last failure since the key was last healthy. A key held only by a
-// server's not-before time or a spent rate limit may have none.
+// server's not-before time or a spent rate limit may have none, and so
+// may one that a Fleet's news made troubled.
 func downError(key, why string, last error) error {
 	if last == nil {
-		return fmt.Errorf("%w: admission %q: %s (the server asked to wait)", ErrUpstreamDown, key, why)
+		return fmt.Errorf("%w: admission %q: %s (no failure seen here: a server's delay, a spent rate limit or a fleet's news)", ErrUpstreamDown, key, why)
 	}
 	return fmt.Errorf("%w: admission %q: %s (the last failure: %w)", ErrUpstreamDown, key, why, last)
 }
