@@ -276,13 +276,14 @@ func (st *step) params() []string {
 }
 
 // quote writes a string value so that the parser reads it back: bare if
-// it can be, as it stands if it is a balanced JSON-like value, and as a
-// Go string literal otherwise.
+// it can be, as it stands if it is a balanced JSON-like value on one line,
+// and as a Go string literal otherwise.
 func quote(v string) string {
 	switch {
 	case v == "":
 	case v[0] == '{' || v[0] == '[':
-		if n, ok := scanBrackets(v); ok && n == len(v) {
+		// As it stands only on one line: String's output is one line.
+		if n, ok := scanBrackets(v); ok && n == len(v) && !strings.ContainsAny(v, "\r\n") {
 			return v
 		}
 	case v[0] != '"' && !strings.ContainsAny(v, barewordEnd):
@@ -635,7 +636,7 @@ func (p *parser) string(key string) (string, error) {
 		}
 		v, err := strconv.Unquote(rest[:n])
 		if err != nil {
-			return "", fmt.Errorf("%s: %s is not a valid Go string literal", key, rest[:n])
+			return "", fmt.Errorf("%s: %s is not a valid Go string literal", key, strconv.Quote(rest[:n]))
 		}
 		p.pos += n
 		return v, p.valueEnd(key)
