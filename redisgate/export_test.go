@@ -24,3 +24,18 @@ func RedisKeys(g *Gate, key string) [4]string {
 	k := g.keys(key)
 	return [4]string(k.redis[:4])
 }
+
+// HoldTeller takes the lock under which a Fleet writes what it was told,
+// as its teller does while it writes another key, until the returned func.
+func HoldTeller(f *Fleet) (unlock func()) {
+	f.tellMu.Lock()
+	return f.tellMu.Unlock
+}
+
+// ProbeEndPending reports whether the end of a probe of key waits to be
+// written.
+func ProbeEndPending(f *Fleet, key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pending[key].owner != ""
+}

@@ -1,6 +1,7 @@
 package redisgate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
@@ -81,7 +82,7 @@ type Fleet struct {
 
 	mu      sync.Mutex
 	a       *outlast.Admission
-	pending map[string]outlast.FleetState // to tell, by key: the last state wins
+	pending map[string]told // to write, by key: the last state wins
 	kick    chan struct{}
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -92,7 +93,7 @@ type Fleet struct {
 // an Admission joins it.
 func NewFleet(client redis.UniversalClient, opts FleetOptions) *Fleet {
 	f := &Fleet{client: client, prefix: opts.Prefix, lease: opts.Lease, timeout: opts.Timeout, mon: opts.Monitor,
-		pending: map[string]outlast.FleetState{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+		pending: map[string]told{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	if f.prefix == "" {
 		f.prefix = DefaultFleetPrefix
 	}
@@ -161,8 +162,21 @@ func (f *Fleet) channel() string            { return f.prefix + "state" }
 // probe by a recovery long over.
 func (f *Fleet) Tell(key string, s outlast.FleetState) {
 	f.mu.Lock()
-	f.pending[key] = s
+	t := f.pending[key]
+	t.s = s // a probe's end not yet written stays, with the later state
+	f.pending[key] = t
 	f.mu.Unlock()
+	f.wakeTeller()
+}
+
+// told is a state to write: one that Tell left, or the answer of a probe
+// that owner held, whose end it is.
+type told struct {
+	s     outlast.FleetState
+	owner string
+}
+
+func (f *Fleet) wakeTeller() {
 	select {
 	case f.kick <- struct{}{}:
 	default:
@@ -182,7 +196,15 @@ func (f *Fleet) teller() {
 		case <-retry:
 		}
 		retry = nil
-		for !f.mon.Degraded() && f.tellPending("", true) {
+		for !f.mon.Degraded() {
+			select {
+			case <-f.stop:
+				return
+			default:
+			}
+			if found, ok := f.tellPending("", true); !found || !ok {
+				break // all written, or a failure: the retry tries again
+			}
 		}
 		f.mu.Lock()
 		left := len(f.pending) > 0
@@ -193,38 +215,41 @@ func (f *Fleet) teller() {
 	}
 }
 
-// tellPending writes a state that Tell left: key's, or any key's if anyKey.
-// It reports whether there was one. One that cannot be written is kept
-// for the next try, unless a later one has replaced it.
-func (f *Fleet) tellPending(key string, anyKey bool) bool {
+// tellPending writes a state left to write: key's, or any key's if
+// anyKey. It reports whether there was one, and whether it was written.
+// One that was not is kept for the next try, under a later state told
+// meanwhile if there is one (which then ends the probe it ended).
+func (f *Fleet) tellPending(key string, anyKey bool) (found, ok bool) {
 	f.tellMu.Lock()
 	defer f.tellMu.Unlock()
-	return f.tellLocked(key, anyKey)
-}
-
-// tellLocked is tellPending with f.tellMu held.
-func (f *Fleet) tellLocked(key string, anyKey bool) bool {
 	f.mu.Lock()
-	s, found := f.pending[key]
+	t, found := f.pending[key]
 	if anyKey {
 		for k, v := range f.pending {
-			key, s, found = k, v, true
+			key, t, found = k, v, true
 			break
 		}
 	}
 	delete(f.pending, key)
 	f.mu.Unlock()
 	if !found {
-		return false
+		return false, false
 	}
-	if !f.write(tellScript, key, s, "") {
-		f.mu.Lock()
-		if _, newer := f.pending[key]; !newer {
-			f.pending[key] = s
-		}
-		f.mu.Unlock()
+	script := tellScript
+	if t.owner != "" {
+		script = probeDoneScript
 	}
-	return true
+	if f.write(script, key, t.s, t.owner) {
+		return true, true
+	}
+	f.mu.Lock()
+	if later, ok := f.pending[key]; ok {
+		later.owner = cmp.Or(later.owner, t.owner)
+		t = later
+	}
+	f.pending[key] = t
+	f.mu.Unlock()
+	return true, false
 }
 
 // write runs a script that merges s into key's shared state and
@@ -261,9 +286,9 @@ func (f *Fleet) Probe(key string) (func(outlast.FleetState), bool) {
 	// What this process told of key and Redis has not yet heard (its own
 	// finding that the upstream is down, say) goes first: the script
 	// judges by the shared state.
-	f.tellPending(key, false)
-	if f.mon.Degraded() {
-		return func(outlast.FleetState) {}, true // it could not be written: alone
+	if found, ok := f.tellPending(key, false); found && !ok {
+		f.wakeTeller()                           // kept: the teller tries again
+		return func(outlast.FleetState) {}, true // alone
 	}
 	owner := f.id + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
@@ -286,10 +311,19 @@ func (f *Fleet) Probe(key string) (func(outlast.FleetState), bool) {
 		once.Do(func() {
 			close(stop)
 			<-stopped
-			f.tellMu.Lock()
-			defer f.tellMu.Unlock()
-			f.tellLocked(key, false) // told before the answer: written before it
-			f.write(probeDoneScript, key, s, owner)
+			// The answer replaces what was told before it, and is
+			// written with the probe's end at once, or, while Redis
+			// cannot be reached, by the teller once it can.
+			f.mu.Lock()
+			f.pending[key] = told{s: s, owner: owner}
+			f.mu.Unlock()
+			if f.mon.Degraded() {
+				f.wakeTeller()
+				return
+			}
+			if _, ok := f.tellPending(key, false); !ok {
+				f.wakeTeller()
+			}
 		})
 	}, true
 }

@@ -2,11 +2,15 @@ package redisgate_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gate"
@@ -165,6 +169,24 @@ func (u *refusing) RoundTrip(r *http.Request) (*http.Response, error) {
 	return nil, syscall.ECONNREFUSED
 }
 
+// holedFleet returns a Fleet with fo's options whose Redis is reached
+// through a blackhole, with a Monitor of its own and a Timeout of 200 ms.
+func holedFleet(t *testing.T, opts *redis.Options, fo redisgate.FleetOptions) (*blackhole, *redisgate.Fleet, *redisgate.Monitor) {
+	t.Helper()
+	hole := newBlackhole(t, opts.Addr)
+	o := *opts
+	o.Addr, o.ContextTimeoutEnabled, o.MaxRetries = hole.addr(), true, -1
+	// A new connection's handshake has the client's own timeouts, not the
+	// Fleet's: held to its Timeout, so that a call fails within it.
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+	mon := redisgate.NewMonitor(newClient(t, &o), 50*time.Millisecond, 200*time.Millisecond, nil)
+	t.Cleanup(func() { mon.Close() })
+	fo.Timeout, fo.Monitor = 200*time.Millisecond, mon
+	f := redisgate.NewFleet(newClient(t, &o), fo)
+	t.Cleanup(func() { f.Close() })
+	return hole, f, mon
+}
+
 // What a process tells while Redis cannot be reached is written once it
 // answers again: else the shared state stays what it was when Redis went
 // away (here a recovery), and a process that found the upstream down
@@ -177,16 +199,7 @@ func TestFleetTellsAfterDegraded(t *testing.T) {
 	fa := redisgate.NewFleet(newClient(t, opts), redisgate.FleetOptions{Prefix: prefix, MaxLimit: 8})
 	t.Cleanup(func() { fa.Close() })
 	fa.Join(&outlast.Admission{MaxLimit: 8})
-	hole := newBlackhole(t, opts.Addr)
-	o := *opts
-	o.Addr, o.ContextTimeoutEnabled, o.MaxRetries = hole.addr(), true, -1
-	// A new connection's handshake has the client's own timeouts, not the
-	// Fleet's: held to its Timeout, so that a call fails within it.
-	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
-	mon := redisgate.NewMonitor(newClient(t, &o), 50*time.Millisecond, 200*time.Millisecond, nil)
-	t.Cleanup(func() { mon.Close() })
-	fb := redisgate.NewFleet(newClient(t, &o), redisgate.FleetOptions{Prefix: prefix, MaxLimit: 8, Timeout: 200 * time.Millisecond, Monitor: mon})
-	t.Cleanup(func() { fb.Close() })
+	hole, fb, mon := holedFleet(t, opts, redisgate.FleetOptions{Prefix: prefix, MaxLimit: 8})
 	b := &outlast.Admission{MaxLimit: 8, ProbeWaits: []time.Duration{100 * time.Millisecond}}
 	fb.Join(b)
 
@@ -227,5 +240,108 @@ func TestFleetTellsAfterDegraded(t *testing.T) {
 	wg.Wait()
 	if u.peak > 1 {
 		t.Errorf("a down key sent %d attempts at once after Redis came back, want 1, the fleet's probe: the shared state was the recovery from before", u.peak)
+	}
+}
+
+// sharedState returns the state a Fleet under prefix keeps for key in
+// Redis, "" for none.
+func sharedState(t *testing.T, client *redis.Client, prefix, key string) string {
+	t.Helper()
+	st, err := client.HGet(context.Background(), prefix+"{"+key+"}:s", "st").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// A probe answered while Redis cannot be reached: its answer is written
+// once Redis is back, over what was told before it, and answering costs
+// the request no call to Redis meanwhile. (A review found the answer
+// lost, and the older state written instead.)
+func TestFleetProbeEndWhileDegraded(t *testing.T) {
+	t.Parallel()
+	opts := redisOptions(t)
+	prefix := testPrefix()
+	direct := newClient(t, opts)
+	hole, f, mon := holedFleet(t, opts, redisgate.FleetOptions{Prefix: prefix})
+	f.Join(&outlast.Admission{})
+
+	done, ok := f.Probe("k")
+	if !ok {
+		t.Fatal("the probe of a new key: refused, want taken")
+	}
+	hole.holed.Store(true)
+	hole.holeNew.Store(true)
+	f.Tell("k", outlast.FleetState{State: outlast.Probing, NextProbe: time.Now().Add(time.Minute)})
+	eventually(t, 5*time.Second, "the Fleet to be degraded", mon.Degraded)
+	done(outlast.FleetState{State: outlast.Healthy}) // the probe's answer, with no call to Redis
+	if !redisgate.ProbeEndPending(f, "k") {
+		t.Error("the probe's answer, told while degraded: not kept to write")
+	}
+	hole.holed.Store(false)
+	hole.holeNew.Store(false)
+	eventually(t, 5*time.Second, "the probe's answer to be written", func() bool {
+		return sharedState(t, direct, prefix, "k") == strconv.Itoa(int(outlast.Healthy))
+	})
+	if n := direct.Exists(context.Background(), prefix+"{k}:p").Val(); n != 0 {
+		t.Error("the probe is still held after its answer was written")
+	}
+}
+
+// A state told after a probe's answer, before the answer is written (the
+// teller busy with another key), is the one written: the key found down
+// again, not the answer's recovery. (A review found the answer written
+// over it.)
+func TestFleetProbeEndThenTell(t *testing.T) {
+	t.Parallel()
+	opts := redisOptions(t)
+	prefix := testPrefix()
+	client := newClient(t, opts)
+	f := redisgate.NewFleet(client, redisgate.FleetOptions{Prefix: prefix})
+	t.Cleanup(func() { f.Close() })
+	f.Join(&outlast.Admission{})
+	done, ok := f.Probe("k")
+	if !ok {
+		t.Fatal("the probe of a new key: refused, want taken")
+	}
+	unlock := redisgate.HoldTeller(f)
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		done(outlast.FleetState{State: outlast.Recovering, Limit: 2})
+	}()
+	eventually(t, 5*time.Second, "the answer to wait to be written", func() bool { return redisgate.ProbeEndPending(f, "k") })
+	f.Tell("k", outlast.FleetState{State: outlast.Down, NextProbe: time.Now().Add(time.Minute)})
+	unlock()
+	<-answered
+	if st := sharedState(t, client, prefix, "k"); st != strconv.Itoa(int(outlast.Down)) {
+		t.Errorf("the shared state %q, want %d, down: told after the answer", st, outlast.Down)
+	}
+	if n := client.Exists(context.Background(), prefix+"{k}:p").Val(); n != 0 {
+		t.Error("the probe is still held after its end was written")
+	}
+}
+
+// Close returns though the Fleet's Monitor was closed first and its
+// client too, with a state left to write. (A review found its teller
+// spinning on the failed write.)
+func TestFleetCloseAfterMonitor(t *testing.T) {
+	t.Parallel()
+	client := redis.NewClient(redisOptions(t))
+	mon := redisgate.NewMonitor(client, 0, 0, nil)
+	f := redisgate.NewFleet(client, redisgate.FleetOptions{Prefix: testPrefix(), Monitor: mon})
+	f.Join(&outlast.Admission{})
+	mon.Close()
+	client.Close()
+	f.Tell("k", outlast.FleetState{State: outlast.Down})
+	closed := make(chan struct{})
+	go func() {
+		f.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return within 5 s")
 	}
 }
