@@ -122,8 +122,8 @@ func (s UpstreamState) String() string {
 // sooner when nobody waits and less than half the limit is in use, since
 // demand is then below it (not with a Fleet: this process's queue is not
 // the fleet's, and its "healthy" would lift the limit for the others,
-// whose backlogs may still be going out). While it recovers its requests are paced, one
-// every round trip over the limit (the round trip a moving average of the
+// whose backlogs may still be going out). While it recovers its requests
+// are paced, one every round trip over the limit (the round trip a moving average of the
 // time to a success, or the latest success's if shorter), so that a
 // limit's worth goes out over a round trip and their answers, and the
 // places those free, do not come in bursts. A waiter that reaches its

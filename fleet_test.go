@@ -31,8 +31,13 @@ type memFleet struct {
 	tells   int
 }
 
+// emptyMemFleet returns a memFleet with no members yet.
+func emptyMemFleet() *memFleet {
+	return &memFleet{probe: map[string]bool{}, state: map[string]outlast.FleetState{}, sending: map[string]int{}, freed: make(chan struct{})}
+}
+
 func newMemFleet(n int, newAdmission func() *outlast.Admission) (*memFleet, []*outlast.Admission) {
-	f := &memFleet{probe: map[string]bool{}, state: map[string]outlast.FleetState{}, sending: map[string]int{}, freed: make(chan struct{})}
+	f := emptyMemFleet()
 	for i := range n {
 		a := newAdmission()
 		a.Fleet = &memMember{f: f, self: i}
@@ -216,7 +221,7 @@ func TestFleetSharesNotBefore(t *testing.T) {
 // redisgate's tests run them over Redis.
 func TestFleetRules(t *testing.T) {
 	fleettest.Run(t, func(t *testing.T, maxLimit int) func(*outlast.Admission) {
-		f := &memFleet{probe: map[string]bool{}, state: map[string]outlast.FleetState{}, sending: map[string]int{}, freed: make(chan struct{})}
+		f := emptyMemFleet()
 		return func(a *outlast.Admission) {
 			f.mu.Lock()
 			a.Fleet = &memMember{f: f, self: len(f.members)}

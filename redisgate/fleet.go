@@ -196,14 +196,14 @@ func (f *Fleet) teller() {
 		case <-retry:
 		}
 		retry = nil
-		for !f.mon.Degraded() {
+		for {
 			select {
 			case <-f.stop:
 				return
 			default:
 			}
 			if found, ok := f.tellPending("", true); !found || !ok {
-				break // all written, or a failure: the retry tries again
+				break // all written, or not now: the retry tries again
 			}
 		}
 		f.mu.Lock()
@@ -217,12 +217,22 @@ func (f *Fleet) teller() {
 
 // tellPending writes a state left to write: key's, or any key's if
 // anyKey. It reports whether there was one, and whether it was written.
-// One that was not is kept for the next try, under a later state told
-// meanwhile if there is one (which then ends the probe it ended).
+// One that was not, because Redis cannot be reached or the write failed,
+// is kept for the next try, under a later state told meanwhile if there
+// is one (which then ends the probe it ended).
 func (f *Fleet) tellPending(key string, anyKey bool) (found, ok bool) {
 	f.tellMu.Lock()
 	defer f.tellMu.Unlock()
 	f.mu.Lock()
+	if f.mon.Degraded() {
+		if anyKey {
+			found = len(f.pending) > 0
+		} else {
+			_, found = f.pending[key]
+		}
+		f.mu.Unlock()
+		return found, false
+	}
 	t, found := f.pending[key]
 	if anyKey {
 		for k, v := range f.pending {
@@ -317,10 +327,6 @@ func (f *Fleet) Probe(key string) (func(outlast.FleetState), bool) {
 			f.mu.Lock()
 			f.pending[key] = told{s: s, owner: owner}
 			f.mu.Unlock()
-			if f.mon.Degraded() {
-				f.wakeTeller()
-				return
-			}
 			if _, ok := f.tellPending(key, false); !ok {
 				f.wakeTeller()
 			}

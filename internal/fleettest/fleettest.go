@@ -107,6 +107,18 @@ func send(u *upstream, a *outlast.Admission, policy *outlast.Policy) error {
 	return resp.Body.Close()
 }
 
+// markDown marks a's key down with three refused requests, with no
+// policy.
+func markDown(t *testing.T, u *upstream, a *outlast.Admission) {
+	t.Helper()
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodPost, "http://model.test/", nil)
+		if _, err := (&outlast.Transport{Base: u, Admission: a}).RoundTrip(req); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("marking request: %v, want refused", err)
+		}
+	}
+}
+
 // waitFor polls cond until it holds, failing the test after d.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -125,12 +137,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 func oneProbeAndOneLimit(t *testing.T, newFleet NewFleet) {
 	u := &upstream{up: time.Now().Add(2 * time.Second), service: 100 * time.Millisecond}
 	ms := members(t, newFleet, 3, 3, 100*time.Millisecond)
-	for range 3 {
-		req, _ := http.NewRequest(http.MethodPost, "http://model.test/", nil)
-		if _, err := (&outlast.Transport{Base: u, Admission: ms[0]}).RoundTrip(req); !errors.Is(err, syscall.ECONNREFUSED) {
-			t.Fatalf("marking request: %v, want refused", err)
-		}
-	}
+	markDown(t, u, ms[0])
 	waitFor(t, 5*time.Second, "every process to learn that the key is down", func() bool {
 		for _, a := range ms {
 			if a.State("model.test").State == outlast.Healthy {
@@ -209,10 +216,7 @@ func sharedNotBefore(t *testing.T, newFleet NewFleet) {
 func noReserveLeft(t *testing.T, newFleet NewFleet) {
 	u := &upstream{up: time.Now().Add(200 * time.Millisecond), service: 50 * time.Millisecond}
 	ms := members(t, newFleet, 2, 4, 100*time.Millisecond)
-	for range 3 {
-		req, _ := http.NewRequest(http.MethodPost, "http://model.test/", nil)
-		(&outlast.Transport{Base: u, Admission: ms[0]}).RoundTrip(req)
-	}
+	markDown(t, u, ms[0])
 	waitFor(t, 5*time.Second, "the other process to learn that the key is down", func() bool {
 		return ms[1].State("model.test").State == outlast.Down
 	})
