@@ -189,17 +189,23 @@ type Admission struct {
 	// front of the queue, whose attempt the probe is (with a Fleet, the
 	// fleet's probe), may be sent. So while a down key waits for a
 	// server's not-before time at least ProbeTime away, a request behind
-	// the front whose deadline less its reserve comes less than ProbeTime
-	// after that time leaves at once, with ErrUpstreamDown, rather than
-	// idle through the server's delay for a chance that comes only if
-	// the probe is answered sooner; so does the front, when a retry that
+	// the front leaves at once, with ErrUpstreamDown, when its deadline
+	// less its reserve comes before its turn, rather than idle through
+	// the server's delay for a chance that comes only if the upstream
+	// answers sooner. Its turn is counted as ProbeTime after that time,
+	// for the probe's answer, and then a round trip for each MaxLimit of
+	// the waiters between it and the front, as if the limit had reached
+	// its ceiling at once: the key's round trip, or half ProbeTime
+	// before one is measured. So does the front, when a retry that
 	// arrived before it takes its place. Too long sends away requests that
 	// a quick answer would have let go; too short leaves requests to idle
-	// to their bound and fail there. Zero means DefaultProbeTime; below
-	// zero, such a request waits for its bound. A shorter delay, and a
-	// down key's own probe schedule, whose waits are short and whose
-	// probe a waiter at the front may bring forward, are not counted on
-	// this way: there a request idles for less.
+	// to their bound and fail there, or, in many processes that each have
+	// an Admission of their own and share an upstream, be sent at their
+	// bound into an upstream that the others fill. Zero means
+	// DefaultProbeTime; below zero, such a request waits for its bound.
+	// A shorter delay, and a down key's own probe schedule, whose waits
+	// are short and whose probe a waiter at the front may bring forward,
+	// are not counted on this way: there a request idles for less.
 	ProbeTime time.Duration
 
 	// OnState, if not nil, is called when a key's state changes, without
@@ -479,7 +485,7 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 	// late for a request at its bound.
 	deadline, ok := ctx.Deadline()
 	w := &admWaiter{arrived: *arrived, bound: bound, early: ok && deadline.After(bound) && a.Fleet == nil, ready: make(chan struct{})}
-	if err := a.tooLate(k, w, k.position(w) == 0, now); err != nil {
+	if err := a.tooLate(k, w, k.position(w), now); err != nil {
 		a.mu.Unlock()
 		return nil, 0, err
 	}
@@ -610,23 +616,26 @@ func (a *Admission) lastChance(k *admKey, now time.Time) bool {
 // tooLate returns the error for waiter w, which cannot wait: the next
 // chance to send comes after its bound, a down key's next probe or a
 // server's not-before time for any key, and for a waiter behind the front
-// of a down key's queue, the probe's answer after a server's not-before
-// time at least ProbeTime away. For a waiter at the front of the queue
-// (front), whose attempt the probe is, and that may have it brought
-// forward (early), a down key's next probe is brought forward to its
-// bound when it may be.
-func (a *Admission) tooLate(k *admKey, w *admWaiter, front bool, now time.Time) error {
+// of a down key's queue, its turn after the probe's answer after a
+// server's not-before time at least ProbeTime away (turnAfterProbe).
+// ahead is how many wait ahead of w. For a waiter at the front of the
+// queue (ahead is 0), whose attempt the probe is, and that may have it
+// brought forward (early), a down key's next probe is brought forward to
+// its bound when it may be.
+func (a *Admission) tooLate(k *admKey, w *admWaiter, ahead int, now time.Time) error {
 	bound := w.bound
 	if bound.IsZero() {
 		return nil
 	}
+	front := ahead == 0
 	next := k.nextChance(now) // a probing or recovering key's: a server's not-before time, if any
 	why := "the next chance to send"
 	if pt := a.probeTime(); !front && k.state == Down && pt > 0 && next.Equal(k.notBefore) && next.Sub(now) >= pt {
 		// The chance at a server's not-before time is the probe's, the
-		// front's attempt; this waiter's comes with the probe's answer.
-		next = next.Add(pt)
-		why = "the probe's answer after a server's not-before time"
+		// front's attempt; this waiter's comes with the probe's answer,
+		// and then only after those between it and the front.
+		next = next.Add(a.turnAfterProbe(k, ahead-1))
+		why = "its turn after the probe's answer after a server's not-before time"
 	}
 	if !next.After(bound) {
 		return nil
@@ -639,6 +648,21 @@ func (a *Admission) tooLate(k *admKey, w *admWaiter, front bool, now time.Time) 
 		return nil
 	}
 	return downError(k.key, fmt.Sprintf("%s, in %v, is after the deadline's reserve", why, next.Sub(now).Round(time.Millisecond)), k.last)
+}
+
+// turnAfterProbe returns the soonest that a waiter with n others between
+// it and the front of down key k's queue can be sent, counted from the
+// probe's sending: ProbeTime for the probe's answer, then a round trip for
+// each MaxLimit of the n, as if the limit were already at its ceiling. The
+// round trip is k's, or half ProbeTime before k has one, ProbeTime being a
+// long guess at an answer on purpose.
+func (a *Admission) turnAfterProbe(k *admKey, n int) time.Duration {
+	pt := a.probeTime()
+	rtt := k.rtt
+	if rtt == 0 {
+		rtt = pt / 2
+	}
+	return pt + time.Duration(int64(rtt)*int64(n)/int64(a.maxLimit(k)))
 }
 
 // downError is the error of a request sent away from key: why, and the
@@ -761,7 +785,7 @@ func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition)
 func (a *Admission) sendAway(k *admKey, now time.Time) {
 	kept := k.q[:0]
 	for _, w := range k.q {
-		if err := a.tooLate(k, w, len(kept) == 0, now); err != nil {
+		if err := a.tooLate(k, w, len(kept), now); err != nil {
 			w.err = err
 			close(w.ready)
 			continue

@@ -948,6 +948,65 @@ func TestAdmissionQueuedOnce(t *testing.T) {
 	})
 }
 
+// Behind a server's not-before time, a waiter's turn comes after the
+// probe's answer and after those between it and the front, at most
+// MaxLimit a round trip: a waiter that the limit cannot reach before its
+// bound leaves at once, where it would have idled through the server's
+// delay to be sent at its bound, behind the others, into an upstream
+// that its fellow processes fill. With room under the limit it waits.
+func TestAdmissionProbeTimeTurn(t *testing.T) {
+	run := func(t *testing.T, maxLimit int) (waited time.Duration, err error) {
+		// The server asks for 10 s; the probe is answered 2 s after
+		// it, the others at once.
+		f := newFake(step{status: 503, header: map[string]string{"Retry-After": "10"}}, step{delay: 2 * time.Second}, step{}, step{}, step{})
+		a := &outlast.Admission{MaxLimit: maxLimit}
+		if err := send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "first"); err == nil {
+			t.Fatal("the first request succeeded, want its 503")
+		}
+		nb := a.State("model.test").NotBefore
+		tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+		var wg sync.WaitGroup
+		// Bounds (deadlines less patient's 1 s reserve) 3 s and 6 s
+		// after the not-before time: the front, which is the probe,
+		// and one next to it, which ProbeTime's 5 s lets wait.
+		for _, w := range []struct {
+			id    string
+			bound time.Duration
+		}{{"front", 3 * time.Second}, {"next", 6 * time.Second}} {
+			wg.Go(func() {
+				if err := sendBy(t, tr, w.id, nb.Add(w.bound+time.Second)); err != nil {
+					t.Errorf("%s, bound %v after the not-before time: %v, want success", w.id, w.bound, err)
+				}
+			})
+			synctest.Wait()
+		}
+		// Its bound is 6 s after the not-before time too, but "next"
+		// is between it and the front: its turn is counted at 5 s and
+		// a round trip (half ProbeTime, none being known) over
+		// MaxLimit.
+		before := time.Now()
+		err = sendBy(t, tr, "third", nb.Add(7*time.Second))
+		waited = time.Since(before)
+		wg.Wait()
+		return waited, err
+	}
+	t.Run("at a limit of 1", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			waited, err := run(t, 1) // 5 s + 2.5 s: after its bound
+			if !errors.Is(err, outlast.ErrUpstreamDown) || !strings.Contains(err.Error(), "its turn") || waited != 0 {
+				t.Errorf("one waiter between it and the front at a limit of 1: %v after %v, want ErrUpstreamDown naming its turn, at once", err, waited)
+			}
+		})
+	})
+	t.Run("at a limit of 4", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			if _, err := run(t, 4); err != nil { // 5 s + 625 ms: before its bound
+				t.Errorf("one waiter between it and the front at a limit of 4: %v, want it to wait and succeed", err)
+			}
+		})
+	})
+}
+
 // Until the probe sent at a server's not-before time is answered, only
 // the front of the queue, whose attempt the probe is, may go: a request
 // behind it whose bound comes less than ProbeTime after that time leaves
