@@ -123,18 +123,18 @@ func (s UpstreamState) String() string {
 // demand is then below it (not with a Fleet: this process's queue is not
 // the fleet's, and its "healthy" would lift the limit for the others,
 // whose backlogs may still be going out). While it recovers its requests
-// are paced, one every round trip over the limit (the round trip a moving average of the
-// time to a success, or the latest success's if shorter), so that a
-// limit's worth goes out over a round trip and their answers, and the
-// places those free, do not come in bursts. A waiter that reaches its
-// deadline less its reserve while the key recovers is sent then, its last
-// chance: past the pace, the limit, the hold after 429s and the waiters
-// ahead, since its reserve is for this attempt and the upstream is
-// answering, so that a request fails on an answer, not on a wait (never
-// past a server's not-before time, nor while the key is down or probing,
-// and not with a Fleet, where it waits for its place). A 429 without a
-// delay on a healthy key is left to the request's own policy: it is rate
-// limiting, not an outage.
+// are paced, one every round trip over the limit (the round trip a moving
+// average of the time to a success, or the latest success's if
+// shorter), so that a limit's worth goes out over a round trip and their
+// answers, and the places those free, do not come in bursts. A waiter
+// that reaches its deadline less its reserve while the key recovers is
+// sent then, its last chance: past the pace, the limit, the hold after
+// 429s and the waiters ahead, since its reserve is for this attempt and
+// the upstream is answering, so that a request fails on an answer, not on
+// a wait (never past a server's not-before time, nor while the key is
+// down or probing, and not with a Fleet, where it waits for its place).
+// A 429 without a delay on a healthy key is left to the request's own
+// policy: it is rate limiting, not an outage.
 //
 // A request's failed attempts that went through a troubled key count
 // against its policy's MaxAttempts but, in the Transport's own retries

@@ -948,6 +948,43 @@ func TestAdmissionQueuedOnce(t *testing.T) {
 	})
 }
 
+// behindProbe sends a first request through a, which a server's 503
+// answers with a 10 s delay, then queues two behind that not-before time,
+// each to succeed: the front, its bound (its deadline less patient's 1 s
+// reserve) 3 s after it, whose attempt is the probe, answered 2 s after
+// it; and "long", its bound 6 s after it. Last it sends one more, its
+// bound the given time after the not-before time, and returns how long
+// that one waited and its error.
+func behindProbe(t *testing.T, a *outlast.Admission, bound time.Duration) (waited time.Duration, err error) {
+	t.Helper()
+	f := newFake(step{status: 503, header: map[string]string{"Retry-After": "10"}}, step{delay: 2 * time.Second}, step{})
+	if err := send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "first"); err == nil {
+		t.Fatal("the first request succeeded, want its 503")
+	}
+	nb := a.State("model.test").NotBefore
+	if nb.IsZero() {
+		t.Fatalf("state %+v, want a not-before time", a.State("model.test"))
+	}
+	tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+	var wg sync.WaitGroup
+	for _, w := range []struct {
+		id    string
+		bound time.Duration
+	}{{"front", 3 * time.Second}, {"long", 6 * time.Second}} {
+		wg.Go(func() {
+			if err := sendBy(t, tr, w.id, nb.Add(w.bound+time.Second)); err != nil {
+				t.Errorf("%s, bound %v after the not-before time: %v, want success", w.id, w.bound, err)
+			}
+		})
+		synctest.Wait()
+	}
+	before := time.Now()
+	err = sendBy(t, tr, "last", nb.Add(bound+time.Second))
+	waited = time.Since(before)
+	wg.Wait()
+	return waited, err
+}
+
 // Behind a server's not-before time, a waiter's turn comes after the
 // probe's answer and after those between it and the front, at most
 // MaxLimit a round trip: a waiter that the limit cannot reach before its
@@ -955,44 +992,13 @@ func TestAdmissionQueuedOnce(t *testing.T) {
 // delay to be sent at its bound, behind the others, into an upstream
 // that its fellow processes fill. With room under the limit it waits.
 func TestAdmissionProbeTimeTurn(t *testing.T) {
-	run := func(t *testing.T, maxLimit int) (waited time.Duration, err error) {
-		// The server asks for 10 s; the probe is answered 2 s after
-		// it, the others at once.
-		f := newFake(step{status: 503, header: map[string]string{"Retry-After": "10"}}, step{delay: 2 * time.Second}, step{}, step{}, step{})
-		a := &outlast.Admission{MaxLimit: maxLimit}
-		if err := send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "first"); err == nil {
-			t.Fatal("the first request succeeded, want its 503")
-		}
-		nb := a.State("model.test").NotBefore
-		tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
-		var wg sync.WaitGroup
-		// Bounds (deadlines less patient's 1 s reserve) 3 s and 6 s
-		// after the not-before time: the front, which is the probe,
-		// and one next to it, which ProbeTime's 5 s lets wait.
-		for _, w := range []struct {
-			id    string
-			bound time.Duration
-		}{{"front", 3 * time.Second}, {"next", 6 * time.Second}} {
-			wg.Go(func() {
-				if err := sendBy(t, tr, w.id, nb.Add(w.bound+time.Second)); err != nil {
-					t.Errorf("%s, bound %v after the not-before time: %v, want success", w.id, w.bound, err)
-				}
-			})
-			synctest.Wait()
-		}
-		// Its bound is 6 s after the not-before time too, but "next"
-		// is between it and the front: its turn is counted at 5 s and
-		// a round trip (half ProbeTime, none being known) over
-		// MaxLimit.
-		before := time.Now()
-		err = sendBy(t, tr, "third", nb.Add(7*time.Second))
-		waited = time.Since(before)
-		wg.Wait()
-		return waited, err
-	}
+	// Its bound is 6 s after the not-before time, as "long"'s is, but
+	// "long" is between it and the front: its turn is counted at
+	// ProbeTime's 5 s and a round trip (half ProbeTime, none being
+	// known) over MaxLimit.
 	t.Run("at a limit of 1", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			waited, err := run(t, 1) // 5 s + 2.5 s: after its bound
+			waited, err := behindProbe(t, &outlast.Admission{MaxLimit: 1}, 6*time.Second) // 5 s + 2.5 s: after its bound
 			if !errors.Is(err, outlast.ErrUpstreamDown) || !strings.Contains(err.Error(), "its turn") || waited != 0 {
 				t.Errorf("one waiter between it and the front at a limit of 1: %v after %v, want ErrUpstreamDown naming its turn, at once", err, waited)
 			}
@@ -1000,7 +1006,7 @@ func TestAdmissionProbeTimeTurn(t *testing.T) {
 	})
 	t.Run("at a limit of 4", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			if _, err := run(t, 4); err != nil { // 5 s + 625 ms: before its bound
+			if _, err := behindProbe(t, &outlast.Admission{MaxLimit: 4}, 6*time.Second); err != nil { // 5 s + 625 ms: before its bound
 				t.Errorf("one waiter between it and the front at a limit of 4: %v, want it to wait and succeed", err)
 			}
 		})
@@ -1014,42 +1020,9 @@ func TestAdmissionProbeTimeTurn(t *testing.T) {
 // at its bound unless the probe were answered sooner. The front is not
 // sent away, nor is a waiter on the key's own probe schedule.
 func TestAdmissionProbeTime(t *testing.T) {
-	// The server asks for 10 s; the probe is answered 2 s after it.
-	script := []step{{status: 503, header: map[string]string{"Retry-After": "10"}}, {delay: 2 * time.Second}, {}}
-	run := func(t *testing.T, a *outlast.Admission) (waited time.Duration, short error) {
-		f := newFake(script...)
-		if err := send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "first"); err == nil {
-			t.Fatal("the first request succeeded, want its 503")
-		}
-		nb := a.State("model.test").NotBefore
-		if nb.IsZero() {
-			t.Fatalf("state %+v, want a not-before time", a.State("model.test"))
-		}
-		tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
-		var wg sync.WaitGroup
-		// The front's bound (its deadline less patient's 1 s reserve)
-		// is 3 s after the not-before time: it is the probe, answered
-		// in time.
-		for _, w := range []struct {
-			id    string
-			bound time.Duration
-		}{{"front", 3 * time.Second}, {"long", 6 * time.Second}} {
-			wg.Go(func() {
-				if err := sendBy(t, tr, w.id, nb.Add(w.bound+time.Second)); err != nil {
-					t.Errorf("%s, bound %v after the not-before time: %v, want success", w.id, w.bound, err)
-				}
-			})
-			synctest.Wait()
-		}
-		before := time.Now()
-		short = sendBy(t, tr, "short", nb.Add(4*time.Second)) // behind the front, its bound 3 s after the not-before time
-		waited = time.Since(before)
-		wg.Wait()
-		return waited, short
-	}
 	t.Run("behind the front", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			waited, err := run(t, &outlast.Admission{})
+			waited, err := behindProbe(t, &outlast.Admission{}, 3*time.Second) // behind the front, its bound 3 s after the not-before time
 			if !errors.Is(err, outlast.ErrUpstreamDown) || !strings.Contains(err.Error(), "probe's answer") || waited != 0 {
 				t.Errorf("bound 3 s after the not-before time, behind the front: %v after %v, want ErrUpstreamDown naming the probe's answer, at once", err, waited)
 			}
@@ -1059,7 +1032,7 @@ func TestAdmissionProbeTime(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			// What ProbeTime gives up: here the probe is answered
 			// before this waiter's bound, and it is sent then.
-			if _, err := run(t, &outlast.Admission{ProbeTime: -1}); err != nil {
+			if _, err := behindProbe(t, &outlast.Admission{ProbeTime: -1}, 3*time.Second); err != nil {
 				t.Errorf("with ProbeTime below zero: %v, want it to wait and succeed", err)
 			}
 		})
