@@ -196,7 +196,9 @@ type Admission struct {
 	// for the probe's answer, and then a round trip for each MaxLimit of
 	// the waiters between it and the front, as if the limit had reached
 	// its ceiling at once: the key's round trip, or half ProbeTime
-	// before one is measured. So does the front, when a retry that
+	// before one is measured, and at a MaxLimit of 1 the first probe
+	// wait too, for which a 429 holds such a key while other clients
+	// fill the upstream. So does the front, when a retry that
 	// arrived before it takes its place. Too long sends away requests that
 	// a quick answer would have let go; too short leaves requests to idle
 	// to their bound and fail there, or, in many processes that each have
@@ -652,17 +654,25 @@ func (a *Admission) tooLate(k *admKey, w *admWaiter, ahead int, now time.Time) e
 
 // turnAfterProbe returns the soonest that a waiter with n others between
 // it and the front of down key k's queue can be sent, counted from the
-// probe's sending: ProbeTime for the probe's answer, then a round trip for
-// each MaxLimit of the n, as if the limit were already at its ceiling. The
-// round trip is k's, or half ProbeTime before k has one, ProbeTime being a
-// long guess at an answer on purpose.
+// probe's sending: ProbeTime for the probe's answer, then a turn for each
+// MaxLimit of the n, as if the limit were already at its ceiling. A turn
+// is k's round trip, or half ProbeTime before k has one, ProbeTime being
+// a long guess at an answer on purpose. At a MaxLimit of 1 a turn also
+// counts the first probe wait: there a 429 holds the key for that wait
+// rather than halving its limit, and a key of one at a time is one
+// client among others that fill the upstream, whose 429s come at any
+// turn.
 func (a *Admission) turnAfterProbe(k *admKey, n int) time.Duration {
 	pt := a.probeTime()
-	rtt := k.rtt
-	if rtt == 0 {
-		rtt = pt / 2
+	turn := k.rtt
+	if turn == 0 {
+		turn = pt / 2
 	}
-	return pt + time.Duration(int64(rtt)*int64(n)/int64(a.maxLimit(k)))
+	limit := a.maxLimit(k)
+	if limit == 1 {
+		turn += a.probeGap()
+	}
+	return pt + time.Duration(int64(turn)*int64(n)/int64(limit))
 }
 
 // downError is the error of a request sent away from key: why, and the

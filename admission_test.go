@@ -1011,6 +1011,28 @@ func TestAdmissionProbeTimeTurn(t *testing.T) {
 			}
 		})
 	})
+	// At a limit of 1 a 429 holds the key for the first probe wait, and
+	// other clients may fill the upstream at any turn: each turn counts
+	// that wait too. Here the turn is 5 s + 2.5 s + 1 s, after a bound
+	// of 8 s that the round trip alone would have let it wait for (and,
+	// with nothing else filling the upstream, succeed).
+	t.Run("at a limit of 1, a 429's hold", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			waited, err := behindProbe(t, &outlast.Admission{MaxLimit: 1}, 8*time.Second)
+			if !errors.Is(err, outlast.ErrUpstreamDown) || !strings.Contains(err.Error(), "its turn") || waited != 0 {
+				t.Errorf("one waiter between it and the front at a limit of 1, bound 8 s after the not-before time: %v after %v, want ErrUpstreamDown naming its turn, at once", err, waited)
+			}
+		})
+	})
+	// From a limit of 2 a 429 halves the limit first: no hold is counted
+	// (5 s + 1.25 s, before a bound of 6.5 s; with the hold, 6.75 s).
+	t.Run("at a limit of 2, no hold", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			if _, err := behindProbe(t, &outlast.Admission{MaxLimit: 2}, 6500*time.Millisecond); err != nil {
+				t.Errorf("one waiter between it and the front at a limit of 2, bound 6.5 s after the not-before time: %v, want it to wait and succeed", err)
+			}
+		})
+	})
 }
 
 // Until the probe sent at a server's not-before time is answered, only
