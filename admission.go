@@ -187,27 +187,26 @@ type Admission struct {
 	// ProbeTime is how long the answer to the probe sent at a server's
 	// not-before time is counted on to take. Until that answer, only the
 	// front of the queue, whose attempt the probe is (with a Fleet, the
-	// fleet's probe), may be sent. So while a down key waits for a
-	// server's not-before time at least ProbeTime away, a request behind
-	// the front leaves at once, with ErrUpstreamDown, when its deadline
-	// less its reserve comes before its turn, rather than idle through
-	// the server's delay for a chance that comes only if the upstream
-	// answers sooner. Its turn is counted as ProbeTime after that time,
-	// for the probe's answer, and then a round trip for each MaxLimit of
-	// the waiters between it and the front, as if the limit had reached
-	// its ceiling at once: the key's round trip, or half ProbeTime
-	// before one is measured, and at a MaxLimit of 1 the first probe
-	// wait too, for which a 429 holds such a key while other clients
-	// fill the upstream. So does the front, when a retry that
-	// arrived before it takes its place. Too long sends away requests that
-	// a quick answer would have let go; too short leaves requests to idle
-	// to their bound and fail there, or, in many processes that each have
-	// an Admission of their own and share an upstream, be sent at their
-	// bound into an upstream that the others fill. Zero means
-	// DefaultProbeTime; below zero, such a request waits for its bound.
-	// A shorter delay, and a down key's own probe schedule, whose waits
-	// are short and whose probe a waiter at the front may bring forward,
-	// are not counted on this way: there a request idles for less.
+	// fleet's probe), may be sent. So while a down key waits for a server's
+	// not-before time at least ProbeTime away, a request behind the front
+	// leaves at once, with ErrUpstreamDown, when its deadline less its
+	// reserve comes before its turn, rather than idle through the server's
+	// delay for a chance that comes only if the upstream answers sooner. Its
+	// turn is counted as ProbeTime after that time, for the probe's answer,
+	// and then a round trip for each MaxLimit of the waiters between it and
+	// the front, as if the limit had reached its ceiling at once: the key's
+	// round trip, or half ProbeTime before one is measured, and, as it joins
+	// the queue, at a MaxLimit of 1 the first probe wait too, for which a
+	// 429 holds such a key while other clients fill the upstream. So does
+	// the front, when a retry that arrived before it takes its place. Too
+	// long sends away requests that a quick answer would have let go; too
+	// short leaves requests to idle to their bound and fail there, or, in
+	// many processes that each have an Admission of their own and share an
+	// upstream, be sent at their bound into an upstream that the others
+	// fill. Zero means DefaultProbeTime; below zero, such a request waits
+	// for its bound. A shorter delay, and a down key's own probe schedule,
+	// whose waits are short and whose probe a waiter at the front may bring
+	// forward, are not counted on this way: there a request idles for less.
 	ProbeTime time.Duration
 
 	// OnState, if not nil, is called when a key's state changes, without
@@ -487,7 +486,7 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 	// late for a request at its bound.
 	deadline, ok := ctx.Deadline()
 	w := &admWaiter{arrived: *arrived, bound: bound, early: ok && deadline.After(bound) && a.Fleet == nil, ready: make(chan struct{})}
-	if err := a.tooLate(k, w, k.position(w), now); err != nil {
+	if err := a.tooLate(k, w, k.position(w), now, true); err != nil {
 		a.mu.Unlock()
 		return nil, 0, err
 	}
@@ -620,11 +619,12 @@ func (a *Admission) lastChance(k *admKey, now time.Time) bool {
 // server's not-before time for any key, and for a waiter behind the front
 // of a down key's queue, its turn after the probe's answer after a
 // server's not-before time at least ProbeTime away (turnAfterProbe).
-// ahead is how many wait ahead of w. For a waiter at the front of the
-// queue (ahead is 0), whose attempt the probe is, and that may have it
-// brought forward (early), a down key's next probe is brought forward to
-// its bound when it may be.
-func (a *Admission) tooLate(k *admKey, w *admWaiter, ahead int, now time.Time) error {
+// ahead is how many wait ahead of w; joining says w is joining the queue,
+// not being checked again while it waits (see turnAfterProbe). For a
+// waiter at the front of the queue (ahead is 0), whose attempt the probe
+// is, and that may have it brought forward (early), a down key's next
+// probe is brought forward to its bound when it may be.
+func (a *Admission) tooLate(k *admKey, w *admWaiter, ahead int, now time.Time, joining bool) error {
 	bound := w.bound
 	if bound.IsZero() {
 		return nil
@@ -636,7 +636,7 @@ func (a *Admission) tooLate(k *admKey, w *admWaiter, ahead int, now time.Time) e
 		// The chance at a server's not-before time is the probe's, the
 		// front's attempt; this waiter's comes with the probe's answer,
 		// and then only after those between it and the front.
-		next = next.Add(a.turnAfterProbe(k, ahead-1))
+		next = next.Add(a.turnAfterProbe(k, ahead-1, joining))
 		why = "its turn after the probe's answer after a server's not-before time"
 	}
 	if !next.After(bound) {
@@ -657,19 +657,23 @@ func (a *Admission) tooLate(k *admKey, w *admWaiter, ahead int, now time.Time) e
 // probe's sending: ProbeTime for the probe's answer, then a turn for each
 // MaxLimit of the n, as if the limit were already at its ceiling. A turn
 // is k's round trip, or half ProbeTime before k has one, ProbeTime being
-// a long guess at an answer on purpose. At a MaxLimit of 1 a turn also
-// counts the first probe wait: there a 429 holds the key for that wait
-// rather than halving its limit, and a key of one at a time is one
-// client among others that fill the upstream, whose 429s come at any
-// turn.
-func (a *Admission) turnAfterProbe(k *admKey, n int) time.Duration {
+// a long guess at an answer on purpose. For a request joining the queue
+// (joining), at a MaxLimit of 1 a turn also counts the first probe wait:
+// there a 429 holds the key for that wait rather than halving its limit,
+// and a key of one at a time is one client among others that fill the
+// upstream, whose 429s may come at any turn. That guess is made only at
+// the door, where a request sent away loses nothing: one that joined on
+// it is sent away later only when the server's time or the queue moves
+// its turn, counted by round trips, past its bound, since by then it has
+// waited and its last chance may still come.
+func (a *Admission) turnAfterProbe(k *admKey, n int, joining bool) time.Duration {
 	pt := a.probeTime()
 	turn := k.rtt
 	if turn == 0 {
 		turn = pt / 2
 	}
 	limit := a.maxLimit(k)
-	if limit == 1 {
+	if limit == 1 && joining {
 		turn += a.probeGap()
 	}
 	return pt + time.Duration(int64(turn)*int64(n)/int64(limit))
@@ -795,7 +799,7 @@ func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition)
 func (a *Admission) sendAway(k *admKey, now time.Time) {
 	kept := k.q[:0]
 	for _, w := range k.q {
-		if err := a.tooLate(k, w, len(kept), now); err != nil {
+		if err := a.tooLate(k, w, len(kept), now, false); err != nil {
 			w.err = err
 			close(w.ready)
 			continue

@@ -1024,6 +1024,44 @@ func TestAdmissionProbeTimeTurn(t *testing.T) {
 			}
 		})
 	})
+	// The hold is counted only at the door. A request that joined with
+	// one waiter ahead, the front (its turn 5 s after the not-before
+	// time, its bound 8 s after it), is not sent away when a retry that
+	// arrived before both goes ahead of them: its turn by round trips,
+	// 7.5 s, still comes before its bound, though 8.5 s with the hold
+	// would not; it is sent after the probe's answer and succeeds.
+	t.Run("at a limit of 1, the hold only at the door", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFake(step{status: 503, delay: 3 * time.Second}, step{status: 503, header: map[string]string{"Retry-After": "10"}}, step{delay: 2 * time.Second}, step{})
+			a := &outlast.Admission{MaxLimit: 1}
+			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				// In flight when the key goes down; its retry, at 3 s,
+				// goes ahead of those that arrived after it.
+				if err := sendBy(t, tr, "early", time.Now().Add(30*time.Second)); err != nil {
+					t.Errorf("early: %v, want success", err)
+				}
+			})
+			time.Sleep(time.Millisecond) // after it, in the queue's order
+			if err := send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "first"); err == nil {
+				t.Fatal("the first request succeeded, want its 503")
+			}
+			nb := a.State("model.test").NotBefore
+			wg.Go(func() {
+				// Its bound 6 s after the not-before time: displaced,
+				// its turn, 5 s, still comes before it.
+				if err := sendBy(t, tr, "front", nb.Add(7*time.Second)); err != nil {
+					t.Errorf("front: %v, want success", err)
+				}
+			})
+			synctest.Wait()
+			if err := sendBy(t, tr, "joined", nb.Add(9*time.Second)); err != nil {
+				t.Errorf("joined with only the front ahead, bound 8 s after the not-before time, then a retry ahead of it: %v, want it to stay and succeed", err)
+			}
+			wg.Wait()
+		})
+	})
 	// From a limit of 2 a 429 halves the limit first: no hold is counted
 	// (5 s + 1.25 s, before a bound of 6.5 s; with the hold, 6.75 s).
 	t.Run("at a limit of 2, no hold", func(t *testing.T) {
