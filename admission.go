@@ -187,26 +187,28 @@ type Admission struct {
 	// ProbeTime is how long the answer to the probe sent at a server's
 	// not-before time is counted on to take. Until that answer, only the
 	// front of the queue, whose attempt the probe is (with a Fleet, the
-	// fleet's probe), may be sent. So while a down key waits for a server's
-	// not-before time at least ProbeTime away, a request behind the front
-	// leaves at once, with ErrUpstreamDown, when its deadline less its
-	// reserve comes before its turn, rather than idle through the server's
-	// delay for a chance that comes only if the upstream answers sooner. Its
-	// turn is counted as ProbeTime after that time, for the probe's answer,
-	// and then a round trip for each MaxLimit of the waiters between it and
-	// the front, as if the limit had reached its ceiling at once: the key's
-	// round trip, or half ProbeTime before one is measured, and, as it joins
-	// the queue, at a MaxLimit of 1 the first probe wait too, for which a
-	// 429 holds such a key while other clients fill the upstream. So does
-	// the front, when a retry that arrived before it takes its place. Too
-	// long sends away requests that a quick answer would have let go; too
-	// short leaves requests to idle to their bound and fail there, or, in
-	// many processes that each have an Admission of their own and share an
-	// upstream, be sent at their bound into an upstream that the others
-	// fill. Zero means DefaultProbeTime; below zero, such a request waits
-	// for its bound. A shorter delay, and a down key's own probe schedule,
-	// whose waits are short and whose probe a waiter at the front may bring
-	// forward, are not counted on this way: there a request idles for less.
+	// fleet's probe), may be sent. So while a down key waits for a
+	// server's not-before time at least ProbeTime away, a request behind
+	// the front leaves at once, with ErrUpstreamDown, when its deadline
+	// less its reserve comes before its turn, rather than idle through
+	// the server's delay for a chance that comes only if the upstream
+	// answers sooner. Its turn is counted as ProbeTime after that time,
+	// for the probe's answer, and then a round trip for each MaxLimit of
+	// the waiters between it and the front, as if the limit had reached
+	// its ceiling at once: the key's round trip, or half ProbeTime before
+	// one is measured. As a request joins the queue (a retry too), at a
+	// MaxLimit of 1 each such turn also counts the first probe wait, for
+	// which a 429 holds such a key while other clients fill the upstream.
+	// A front that a retry which arrived before it displaces is checked
+	// so too. Too long sends away requests that a quick answer would have
+	// let go; too short leaves requests to idle to their bound and fail
+	// there, or, in many processes that each have an Admission of their
+	// own and share an upstream, be sent at their bound into an upstream
+	// that the others fill. Zero means DefaultProbeTime; below zero, such
+	// a request waits for its bound. A shorter delay, and a down key's
+	// own probe schedule, whose waits are short and whose probe a waiter
+	// at the front may bring forward, are not counted on this way: there
+	// a request idles for less.
 	ProbeTime time.Duration
 
 	// OnState, if not nil, is called when a key's state changes, without
@@ -658,7 +660,8 @@ func (a *Admission) tooLate(k *admKey, w *admWaiter, ahead int, now time.Time, j
 // MaxLimit of the n, as if the limit were already at its ceiling. A turn
 // is k's round trip, or half ProbeTime before k has one, ProbeTime being
 // a long guess at an answer on purpose. For a request joining the queue
-// (joining), at a MaxLimit of 1 a turn also counts the first probe wait:
+// (joining: a new one or a retry rejoining), at a MaxLimit of 1 a turn
+// also counts the first probe wait:
 // there a 429 holds the key for that wait rather than halving its limit,
 // and a key of one at a time is one client among others that fill the
 // upstream, whose 429s may come at any turn. That guess is made only at

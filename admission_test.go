@@ -998,7 +998,7 @@ func TestAdmissionProbeTimeTurn(t *testing.T) {
 	// known) over MaxLimit.
 	t.Run("at a limit of 1", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			waited, err := behindProbe(t, &outlast.Admission{MaxLimit: 1}, 6*time.Second) // 5 s + 2.5 s: after its bound
+			waited, err := behindProbe(t, &outlast.Admission{MaxLimit: 1}, 6*time.Second) // 5 s + 2.5 s (and a 1 s hold): after its bound
 			if !errors.Is(err, outlast.ErrUpstreamDown) || !strings.Contains(err.Error(), "its turn") || waited != 0 {
 				t.Errorf("one waiter between it and the front at a limit of 1: %v after %v, want ErrUpstreamDown naming its turn, at once", err, waited)
 			}
