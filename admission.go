@@ -661,14 +661,14 @@ func (a *Admission) tooLate(k *admKey, w *admWaiter, ahead int, now time.Time, j
 // is k's round trip, or half ProbeTime before k has one, ProbeTime being
 // a long guess at an answer on purpose. For a request joining the queue
 // (joining: a new one or a retry rejoining), at a MaxLimit of 1 a turn
-// also counts the first probe wait:
-// there a 429 holds the key for that wait rather than halving its limit,
-// and a key of one at a time is one client among others that fill the
-// upstream, whose 429s may come at any turn. That guess is made only at
-// the door, where a request sent away loses nothing: one that joined on
-// it is sent away later only when the server's time or the queue moves
-// its turn, counted by round trips, past its bound, since by then it has
-// waited and its last chance may still come.
+// also counts the first probe wait: there a 429 holds the key for that
+// wait rather than halving its limit, and a key of one at a time is one
+// client among others that fill the upstream, whose 429s may come at any
+// turn. That guess is made only at the door, where a request sent away
+// loses nothing: one that joined on it is sent away later only when the
+// server's time or the queue moves its turn, counted by round trips,
+// past its bound, since by then it has waited and its last chance may
+// still come.
 func (a *Admission) turnAfterProbe(k *admKey, n int, joining bool) time.Duration {
 	pt := a.probeTime()
 	turn := k.rtt

@@ -992,35 +992,35 @@ func behindProbe(t *testing.T, a *outlast.Admission, bound time.Duration) (waite
 // delay to be sent at its bound, behind the others, into an upstream
 // that its fellow processes fill. With room under the limit it waits.
 func TestAdmissionProbeTimeTurn(t *testing.T) {
-	// Its bound is 6 s after the not-before time, as "long"'s is, but
-	// "long" is between it and the front: its turn is counted at
-	// ProbeTime's 5 s and a round trip (half ProbeTime, none being
-	// known) over MaxLimit.
-	t.Run("at a limit of 1", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			waited, err := behindProbe(t, &outlast.Admission{MaxLimit: 1}, 6*time.Second) // 5 s + 2.5 s (and a 1 s hold): after its bound
-			if !errors.Is(err, outlast.ErrUpstreamDown) || !strings.Contains(err.Error(), "its turn") || waited != 0 {
-				t.Errorf("one waiter between it and the front at a limit of 1: %v after %v, want ErrUpstreamDown naming its turn, at once", err, waited)
-			}
+	// At a limit of 1, "long" is between it and the front: its turn is
+	// counted at ProbeTime's 5 s and a round trip (half ProbeTime, none
+	// being known) over MaxLimit; as it joins, a 429 holding the key for
+	// the first probe wait (1 s) is counted too, since other clients may
+	// fill the upstream at any turn. A bound of 6 s, "long"'s own, comes
+	// before the end of the round trip alone; one of 8 s comes after it,
+	// where the round trip alone would have let the waiter wait (and,
+	// with nothing else filling the upstream, succeed), but before the
+	// hold's end.
+	for _, c := range []struct {
+		name  string
+		bound time.Duration
+	}{
+		{"at a limit of 1", 6 * time.Second},               // 5 s + 2.5 s, and the hold
+		{"at a limit of 1, a 429's hold", 8 * time.Second}, // 5 s + 2.5 s + 1 s
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				waited, err := behindProbe(t, &outlast.Admission{MaxLimit: 1}, c.bound)
+				if !errors.Is(err, outlast.ErrUpstreamDown) || !strings.Contains(err.Error(), "its turn") || waited != 0 {
+					t.Errorf("one waiter between it and the front at a limit of 1, bound %v after the not-before time: %v after %v, want ErrUpstreamDown naming its turn, at once", c.bound, err, waited)
+				}
+			})
 		})
-	})
+	}
 	t.Run("at a limit of 4", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			if _, err := behindProbe(t, &outlast.Admission{MaxLimit: 4}, 6*time.Second); err != nil { // 5 s + 625 ms: before its bound
 				t.Errorf("one waiter between it and the front at a limit of 4: %v, want it to wait and succeed", err)
-			}
-		})
-	})
-	// At a limit of 1 a 429 holds the key for the first probe wait, and
-	// other clients may fill the upstream at any turn: each turn counts
-	// that wait too. Here the turn is 5 s + 2.5 s + 1 s, after a bound
-	// of 8 s that the round trip alone would have let it wait for (and,
-	// with nothing else filling the upstream, succeed).
-	t.Run("at a limit of 1, a 429's hold", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			waited, err := behindProbe(t, &outlast.Admission{MaxLimit: 1}, 8*time.Second)
-			if !errors.Is(err, outlast.ErrUpstreamDown) || !strings.Contains(err.Error(), "its turn") || waited != 0 {
-				t.Errorf("one waiter between it and the front at a limit of 1, bound 8 s after the not-before time: %v after %v, want ErrUpstreamDown naming its turn, at once", err, waited)
 			}
 		})
 	})
