@@ -871,12 +871,14 @@ func (t *admToken) release() (troubled bool) {
 // request's retry to its own waits. held reports whether the delay, or
 // pause, became the key's not-before time (a delay counts only on a 429,
 // 503 or 529), which then holds the retry as long as the server asked.
-func (a *Admission) report(key string, ceiling int, tok *admToken, class Class, status int, delay, pause time.Duration, err error) (spaces, held bool) {
+// troubled reports whether the key is left not healthy: a request whose
+// attempt went while it was healthy then follows the key's recovery too.
+func (a *Admission) report(key string, ceiling int, tok *admToken, class Class, status int, delay, pause time.Duration, err error) (spaces, held, troubled bool) {
 	if tok == nil && class == ClassNone && pause == 0 && a.troubled.Load() == 0 {
-		return false, false // the success path: nothing is troubled
+		return false, false, false // the success path: nothing is troubled
 	}
 	if class == ClassCanceled || class == ClassBusy || class == ClassDown {
-		return false, false // says nothing of the upstream
+		return false, false, false // says nothing of the upstream
 	}
 	now := time.Now()
 	var changes []transition
@@ -891,7 +893,7 @@ func (a *Admission) report(key string, ceiling int, tok *admToken, class Class, 
 	if k == nil {
 		if !outage && !paced {
 			a.mu.Unlock()
-			return false, false
+			return false, false, false
 		}
 		k = a.troubledKey(key)
 	}
@@ -1008,6 +1010,7 @@ func (a *Admission) report(key string, ceiling int, tok *admToken, class Class, 
 	}
 	a.grantQueued(k, now, &changes)
 	spaces = outage || paced || class == ClassRateLimited
+	troubled = k.state != Healthy
 	var fleetDone func(FleetState)
 	var told FleetState
 	if probe && tok.fleetDone != nil {
@@ -1023,7 +1026,7 @@ func (a *Admission) report(key string, ceiling int, tok *admToken, class Class, 
 		fleetDone(told)
 	}
 	a.notify(changes)
-	return spaces, paced
+	return spaces, paced, troubled
 }
 
 // latest returns the latest of times.

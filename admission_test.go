@@ -1380,3 +1380,64 @@ func goAndWait(t *testing.T, wg *sync.WaitGroup, tr http.RoundTripper, id string
 	})
 	synctest.Wait()
 }
+
+// phasedRT answers by the time since its start: each phase's status and
+// headers until the phase ends, and 200 after the last. It records when
+// each attempt came.
+type phasedRT struct {
+	start  time.Time
+	phases []outagePhase
+
+	mu   sync.Mutex // guards sent
+	sent []time.Time
+}
+
+type outagePhase struct {
+	until  time.Duration
+	status int
+	header map[string]string
+}
+
+func (p *phasedRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	now := time.Now()
+	p.mu.Lock()
+	p.sent = append(p.sent, now)
+	p.mu.Unlock()
+	status, h := http.StatusOK, http.Header{}
+	for _, ph := range p.phases {
+		if now.Sub(p.start) < ph.until {
+			status = ph.status
+			for k, v := range ph.header {
+				h.Set(k, v)
+			}
+			break
+		}
+	}
+	return &http.Response{StatusCode: status, Header: h, Body: http.NoBody, Request: r}, nil
+}
+
+// A lone request whose own failures mark its key down follows the key's
+// recovery, its probes and the server's not-before time, not its own
+// long waits, even though its attempts went while the key was healthy:
+// through 13 s of 502s and 5 s of 429s with Retry-After: 5, it is
+// answered soon after the outage's end, where its own waits of 15 s and
+// 45 s would send it at 60 s.
+func TestAdmissionLoneRequestFollowsRecovery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &phasedRT{start: time.Now(), phases: []outagePhase{
+			{until: 13 * time.Second, status: 502},
+			{until: 18 * time.Second, status: 429, header: map[string]string{"Retry-After": "5"}},
+		}}
+		tr := &outlast.Transport{Base: f, Admission: &outlast.Admission{}, Logger: discardLogger(),
+			Policy: &outlast.Policy{Waits: []time.Duration{15 * time.Second, 45 * time.Second, 120 * time.Second, 240 * time.Second}, Reserve: 28 * time.Second}}
+		start := time.Now()
+		if err := sendBy(t, tr, "lone", start.Add(115*time.Second)); err != nil {
+			t.Fatalf("%v, want the answer after the outage", err)
+		}
+		// The probe after the not-before time (18 s to 18.5 s), or at
+		// worst the next on the probe schedule: within 10 s of the end.
+		if took := time.Since(start); took > 28*time.Second {
+			t.Errorf("answered after %v, want within 10s of the outage's end at 18s", took)
+		}
+	})
+}

@@ -25,6 +25,10 @@ type step struct {
 	bodyErr error
 	// stall makes the body block until the request's context ends.
 	stall bool
+	// bodyDelay holds the body's first byte back this long after the
+	// headers, as a stream whose first event comes when generation
+	// starts.
+	bodyDelay time.Duration
 }
 
 var errRefused = &netOpError{syscall.ECONNREFUSED}
@@ -91,6 +95,9 @@ func (f *fakeRT) response(r *http.Request, s step) *http.Response {
 		h.Set(k, v)
 	}
 	var rc io.Reader = strings.NewReader(s.body)
+	if s.bodyDelay > 0 {
+		rc = io.MultiReader(&delayReader{ctx: r.Context(), d: s.bodyDelay}, rc)
+	}
 	switch {
 	case s.stall:
 		rc = io.MultiReader(rc, &stallReader{ctx: r.Context()})
@@ -144,6 +151,29 @@ type stallReader struct{ ctx context.Context }
 func (s *stallReader) Read([]byte) (int, error) {
 	<-s.ctx.Done()
 	return 0, s.ctx.Err()
+}
+
+// delayReader reads nothing and ends after d, or fails when ctx ends
+// first: a pause before the body's first byte.
+type delayReader struct {
+	ctx  context.Context
+	d    time.Duration
+	done bool
+}
+
+func (r *delayReader) Read([]byte) (int, error) {
+	if r.done {
+		return 0, io.EOF
+	}
+	t := time.NewTimer(r.d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		r.done = true
+		return 0, io.EOF
+	case <-r.ctx.Done():
+		return 0, r.ctx.Err()
+	}
 }
 
 // recorder collects the attempts reported to hooks.

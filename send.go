@@ -12,35 +12,45 @@ import (
 )
 
 // send makes one round trip with r. With FirstByteTimeout it also waits
-// for the first body byte of a response that is not a failure. The gate,
-// if held (release != nil), passes to the returned response's body, and is
+// for the first body byte of a response that is not a failure, and with
+// ResponseHeaderTimeout it bounds the wait for the headers. The gate, if
+// held (release != nil), passes to the returned response's body, and is
 // given back at once when there is no response.
 func (c *call) send(r *http.Request, release func()) (*http.Response, error) {
-	if c.t.FirstByteTimeout <= 0 {
+	headers, first := c.t.ResponseHeaderTimeout, c.t.FirstByteTimeout
+	if first <= 0 && headers <= 0 {
 		resp, err := c.t.base().RoundTrip(r)
 		return wrapBody(resp, err, release, nil)
 	}
+	if headers <= 0 || (first > 0 && headers >= first) {
+		headers = first // the first byte's bound comes first
+	}
 	parent := r.Context()
 	ctx, cancel := context.WithCancelCause(parent)
-	timer := time.AfterFunc(c.t.FirstByteTimeout, func() { cancel(ErrStalled) })
+	sent := time.Now()
+	timer := time.AfterFunc(headers, func() { cancel(ErrStalled) })
 	resp, err := c.t.base().RoundTrip(r.WithContext(ctx))
 	if err != nil {
 		timer.Stop()
 		return wrapBody(nil, stallCause(ctx, parent, err), release, cancel)
 	}
-	if resp.StatusCode == http.StatusSwitchingProtocols && timer.Stop() {
+	if !timer.Stop() {
+		// The headers came as the timer fired: ctx is or will be
+		// cancelled, and the body with it.
+		resp.Body.Close()
+		return wrapBody(nil, stallCause(ctx, parent, ErrStalled), release, cancel)
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// An upgraded connection has no first byte to wait for, and its
 		// body must stay the io.ReadWriteCloser it is; its context lives
 		// as long as the connection.
 		return wrapBody(resp, nil, release, nil)
 	}
-	if isFailure(resp.StatusCode) {
-		if !timer.Stop() {
-			resp.Body.Close()
-			return wrapBody(nil, stallCause(ctx, parent, ErrStalled), release, cancel)
-		}
+	if isFailure(resp.StatusCode) || first <= 0 {
 		return wrapBody(resp, nil, release, cancel)
 	}
+	// The first byte's bound runs from the send, not from the headers.
+	timer.Reset(max(first-time.Since(sent), 0))
 	return firstByte(resp, timer, ctx, parent, release, cancel)
 }
 

@@ -126,6 +126,18 @@ type Transport struct {
 	// headers.
 	FirstByteTimeout time.Duration
 
+	// ResponseHeaderTimeout, if positive, bounds the time from sending an
+	// attempt to its response headers, as http.Transport's field of the
+	// same name does, but as a retryable failure: an attempt that gets no
+	// headers in time fails with ErrStalled. It is for event streams,
+	// whose servers send their headers at once and their first event when
+	// generation starts, so that a silent server is given up on long
+	// before a model that thinks before its first token would be; a
+	// non-stream answer's headers come with its body. Past the headers,
+	// FirstByteTimeout, if longer, still bounds the first byte. Zero means
+	// no bound of its own.
+	ResponseHeaderTimeout time.Duration
+
 	// MaxBufferedBody is the largest request body without GetBody that is
 	// buffered for replay. Zero means DefaultMaxBufferedBody (32 MiB); a
 	// negative value means never buffer, so such requests are not retried.
@@ -360,18 +372,21 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 	if tok == nil && res.fail == nil && pause == 0 && a.troubled.Load() == 0 {
 		return
 	}
-	spaces, held := a.report(c.t.admissionKey(r), c.t.gateCapacity(), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
-	if tok == nil {
-		return
-	}
-	if res.fail == nil && res.resp.StatusCode != http.StatusSwitchingProtocols {
+	spaces, held, troubled := a.report(c.t.admissionKey(r), c.t.gateCapacity(), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
+	if tok != nil && res.fail == nil && res.resp.StatusCode != http.StatusSwitchingProtocols {
 		res.resp.Body = &admBody{ReadCloser: res.resp.Body, tok: tok}
 		return
 	}
-	// The release may leave the key healthy, with nothing left to space
-	// the retry: then the policy's wait does.
-	troubled := tok.release()
-	res.spaced = spaces && troubled
+	if tok != nil {
+		// The release may leave the key healthy, with nothing left to
+		// space the retry: then the policy's wait does.
+		troubled = tok.release()
+	}
+	// A failure that left the key troubled is spaced by the key, even
+	// for an attempt that went while it was healthy: a lone request
+	// whose own failures marked the key down follows its probes, or a
+	// server's not-before time, rather than its own longer wait.
+	res.spaced = res.fail != nil && spaces && troubled
 	res.held = held && res.spaced
 }
 

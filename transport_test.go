@@ -250,6 +250,68 @@ func TestTransportFirstByte(t *testing.T) {
 	}
 }
 
+// ResponseHeaderTimeout gives up on a silent server sooner than
+// FirstByteTimeout would, and leaves a server that sent its headers to
+// think before its first event.
+func TestTransportResponseHeaderTimeout(t *testing.T) {
+	sse := map[string]string{"Content-Type": "text/event-stream"}
+	event := "data: {}\n\n"
+	cases := []struct {
+		name            string
+		headers, first  time.Duration // the Transport's bounds
+		step            step          // the first attempt's answer
+		wantErr         error         // the first attempt's, if it failed
+		wantFailedAfter time.Duration // when it failed
+	}{
+		// No headers in time: given up on at the header bound.
+		{"silent", 2 * time.Second, time.Minute, step{delay: time.Hour}, outlast.ErrStalled, 2 * time.Second},
+		// Headers at once and the first event late, within the first
+		// byte's bound: a model thinking, not a failure.
+		{"thinking", 2 * time.Second, time.Minute, step{header: sse, body: event, bodyDelay: 20 * time.Second}, nil, 0},
+		// Headers at once and no event ever: the first byte's bound,
+		// counted from the send, still ends it.
+		{"silent after headers", 2 * time.Second, 10 * time.Second, step{header: sse, stall: true, delay: time.Second}, outlast.ErrStalled, 10 * time.Second},
+		// The header bound alone, without a first byte's: a stream
+		// that sent its headers is committed at once.
+		{"headers only", 2 * time.Second, 0, step{header: sse, body: event, bodyDelay: time.Hour}, nil, 0},
+		// A header bound longer than the first byte's is the first
+		// byte's.
+		{"longer than first byte", time.Minute, 3 * time.Second, step{delay: time.Hour}, outlast.ErrStalled, 3 * time.Second},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake(c.step, step{header: sse, body: event})
+				var rec recorder
+				tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: ms(10)}, Hooks: rec.hooks(), Logger: discardLogger(),
+					ResponseHeaderTimeout: c.headers, FirstByteTimeout: c.first}
+				req, _ := http.NewRequest(http.MethodPost, "http://model.test/v1/chat/completions", nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatalf("got %v, want a response", err)
+				}
+				resp.Body.Close()
+				wantAttempts := 1
+				if c.wantErr != nil {
+					wantAttempts = 2
+				}
+				if n := len(fake.attempts()); n != wantAttempts {
+					t.Fatalf("got %d attempts, want %d", n, wantAttempts)
+				}
+				first := rec.ends[0]
+				if !errors.Is(first.Err, c.wantErr) || (c.wantErr == nil && first.Err != nil) {
+					t.Fatalf("first attempt's error %v, want %v", first.Err, c.wantErr)
+				}
+				if c.wantErr != nil {
+					if got := first.End.Sub(first.Start); got != c.wantFailedAfter {
+						t.Errorf("failed after %v, want %v", got, c.wantFailedAfter)
+					}
+				}
+			})
+		})
+	}
+}
+
 // A stalled first byte is judged at FirstByteTimeout after the attempt was
 // sent, not later.
 func TestTransportStallTimedFromSend(t *testing.T) {
