@@ -873,7 +873,8 @@ func (t *admToken) release() (troubled bool) {
 // 503 or 529), which then holds the retry as long as the server asked.
 // troubled reports whether the key is left not healthy: a request whose
 // attempt went while it was healthy then follows the key's recovery too.
-func (a *Admission) report(key string, ceiling int, tok *admToken, class Class, status int, delay, pause time.Duration, err error) (spaces, held, troubled bool) {
+func (a *Admission) report(key string, ceiling int, tok *admToken, o outcome) (spaces, held, troubled bool) {
+	class, status, delay, pause, err := o.class, o.status, o.delay, o.pause, o.err
 	if tok == nil && class == ClassNone && pause == 0 && a.troubled.Load() == 0 {
 		return false, false, false // the success path: nothing is troubled
 	}
@@ -902,7 +903,15 @@ func (a *Admission) report(key string, ceiling int, tok *admToken, class Class, 
 	}
 	if paced {
 		// Jittered upward, never earlier.
-		k.pause(now.Add(delay + time.Duration(rand.Int64N(int64(a.delaySpread(delay))+1))))
+		until := now.Add(delay + time.Duration(rand.Int64N(int64(a.delaySpread(delay))+1)))
+		if o.limit > 0 {
+			// The spread never takes a delay past the Transport's
+			// bound: the key is probed within it.
+			if bound := now.Add(o.limit); until.After(bound) {
+				until = bound
+			}
+		}
+		k.pause(until)
 	}
 	probe := tok != nil && tok == k.probe && k.state == Probing
 	first := len(changes)
@@ -1027,6 +1036,16 @@ func (a *Admission) report(key string, ceiling int, tok *admToken, class Class, 
 	}
 	a.notify(changes)
 	return spaces, paced, troubled
+}
+
+// outcome is what an attempt's result tells an Admission.
+type outcome struct {
+	class  Class
+	status int
+	delay  time.Duration // the delay its server asked for on a failed status, if any
+	pause  time.Duration // until the rate limit the response reports spent lets a request through
+	limit  time.Duration // the Transport's MaxRetryAfter, which delay and pause are within; 0 for none
+	err    error
 }
 
 // latest returns the latest of times.

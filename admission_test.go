@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"slices"
@@ -1440,4 +1441,56 @@ func TestAdmissionLoneRequestFollowsRecovery(t *testing.T) {
 			t.Errorf("answered after %v, want within 10s of the outage's end at 18s", took)
 		}
 	})
+}
+
+// One 429 with a Retry-After of years does not hold the key for years:
+// the delay is cut to MaxRetryAfter, the attempt's record and the log
+// say so, and the key is probed within the bound. A request without a
+// deadline, which would otherwise wait for the not-before time, is
+// answered by then.
+func TestAdmissionServerDelayCut(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		limit time.Duration // the Transport's MaxRetryAfter
+		want  time.Duration // the bound in force
+	}{
+		// The default bound, 5 minutes.
+		{"default", 0, outlast.DefaultMaxRetryAfter},
+		// An operator's own.
+		{"set", 30 * time.Second, 30 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFake(step{status: 429, header: map[string]string{"Retry-After": "99999999999"}}, step{})
+				var rec recorder
+				var log strings.Builder
+				tr := &outlast.Transport{Base: f, Admission: &outlast.Admission{}, MaxRetryAfter: c.limit, Hooks: rec.hooks(),
+					Logger: slog.New(slog.NewTextHandler(&log, nil)), Policy: &outlast.Policy{Waits: ms(100), Reserve: time.Minute}}
+				start := time.Now()
+				var wg sync.WaitGroup
+				wg.Go(func() {
+					// A request with no deadline, arriving while the key
+					// is held.
+					time.Sleep(time.Second)
+					if err := send1(t.Context(), tr, "later"); err != nil {
+						t.Errorf("later: %v", err)
+					}
+				})
+				if err := sendBy(t, tr, "first", start.Add(9*time.Minute)); err != nil {
+					t.Errorf("first: %v, want the answer after the cut delay", err)
+				}
+				wg.Wait()
+				at := f.attempts()
+				if len(at) < 2 || at[1].at.Sub(start) != c.want {
+					t.Errorf("attempts %v, want the probe %v after the 429", at, c.want)
+				}
+				if e := rec.ends[0]; !e.RetryAfterCut || e.RetryAfter != c.want {
+					t.Errorf("the 429's record: RetryAfter %v, cut %v; want %v, cut", e.RetryAfter, e.RetryAfterCut, c.want)
+				}
+				if !strings.Contains(log.String(), "the server's delay was cut") {
+					t.Errorf("log %q, want a line saying the delay was cut", log.String())
+				}
+			})
+		})
+	}
 }

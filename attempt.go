@@ -47,8 +47,12 @@ type Attempt struct {
 	// ClassNone for the result that was returned. Observers show this
 	// rather than judging Err again.
 	Class Class
-	// RetryAfter is the delay the server asked for, if any.
+	// RetryAfter is the delay the server asked for, if any, as it was
+	// used: cut to the Transport's MaxRetryAfter when longer.
 	RetryAfter time.Duration
+	// RetryAfterCut reports that the server asked for a longer delay than
+	// the Transport's MaxRetryAfter, and RetryAfter is that bound.
+	RetryAfterCut bool
 	// RetryIn is the wait before the next attempt, when one follows. The
 	// last attempt has none.
 	RetryIn time.Duration

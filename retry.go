@@ -119,7 +119,9 @@ func doOnce(ctx context.Context, n int, hooks callHooks, attempt func(context.Co
 	return wait, retry, err
 }
 
-// errDelay returns the server's delay that err carries, if any.
+// errDelay returns the server's delay that err carries, if any: its
+// RetryAfter as given, or read from its Header, cut to
+// DefaultMaxRetryAfter as a Transport cuts it.
 func errDelay(err error) (time.Duration, bool) {
 	var se *StatusError
 	if !errors.As(err, &se) {
@@ -128,7 +130,8 @@ func errDelay(err error) (time.Duration, bool) {
 	if se.RetryAfter > 0 {
 		return se.RetryAfter, true
 	}
-	return RetryAfter(se.Header, time.Now())
+	d, ok := RetryAfter(se.Header, time.Now())
+	return min(d, DefaultMaxRetryAfter), ok
 }
 
 // schedule decides, failure by failure, whether a request is tried again.

@@ -9,6 +9,11 @@ import (
 	"time"
 )
 
+// DefaultMaxRetryAfter is the longest server's delay a [Transport] takes
+// as asked, when Transport.MaxRetryAfter is zero: a longer one, such as a
+// broken or hostile server's Retry-After of years, is taken as this.
+const DefaultMaxRetryAfter = 5 * time.Minute
+
 // maxDelay bounds a parsed delay so that adding it to a time cannot
 // overflow; no server means a delay of a century.
 const maxDelay = 100 * 365 * 24 * time.Hour

@@ -138,6 +138,16 @@ type Transport struct {
 	// no bound of its own.
 	ResponseHeaderTimeout time.Duration
 
+	// MaxRetryAfter bounds a server's delay (Retry-After, retry-after-ms,
+	// or a spent rate limit's reset) as the Transport reads it: a longer
+	// one is taken as this bound, for the policy's wait and for the
+	// Admission's not-before time, after which the key is probed as
+	// usual. The attempt's record says so (Attempt.RetryAfterCut), and a
+	// warning is logged. One answer from a broken or hostile server must
+	// not hold a key for years. Zero means DefaultMaxRetryAfter (5 min); a
+	// negative value means no bound.
+	MaxRetryAfter time.Duration
+
 	// MaxBufferedBody is the largest request body without GetBody that is
 	// buffered for replay. Zero means DefaultMaxBufferedBody (32 MiB); a
 	// negative value means never buffer, so such requests are not retried.
@@ -286,6 +296,7 @@ func (c *call) attempt() (result, error) {
 	case isFailure(resp.StatusCode):
 		res.resp = resp
 		d, _ := RetryAfter(resp.Header, res.at.End)
+		d, res.at.RetryAfterCut = c.capDelay(r, d)
 		res.fail = &StatusError{StatusCode: resp.StatusCode, Header: resp.Header, RetryAfter: d}
 		res.at.Status, res.at.RetryAfter = resp.StatusCode, d
 	default:
@@ -367,12 +378,17 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 	}
 	var pause time.Duration
 	if res.resp != nil {
-		pause = rateLimitPause(res.resp.Header)
+		if pause = rateLimitPause(res.resp.Header); pause > 0 {
+			var cut bool
+			pause, cut = c.capDelay(r, pause)
+			res.at.RetryAfterCut = res.at.RetryAfterCut || cut
+		}
 	}
 	if tok == nil && res.fail == nil && pause == 0 && a.troubled.Load() == 0 {
 		return
 	}
-	spaces, held, troubled := a.report(c.t.admissionKey(r), c.t.gateCapacity(), tok, res.at.Class, res.at.Status, res.at.RetryAfter, pause, res.fail)
+	o := outcome{class: res.at.Class, status: res.at.Status, delay: res.at.RetryAfter, pause: pause, limit: c.t.maxRetryAfter(), err: res.fail}
+	spaces, held, troubled := a.report(c.t.admissionKey(r), c.t.gateCapacity(), tok, o)
 	if tok != nil && res.fail == nil && res.resp.StatusCode != http.StatusSwitchingProtocols {
 		res.resp.Body = &admBody{ReadCloser: res.resp.Body, tok: tok}
 		return
@@ -629,6 +645,31 @@ func (t *Transport) policy(ctx context.Context) *Policy {
 		return p
 	}
 	return t.Policy
+}
+
+// capDelay returns d, a server's delay for r, cut to MaxRetryAfter, and
+// whether it was cut, which it logs.
+func (c *call) capDelay(r *http.Request, d time.Duration) (time.Duration, bool) {
+	limit := c.t.maxRetryAfter()
+	if limit == 0 || d <= limit {
+		return d, false
+	}
+	if l := c.t.logger(); l.Enabled(c.ctx, slog.LevelWarn) {
+		l.LogAttrs(c.ctx, slog.LevelWarn, "outlast: the server's delay was cut",
+			slog.String("key", c.t.admissionKey(r)), slog.Duration("asked", d), slog.Duration("cut_to", limit))
+	}
+	return limit, true
+}
+
+// maxRetryAfter returns MaxRetryAfter in force, or 0 for no bound.
+func (t *Transport) maxRetryAfter() time.Duration {
+	switch {
+	case t.MaxRetryAfter == 0:
+		return DefaultMaxRetryAfter
+	case t.MaxRetryAfter < 0:
+		return 0
+	}
+	return t.MaxRetryAfter
 }
 
 // withLast wraps err, why a retry cannot go, with the last attempt's
