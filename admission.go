@@ -478,6 +478,13 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 		}
 		return tok, 0, nil
 	}
+	if (k.state == Down || k.state == Probing) && mayLeave(ctx) {
+		// A request with a fallback to go to does not wait for a down
+		// upstream: it was its probe if one was due, and moves on now.
+		last := k.last
+		a.mu.Unlock()
+		return nil, 0, downError(key, "it is down, and the request has a fallback to go to", last)
+	}
 	if len(k.q) >= a.maxQueue() {
 		a.mu.Unlock()
 		return nil, 0, fmt.Errorf("outlast: admission %q: %w", key, ErrBusy)

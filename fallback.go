@@ -1,9 +1,13 @@
 package outlast
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -23,21 +27,34 @@ const (
 	// FallbackBusy: the upstream's queue (its gate's, or its
 	// Admission's) was full.
 	FallbackBusy FallbackReason = "busy"
+	// FallbackContextLength: the upstream answered 400 that the
+	// request is longer than its model's context (see Fallback).
+	FallbackContextLength FallbackReason = "context-length"
 )
 
-// A Preference says when a [Fallback] leaves a down upstream.
+// A Preference says when a [Fallback] leaves an upstream that fails.
 type Preference uint8
 
 const (
-	// PreferPrimary, the default, waits for an upstream that is down
-	// while its next chance to send still fits the request's deadline
-	// less its reserve, as its Admission decides, and moves on only when
-	// it does not: the fallback serves what the primary cannot in time.
-	PreferPrimary Preference = iota
-	// PreferAvailable moves on at once from an upstream whose Admission
-	// holds it down, without waiting for its next chance.
-	PreferAvailable
+	// PreferAvailable, the default, moves on from an upstream as soon as
+	// its Admission holds it down, unless the request can be its probe,
+	// and after DefaultFallbackAttempts failed attempts of the request's
+	// own there (Fallback.MaxAttempts): the next upstream is there to
+	// serve now what this one cannot.
+	PreferAvailable Preference = iota
+	// PreferPrimary waits for an upstream that is down while its next
+	// chance to send still fits the request's deadline less its reserve,
+	// as its Admission decides, and retries there as its policy allows:
+	// the request moves on only when the upstream cannot serve it in
+	// time, so that a costlier fallback serves as little as it can.
+	PreferPrimary
 )
+
+// DefaultFallbackAttempts is how many failed attempts a request makes at
+// an upstream before it moves on, with PreferAvailable, when
+// Fallback.MaxAttempts is zero: as many failures as mark an Admission's
+// key down (DefaultDownAfter).
+const DefaultFallbackAttempts = DefaultDownAfter
 
 // Fallback is an http.RoundTripper that sends each request to Upstreams[0]
 // and, when that upstream cannot serve it in time, to the next, in order.
@@ -50,15 +67,29 @@ const (
 // A request moves on only before the commit point, and only for a
 // failure that another upstream might not have:
 //
-//   - the upstream is down and its next chance comes after the request's
-//     deadline less its reserve ([ErrUpstreamDown]): [FallbackDown];
+//   - the upstream is down ([ErrUpstreamDown]): [FallbackDown]. With
+//     PreferAvailable, the default, a request never waits at a down
+//     upstream that it may leave: it is the upstream's probe if one is
+//     due and nobody waits ahead of it, and otherwise moves on at once,
+//     so that the upstream is still probed on its schedule and takes
+//     requests again once a probe is answered. With PreferPrimary, it
+//     moves when the upstream's next chance comes after its deadline
+//     less its reserve;
 //   - its attempts ended in retryable failures and its policy had no retry
-//     left (a retryable status or error): [FallbackSpent];
-//   - its queue was full ([ErrBusy]): [FallbackBusy].
+//     left (a retryable status or error): [FallbackSpent]. With
+//     PreferAvailable, each upstream but the last gets at most
+//     MaxAttempts attempts of the request;
+//   - its queue was full ([ErrBusy]): [FallbackBusy];
+//   - it answered 400 because the request is longer than its model's
+//     context, as OpenAI (code "context_length_exceeded"), Anthropic
+//     (invalid_request_error "prompt is too long"), llama.cpp
+//     (exceed_context_size_error) and vLLM ("maximum context length")
+//     say it: [FallbackContextLength]. A fallback with a longer context
+//     may serve it.
 //
-// A failure that is not retryable, such as a 400 or a 401, is returned as
-// it is, and so is a response that was returned to be read: a stream that
-// has sent its first byte never moves. A request that waited in an
+// Any other failure that is not retryable, such as another 400 or a 401,
+// is returned as it is, and so is a response that was returned to be
+// read: a stream that has sent its first byte never moves. A request that waited in an
 // upstream's queue and was then sent away may still move on, if the next
 // upstream has time left for an attempt: the wait cost the upstream
 // nothing, and the next one is the request's best chance. A request sent
@@ -85,9 +116,15 @@ type Fallback struct {
 	// request with it.
 	Rewrite func(r *http.Request, i int) (*http.Request, error)
 
-	// Prefer says when a down upstream is left. The zero value is
-	// PreferPrimary.
+	// Prefer says when a failing upstream is left. The zero value is
+	// PreferAvailable.
 	Prefer Preference
+
+	// MaxAttempts, with PreferAvailable, caps a request's attempts at
+	// each upstream but the last, below its policy's own MaxAttempts, so
+	// that it moves on after that many retryable failures. Zero means
+	// DefaultFallbackAttempts (3).
+	MaxAttempts int
 
 	// OnFallback, if not nil, is told of each move, from Upstreams[from]
 	// to Upstreams[to], with its reason and the failure it moved on
@@ -111,12 +148,6 @@ func (f *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 				return nil, err
 			}
 		}
-		if i+1 < len(f.Upstreams) && f.Prefer == PreferAvailable && t.isDown(r) {
-			closeBody(r)
-			resp, err = nil, downError(t.admissionKey(r), "it is down, and the request prefers an upstream that is up", nil)
-			f.moved(req, i, FallbackDown, err)
-			continue
-		}
 		if i+1 < len(f.Upstreams) {
 			r = f.leaveRoom(r, t, f.Upstreams[i+1])
 		}
@@ -125,6 +156,9 @@ func (f *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 			break
 		}
 		reason, ok := fallbackReason(resp, err)
+		if !ok && resp != nil && resp.StatusCode == http.StatusBadRequest && contextTooLong(resp) {
+			reason, ok = FallbackContextLength, true
+		}
 		if !ok || req.GetBody == nil || !f.fits(req.Context(), f.Upstreams[i+1]) {
 			break
 		}
@@ -161,19 +195,92 @@ func (f *Fallback) request(req *http.Request, i int) (*http.Request, error) {
 	return f.Rewrite(r, i)
 }
 
-// leaveRoom returns r for t with t's policy's reserve raised by next's,
-// so that t's retries and waits stop where next still has the time for
-// an attempt. r's context, and so its deadline, is left as it is: a
-// response that t returns is read to its end under it.
+// leaveRoom returns r for t, an upstream with next after it, such that
+// the request leaves t in time for next: t's policy's reserve is raised by
+// next's, so that t's retries and waits stop where next still has the
+// time for an attempt, and with PreferAvailable, its attempts are capped
+// at MaxAttempts and it never waits at t while t is down. r's context,
+// and so its deadline, is left as it is: a response that t returns is
+// read to its end under it.
 func (f *Fallback) leaveRoom(r *http.Request, t, next *Transport) *http.Request {
 	ctx := r.Context()
+	if f.Prefer == PreferAvailable {
+		ctx = context.WithValue(ctx, leaveKey{}, true)
+	}
 	p, np := t.policy(ctx), next.policy(ctx)
-	if p == nil || np == nil || np.reserve() == 0 {
-		return r
+	if p == nil {
+		return r.WithContext(ctx)
 	}
 	q := *p
-	q.Reserve = p.reserve() + np.reserve()
+	if np != nil {
+		q.Reserve = p.reserve() + np.reserve()
+	}
+	if f.Prefer == PreferAvailable {
+		n := cmpOr(f.MaxAttempts, DefaultFallbackAttempts)
+		if q.MaxAttempts == 0 || q.MaxAttempts > n {
+			q.MaxAttempts = n
+		}
+	}
 	return r.WithContext(WithPolicy(ctx, &q))
+}
+
+// leaveKey marks the context of a request that may leave its upstream
+// for a fallback: an Admission never queues it while the upstream is
+// down (see Fallback).
+type leaveKey struct{}
+
+// mayLeave reports whether ctx's request may leave a down upstream for a
+// fallback rather than wait for it.
+func mayLeave(ctx context.Context) bool {
+	v, _ := ctx.Value(leaveKey{}).(bool)
+	return v
+}
+
+// maxErrorBody bounds what is read of a 400's body to judge it.
+const maxErrorBody = 64 << 10
+
+// contextTooLong reports whether resp, a 400, says that the request is
+// longer than the model's context. It reads up to maxErrorBody of the
+// body and puts back what it read, so that the caller gets the body
+// whole when the request does not move.
+func contextTooLong(resp *http.Response) bool {
+	head, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	resp.Body = readCloser{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	return err == nil && isContextTooLong(head)
+}
+
+// isContextTooLong reports whether body, an error's JSON, says that the
+// request is longer than the model's context: OpenAI's and Azure's code
+// "context_length_exceeded", Anthropic's invalid_request_error whose
+// message begins "prompt is too long", llama.cpp's
+// exceed_context_size_error, or vLLM's message "This model's maximum
+// context length is …". Anything else, and a body that is not JSON, is
+// not.
+func isContextTooLong(body []byte) bool {
+	type apiError struct {
+		Code    any    `json:"code"` // a string, or llama.cpp's and vLLM's number
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	var e struct {
+		apiError
+		Error *apiError `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return false
+	}
+	for _, x := range []*apiError{e.Error, &e.apiError} {
+		switch {
+		case x == nil:
+		case x.Code == "context_length_exceeded", x.Type == "exceed_context_size_error":
+			return true
+		case x.Type == "invalid_request_error" && strings.HasPrefix(x.Message, "prompt is too long"):
+			return true
+		case strings.Contains(x.Message, "maximum context length is"):
+			return true
+		}
+	}
+	return false
 }
 
 // fallbackSlack is how far past the deadline less the reserve a move may
@@ -215,14 +322,4 @@ func fallbackReason(resp *http.Response, err error) (FallbackReason, bool) {
 		return FallbackSpent, true
 	}
 	return "", false
-}
-
-// isDown reports whether t's Admission holds r's key down now.
-func (t *Transport) isDown(r *http.Request) bool {
-	a := t.Admission
-	if a == nil || a.troubled.Load() == 0 {
-		return false
-	}
-	s := a.State(t.admissionKey(r))
-	return s.State == Down || s.State == Probing
 }

@@ -2,6 +2,7 @@ package outlast_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -89,11 +90,11 @@ func (p *pair) send(t *testing.T, deadline time.Duration) (served string, took t
 	return ups[len(ups)-1], time.Since(start), nil
 }
 
-// The rule, both ways. Preferring the primary (the default), a request
-// whose deadline less reserve cannot outlast the outage moves to the
-// fallback once its next chance at the primary no longer fits, and
-// succeeds there; one whose deadline can outlast it waits for the primary.
-// Preferring what is available, both move at once.
+// The rule, both ways. Preferring the primary, a request whose deadline
+// less reserve cannot outlast the outage moves to the fallback once its
+// next chance at the primary no longer fits, and succeeds there; one
+// whose deadline can outlast it waits for the primary. Preferring what is
+// available (the default), both move at once.
 func TestFallbackRule(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -258,7 +259,7 @@ func TestFallbackAfterWaitingToTheBound(t *testing.T) {
 		policy := &outlast.Policy{Waits: []time.Duration{time.Second}, Reserve: 5 * time.Second}
 		rec := &attemptLog{}
 		pt := &outlast.Transport{Name: "primary", Base: primary, Policy: policy, Admission: &outlast.Admission{}, Hooks: rec.hooks()}
-		f := &outlast.Fallback{Upstreams: []*outlast.Transport{pt, {Name: "fallback", Base: newFake(step{delay: time.Second}), Policy: policy, Hooks: rec.hooks()}}}
+		f := &outlast.Fallback{Prefer: outlast.PreferPrimary, Upstreams: []*outlast.Transport{pt, {Name: "fallback", Base: newFake(step{delay: time.Second}), Policy: policy, Hooks: rec.hooks()}}}
 		for i := range 3 {
 			send1(t.Context(), &outlast.Transport{Base: primary, Admission: pt.Admission}, "mark"+strconv.Itoa(i))
 		}
@@ -282,5 +283,145 @@ func TestFallbackAfterWaitingToTheBound(t *testing.T) {
 			t.Errorf("%d from %v after %v, want 200 from the fallback, after waiting 30 s for the primary (40 s less both 5 s reserves) and 1 s there", resp.StatusCode, ups, took)
 		}
 		stopProbe()
+	})
+}
+
+// Preferring what is available, a request never waits at a down primary:
+// while no probe is due it moves at once, without an attempt there; when
+// one is due it is the probe, and moves only if the probe fails; and once
+// a probe is answered, the primary takes requests again.
+func TestFallbackAvailableProbesOnSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t, outlast.PreferAvailable) // down since now, until 30 s
+		// Marked down at 0: the first probe is due in 1 s to 1.5 s.
+		if served, took, err := p.send(t, time.Minute); err != nil || served != "fallback" || took != time.Second {
+			t.Fatalf("before the probe is due: served by %q after %v (%v), want the fallback after its 1 s", served, took, err)
+		}
+		if n := p.primary.sentBetween(time.Time{}, time.Now().Add(time.Hour)); n != 3 {
+			t.Errorf("the primary saw %d attempts, want the 3 that marked it down", n)
+		}
+		time.Sleep(time.Second) // at 2 s: the first probe is due
+		before := time.Now()
+		if served, _, err := p.send(t, time.Minute); err != nil || served != "fallback" {
+			t.Fatalf("with the probe due: served by %q (%v), want the fallback", served, err)
+		}
+		if n := p.primary.sentBetween(before, time.Now()); n != 1 {
+			t.Errorf("with the probe due, the primary saw %d attempts, want 1: the request was the probe", n)
+		}
+		time.Sleep(time.Until(p.primary.up.Add(5 * time.Second))) // up, and a probe due
+		if served, _, err := p.send(t, time.Minute); err != nil || served != "primary" {
+			t.Fatalf("after the outage: served by %q (%v), want the primary, through the probe", served, err)
+		}
+		if served, _, err := p.send(t, time.Minute); err != nil || served != "primary" {
+			t.Errorf("after the probe: served by %q (%v), want the primary", served, err)
+		}
+	})
+}
+
+// Preferring what is available, a request moves on after MaxAttempts of
+// its own failures at an upstream (3 unless set), even where its key is
+// never marked down, as under a 429 without a delay; preferring the
+// primary, it retries there as its policy allows.
+func TestFallbackAttemptsCap(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		prefer outlast.Preference
+		max    int
+		want   int // attempts at the primary
+	}{
+		{"available, default", outlast.PreferAvailable, 0, 3},
+		{"available, 2", outlast.PreferAvailable, 2, 2},
+		// The policy's own cap, 6, is lower than none.
+		{"primary", outlast.PreferPrimary, 0, 6},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				primary, fallback := newFake(step{status: 429}), newFake(step{})
+				policy := &outlast.Policy{Waits: []time.Duration{time.Second}, MaxAttempts: 6}
+				a := &outlast.Admission{}
+				f := &outlast.Fallback{Prefer: c.prefer, MaxAttempts: c.max, Upstreams: []*outlast.Transport{
+					{Base: primary, Policy: policy, Admission: a}, {Base: fallback, Policy: policy}}}
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://primary.test/", strings.NewReader("{}"))
+				resp, err := f.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if got := len(primary.attempts()); resp.StatusCode != 200 || got != c.want {
+					t.Errorf("%d after %d attempts at the primary, want 200 from the fallback after %d", resp.StatusCode, got, c.want)
+				}
+			})
+		})
+	}
+}
+
+// A 400 that says the request is too long for the model's context moves
+// to the fallback after one attempt, in each API's words; any other 400
+// is the answer, its body whole.
+func TestFallbackContextLength(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		body string
+		move bool
+	}{
+		{"openai", `{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, true},
+		{"anthropic", `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}`, true},
+		{"llama.cpp", `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`, true},
+		{"vllm", `{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}`, true},
+		// Another 400 is the caller's to fix, wherever it goes.
+		{"content policy", `{"error":{"message":"Your request was rejected by our safety system.","type":"invalid_request_error","param":null,"code":"content_policy_violation"}}`, false},
+		{"anthropic, another invalid request", `{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}`, false},
+		{"not json", `prompt is too long`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				primary, fallback := newFake(step{status: 400, body: c.body}), newFake(step{body: "ok"})
+				var reasons []outlast.FallbackReason
+				policy := &outlast.Policy{Waits: []time.Duration{time.Second}}
+				f := &outlast.Fallback{Upstreams: []*outlast.Transport{{Base: primary, Policy: policy}, {Base: fallback, Policy: policy}},
+					OnFallback: func(_ *http.Request, _, _ int, reason outlast.FallbackReason, _ error) {
+						reasons = append(reasons, reason)
+					}}
+				req, _ := http.NewRequest(http.MethodPost, "http://primary.test/", strings.NewReader("{}"))
+				resp, err := f.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if n := len(primary.attempts()); n != 1 {
+					t.Errorf("%d attempts at the primary, want 1", n)
+				}
+				switch {
+				case c.move && (resp.StatusCode != 200 || len(reasons) != 1 || reasons[0] != outlast.FallbackContextLength):
+					t.Errorf("%d, moves %v; want 200 from the fallback after a move for context-length", resp.StatusCode, reasons)
+				case !c.move && (resp.StatusCode != 400 || string(body) != c.body || len(fallback.attempts()) != 0):
+					t.Errorf("%d %q, %d attempts at the fallback; want the primary's 400, its body whole, and none", resp.StatusCode, body, len(fallback.attempts()))
+				}
+			})
+		})
+	}
+}
+
+// FuzzContextTooLong reads arbitrary bodies as a 400's: it never panics,
+// and says "too long" only of JSON.
+func FuzzContextTooLong(f *testing.F) {
+	for _, s := range []string{
+		`{"error":{"code":"context_length_exceeded"}}`,
+		`{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 1 tokens > 0 maximum"}}`,
+		`{"error":{"code":400,"type":"exceed_context_size_error"}}`,
+		`{"message":"This model's maximum context length is 4096 tokens.","code":400}`,
+		`{"error":"context_length_exceeded"}`,
+		`{"error":{"code":["context_length_exceeded"]}}`,
+		`[]`, `null`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if outlast.IsContextTooLong(body) && !json.Valid(body) {
+			t.Errorf("%q: too long, but not JSON", body)
+		}
 	})
 }

@@ -123,10 +123,12 @@ type Upstream struct {
 	Fallbacks []string
 
 	// Prefer says when a request leaves this upstream for its
-	// Fallbacks: outlast.PreferPrimary (the zero value) waits while the
+	// Fallbacks: outlast.PreferAvailable (the zero value) moves on as
+	// soon as its Admission holds it down, unless the request can be its
+	// probe, and after outlast.DefaultFallbackAttempts failed attempts
+	// of the request's own; outlast.PreferPrimary waits while the
 	// upstream's next chance still fits the request's deadline less its
-	// reserve; outlast.PreferAvailable moves on as soon as its
-	// Admission holds it down.
+	// reserve, and retries as the policy allows.
 	Prefer outlast.Preference
 
 	// Models rewrites the body's "model" for this upstream, as when a

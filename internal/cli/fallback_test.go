@@ -45,6 +45,7 @@ upstreams:
     waits: [1s, 2s, 4s]
     reserve: 5s
     fallbacks: [fallback]
+    prefer: primary
   - name: fallback
     prefix: /fallback
     url: %s

@@ -123,8 +123,8 @@ var settings = []setting{
 			t.up.Fallbacks = splitList(s)
 			return nil
 		}},
-	{flag: "prefer", key: "prefer", scope: identity, def: "primary", arg: "WHICH", example: "available",
-		help: "when a request leaves this upstream for its fallbacks: primary, only when waiting for its next chance would not fit the request's deadline less its reserve; or available, as soon as it is down",
+	{flag: "prefer", key: "prefer", scope: identity, def: "available", arg: "WHICH", example: "primary",
+		help: "when a request leaves this upstream for its fallbacks: available, as soon as it is down (unless the request can be its probe) or after 3 failed attempts of its own; or primary, only when waiting for its next chance would not fit the request's deadline less its reserve, so that a costlier fallback serves as little as it can",
 		set: func(t target, s string) error {
 			switch s {
 			case "primary":
