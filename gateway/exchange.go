@@ -38,9 +38,10 @@ type exchange struct {
 	out  *response      // what the caller gets
 	rec  record.Request // what observers are told
 
-	body   []byte     // the caller's body, read whole
-	fields bodyFields // what the gateway read of it
-	moved  string     // the reason of a fallback not yet on an attempt
+	body     []byte      // the caller's body, read whole
+	fields   bodyFields  // what the gateway read of it
+	moved    string      // the reason of a fallback not yet on an attempt
+	deadline untilCommit // the attempts' context with the request's deadline, if it has one
 
 	// shut guards the state that the gateway's shutdown reads, from
 	// Serve's goroutine: the cancel that ends the attempts, and whether
@@ -77,12 +78,12 @@ func (x *exchange) serve() {
 	// out and close the journal.
 	defer x.g.live.remove(x)
 	defer x.done()
-	var err error
-	if x.opts, err = parseOptions(x.r.Header, &x.up.Upstream, x.rec.Start); err != nil {
+	if err := x.opts.parse(x.r.Header, &x.up.Upstream, x.rec.Start); err != nil {
 		x.fail(http.StatusBadRequest, apierr.Invalid, err.Error(), nil)
 		return
 	}
 	x.rec.Run, x.rec.Slot = x.opts.run, x.opts.slot
+	x.rec.Deadline, x.rec.DeadlineSource = x.opts.deadline, x.opts.source
 	body, ok := x.readBody()
 	if !ok {
 		return
@@ -93,6 +94,7 @@ func (x *exchange) serve() {
 	}
 	ctx, cancel := x.context()
 	defer cancel(nil)
+	defer x.deadline.stop()
 	x.hold(cancel)
 	stop := x.startProgress()
 	x.body = body
@@ -102,6 +104,9 @@ func (x *exchange) serve() {
 		x.failed(ctx, err)
 		return
 	}
+	// The response is committed: its first byte came before the
+	// deadline, and the deadline no longer ends it.
+	x.deadline.stop()
 	x.forward(ctx, resp, cancel)
 }
 
@@ -239,17 +244,14 @@ func keptText(s string, max int) string {
 
 // context returns the context of the attempts: the caller's, with the
 // request's deadline, policy, slot and hooks. Its cancel ends the
-// upstream response, for the idle timeout.
+// upstream response, for the idle timeout. The deadline ends the
+// attempts and the waits until x.deadline.stop, at the commit.
 func (x *exchange) context() (context.Context, context.CancelCauseFunc) {
-	ctx := x.r.Context()
-	stopDeadline := context.CancelFunc(func() {})
+	ctx, cancel := context.WithCancelCause(x.r.Context())
 	if !x.opts.deadline.IsZero() {
-		ctx, stopDeadline = context.WithDeadline(ctx, x.opts.deadline)
-	}
-	ctx, cancelCause := context.WithCancelCause(ctx)
-	cancel := func(err error) {
-		cancelCause(err)
-		stopDeadline()
+		x.deadline = untilCommit{Context: ctx, at: x.opts.deadline}
+		x.deadline.timer = time.AfterFunc(time.Until(x.opts.deadline), func() { cancel(context.DeadlineExceeded) })
+		ctx = &x.deadline
 	}
 	if x.opts.policy != x.up.Policy || x.opts.outer {
 		ctx = outlast.WithPolicy(ctx, x.opts.policy)
@@ -265,14 +267,52 @@ func (x *exchange) context() (context.Context, context.CancelCauseFunc) {
 	return ctx, cancel
 }
 
+// untilCommit is a context with a deadline that ends it only until the
+// response is committed. Its Deadline bounds the attempts and waits, as
+// context.WithDeadline's would; its timer cancels the context at the
+// deadline with context.DeadlineExceeded as the cause, unless stop has
+// been called first. A response that began before the deadline is then
+// forwarded to its end, however long it streams: the deadline is the
+// caller's time to the answer (an SDK's timeout runs to the response
+// headers), not a cap on the answer's length. Err reports
+// context.DeadlineExceeded once the deadline has ended it.
+type untilCommit struct {
+	context.Context // a cancelCtx, which the timer cancels
+	at              time.Time
+	timer           *time.Timer
+}
+
+func (c *untilCommit) Deadline() (time.Time, bool) { return c.at, true }
+
+func (c *untilCommit) Err() error {
+	err := c.Context.Err()
+	if err != nil && context.Cause(c.Context) == context.DeadlineExceeded {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// stop keeps the deadline from ending the context from now on. It may
+// be called on the zero untilCommit, and more than once.
+func (c *untilCommit) stop() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}
+
 // roundTripper is what sends the request: the upstream's Transport, or,
-// with Fallbacks, an outlast.Fallback over it and theirs.
+// with Fallbacks, an outlast.Fallback over it and theirs; for a stream,
+// their stream Transports.
 func (x *exchange) roundTripper() http.RoundTripper {
+	t, chain := x.up.transport, x.up.transports
+	if x.rec.Stream {
+		t, chain = x.up.stream, x.up.streams
+	}
 	if len(x.up.chain) == 0 {
-		return x.up.transport
+		return t
 	}
 	return &outlast.Fallback{
-		Upstreams: x.up.transports,
+		Upstreams: chain,
 		Prefer:    x.up.Prefer,
 		Rewrite: func(r *http.Request, i int) (*http.Request, error) {
 			return x.outbound(r.Context(), x.up.chain[i]), nil

@@ -74,9 +74,31 @@ type Upstream struct {
 	// retries, which no header can add.
 	Policy *outlast.Policy
 
-	// MaxTimeout bounds the deadline a request asks for with
-	// Outlast-Timeout or Outlast-Deadline. Zero means no bound.
+	// Timeout is the deadline, after its arrival, of a request that
+	// brings none of its own: no Outlast-Timeout or Outlast-Deadline, and
+	// no SDK timeout (X-Stainless-Timeout, which the Anthropic SDKs send,
+	// less a tenth of it and at most 5 s). The deadline bounds the
+	// attempts and the waits up to the answer's first byte; a response
+	// that began in time is forwarded to its end, its silences bounded
+	// by IdleTimeout. Zero means none.
+	Timeout time.Duration
+
+	// MaxTimeout bounds every deadline: a request's own, the SDK's, and
+	// Timeout. Zero means no bound.
 	MaxTimeout time.Duration
+
+	// ReserveShare, if above zero, holds the reserve of a request with a
+	// deadline to at most this share of the time from its arrival to
+	// its deadline, when the request names no reserve of its own
+	// (Outlast-Reserve), so that a short deadline still leaves room for
+	// retries: at 0.25 a 20 s deadline keeps 5 s, not Policy.Reserve's
+	// 60 s. Zero means the policy's reserve alone.
+	ReserveShare float64
+
+	// MaxRetryAfter bounds a server's delay, as the Transport's field of
+	// the same name does. Zero means outlast.DefaultMaxRetryAfter (5
+	// min).
+	MaxRetryAfter time.Duration
 
 	// Slots bounds the requests in flight to this upstream; the rest wait
 	// in arrival order, up to Queue. Zero means no bound. A request may
@@ -107,6 +129,17 @@ type Upstream struct {
 	// keep-alive comments). An attempt that takes longer is retried. Zero
 	// means no bound.
 	FirstByteTimeout time.Duration
+
+	// StreamHeaderTimeout bounds the time from sending a streaming
+	// request's attempt to its response headers, which a server sends
+	// when it takes the request, before it generates: an attempt that
+	// gets none in time is retried, so that a silent server is given up
+	// on in seconds while a model that thinks before its first token
+	// still has FirstByteTimeout. A request streams when its JSON body
+	// says "stream": true or it accepts text/event-stream; a non-stream
+	// answer's headers come with its body, so it has no such bound. Zero
+	// means none of its own.
+	StreamHeaderTimeout time.Duration
 
 	// IdleTimeout bounds the silence between two reads of a response body
 	// being forwarded. Zero means no bound.

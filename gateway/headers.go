@@ -15,6 +15,7 @@ import (
 	"github.com/outlast-llm/outlast/internal/apierr"
 	"github.com/outlast-llm/outlast/internal/parse"
 	"github.com/outlast-llm/outlast/internal/redact"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // The gateway's request headers. All are optional, and all are removed
@@ -45,38 +46,47 @@ const (
 // "false" on a failure it has already retried or decided.
 const headerShouldRetry = "X-Should-Retry"
 
+// headerSDKTimeout is the timeout, in seconds, that the Stainless-made
+// SDKs send with each request: Anthropic's always (600 by default), and
+// OpenAI's Python SDK. The gateway takes it as the request's deadline
+// when the request names none of its own.
+const headerSDKTimeout = "X-Stainless-Timeout"
+
 // options are what a request's Outlast-* headers ask for, held to the
 // upstream's settings.
 type options struct {
 	deadline time.Time       // zero: none
-	policy   *outlast.Policy // the request's policy, nil for none
+	source   string          // where deadline came from: a record.Deadline* source, "" for none
+	policy   *outlast.Policy // the request's policy, nil for none; the operator's, or own
+	own      outlast.Policy  // the request's own policy, when policy points to it
 	run      string
 	slot     string // "" or a slot the upstream has, 0 to Slots-1
 	progress bool
 	outer    bool // an outer outlast layer is retrying: one attempt only
 }
 
-// parseOptions reads the Outlast-* headers of a request that arrived at
-// now for upstream u. They may only tighten the operator's settings (see
-// tighten and parseDeadline). Its errors name the header.
-func parseOptions(h http.Header, u *Upstream, now time.Time) (options, error) {
-	o := options{outer: h.Get(outlast.AttemptHeader) != ""}
+// parse reads the Outlast-* headers, and the SDK's timeout, of a request
+// that arrived at now for upstream u into o. The headers may only tighten
+// the operator's settings (see tighten and parseDeadline), but for the
+// reserve, which is the caller's own. Its errors name the header.
+func (o *options) parse(h http.Header, u *Upstream, now time.Time) error {
+	*o = options{outer: h.Get(outlast.AttemptHeader) != ""}
 	var err error
-	if o.deadline, err = parseDeadline(h, now, u.MaxTimeout); err != nil {
-		return o, err
+	if o.deadline, o.source, err = parseDeadline(h, now, u); err != nil {
+		return err
 	}
-	if o.policy, err = parsePolicy(h, u.Policy, !o.deadline.IsZero()); err != nil {
-		return o, err
+	if err = o.parsePolicy(h, u, now); err != nil {
+		return err
 	}
 	if o.outer {
 		o.policy = nil
 	}
 	if o.run, err = parseRun(h.Get(HeaderRun)); err != nil {
-		return o, err
+		return err
 	}
 	if v := h.Get(HeaderSlot); v != "" {
 		if o.slot, err = u.slot(v); err != nil {
-			return o, fmt.Errorf("outlast: %s %q: %w", HeaderSlot, v, err)
+			return fmt.Errorf("outlast: %s %q: %w", HeaderSlot, v, err)
 		}
 	}
 	switch v := strings.ToLower(strings.TrimSpace(h.Get(HeaderProgress))); v {
@@ -84,80 +94,157 @@ func parseOptions(h http.Header, u *Upstream, now time.Time) (options, error) {
 	case "sse":
 		o.progress = true
 	default:
-		return o, fmt.Errorf("outlast: %s %q: the only value is \"sse\"", HeaderProgress, v)
+		return fmt.Errorf("outlast: %s %q: the only value is \"sse\"", HeaderProgress, v)
 	}
-	return o, nil
+	return nil
 }
 
-// parseDeadline reads Outlast-Timeout and Outlast-Deadline; the earlier
-// governs, and neither reaches past now+max (zero: no bound), the
-// operator's --max-timeout.
-func parseDeadline(h http.Header, now time.Time, max time.Duration) (time.Time, error) {
+// parseDeadline returns a request's deadline and its source. A deadline
+// of the request's own, Outlast-Timeout or Outlast-Deadline (the earlier
+// governs), comes first; then the SDK's timeout, less a margin
+// (sdkDeadline); then the upstream's Timeout. None reaches past the
+// operator's MaxTimeout after now.
+func parseDeadline(h http.Header, now time.Time, u *Upstream) (time.Time, string, error) {
 	var deadline time.Time
+	source := ""
 	if v := h.Get(HeaderTimeout); v != "" {
 		d, err := parse.Duration(v)
 		if err != nil || d <= 0 {
-			return deadline, fmt.Errorf("outlast: %s %q: want a positive duration such as 300s", HeaderTimeout, v)
+			return deadline, "", fmt.Errorf("outlast: %s %q: want a positive duration such as 300s", HeaderTimeout, v)
 		}
-		deadline = now.Add(d)
+		deadline, source = now.Add(d), record.DeadlineOutlast
 	}
 	if v := h.Get(HeaderDeadline); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
 		if err != nil {
-			return deadline, fmt.Errorf("outlast: %s %q: want an RFC 3339 time such as 2026-11-29T12:00:00Z", HeaderDeadline, v)
+			return deadline, "", fmt.Errorf("outlast: %s %q: want an RFC 3339 time such as 2026-11-29T12:00:00Z", HeaderDeadline, v)
 		}
 		if deadline.IsZero() || t.Before(deadline) {
 			deadline = t // the earlier of the two governs
 		}
+		source = record.DeadlineOutlast
 	}
-	if limit := now.Add(max); max > 0 && !deadline.IsZero() && deadline.After(limit) {
+	if deadline.IsZero() {
+		if d, ok := sdkDeadline(h.Get(headerSDKTimeout)); ok {
+			deadline, source = now.Add(d), record.DeadlineSDK
+		} else if u.Timeout > 0 {
+			deadline, source = now.Add(u.Timeout), record.DeadlineDefault
+		}
+	}
+	if limit := now.Add(u.MaxTimeout); u.MaxTimeout > 0 && !deadline.IsZero() && deadline.After(limit) {
 		deadline = limit
 	}
-	return deadline, nil
+	return deadline, source, nil
 }
 
-// parsePolicy applies the policy headers to base, the operator's policy,
-// which they may only tighten (see tighten), for a request with a deadline
-// or without. Without a base policy there is nothing to tighten, and the
-// headers cannot add retries.
-func parsePolicy(h http.Header, base *outlast.Policy, hasDeadline bool) (*outlast.Policy, error) {
+// maxSDKTimeout bounds the SDK's timeout as it is read, so that the
+// seconds cannot overflow a Duration; MaxTimeout bounds it further.
+const maxSDKTimeout = 100 * 365 * 24 * time.Hour
+
+// sdkDeadline reads the SDK's timeout v, in seconds, and returns the
+// request's deadline after its arrival: the timeout less a tenth of it,
+// and at most 5 s less, so that the SDK reads the gateway's answer rather
+// than giving up a moment before it and sending the request again. A
+// value that is not a positive number of seconds is not the gateway's
+// to refuse, since the header is the SDK's: it is ignored.
+func sdkDeadline(v string) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || !(f > 0) {
+		return 0, false
+	}
+	d := maxSDKTimeout
+	if f < maxSDKTimeout.Seconds() {
+		d = time.Duration(f * float64(time.Second))
+	}
+	return d - min(d/10, 5*time.Second), d > 0
+}
+
+// parsePolicy sets the request's policy: the policy headers applied to
+// u.Policy, the operator's, which they may only tighten (see tighten),
+// and the reserve of a request with a deadline held to u.ReserveShare of
+// it when the request sets none of its own. Without an operator's policy
+// there is nothing to tighten, and the headers cannot add retries.
+func (o *options) parsePolicy(h http.Header, u *Upstream, now time.Time) error {
+	o.policy = nil
 	switch v := strings.ToLower(strings.TrimSpace(h.Get(HeaderRetry))); v {
 	case "", "on":
 	case "off":
-		return nil, nil
+		return nil
 	default:
-		return nil, fmt.Errorf("outlast: %s %q: want \"off\" or \"on\"", HeaderRetry, v)
+		return fmt.Errorf("outlast: %s %q: want \"off\" or \"on\"", HeaderRetry, v)
 	}
+	ask, err := parseAsked(h)
+	if err != nil || u.Policy == nil {
+		return err
+	}
+	o.policy = u.Policy
+	if ask.waits != nil || ask.hasReserve || ask.hasMaxAttempts {
+		o.own = tighten(*u.Policy, ask, !o.deadline.IsZero())
+		if err := o.own.Validate(); err != nil {
+			return fmt.Errorf("outlast: the Outlast-* policy headers: %w", err)
+		}
+		o.policy = &o.own
+	}
+	if ask.hasReserve || u.ReserveShare <= 0 || o.deadline.IsZero() {
+		return nil
+	}
+	// The reserve in force is at most the share of the deadline, so
+	// that a short deadline still leaves room for retries.
+	share := time.Duration(u.ReserveShare * float64(o.deadline.Sub(now)))
+	if share >= reserveOf(o.policy) {
+		return nil
+	}
+	if o.policy != &o.own {
+		o.own = *o.policy
+		o.policy = &o.own
+	}
+	o.own.Reserve = share
+	if share <= 0 {
+		o.own.Reserve = -1 // none: Policy's zero is the default
+	}
+	return nil
+}
+
+// reserveOf returns p's reserve in force, as Policy.Reserve documents it.
+func reserveOf(p *outlast.Policy) time.Duration {
+	switch {
+	case p.Reserve == 0:
+		return outlast.DefaultReserve
+	case p.Reserve < 0:
+		return 0
+	}
+	return p.Reserve
+}
+
+// parseAsked reads what the policy headers ask for. Its errors name the
+// header.
+func parseAsked(h http.Header) (asked, error) {
 	var ask asked
 	if v := h.Get(HeaderWaits); v != "" {
 		w, err := parse.Waits(v)
 		if err != nil {
-			return nil, fmt.Errorf("outlast: %s %q: %w", HeaderWaits, v, err)
+			return ask, fmt.Errorf("outlast: %s %q: %w", HeaderWaits, v, err)
 		}
 		ask.waits = w
 	}
 	if v := h.Get(HeaderReserve); v != "" {
 		d, err := parse.Duration(v)
 		if err != nil || d < 0 {
-			return nil, fmt.Errorf("outlast: %s %q: want a duration such as 60s, or 0 for none", HeaderReserve, v)
+			return ask, fmt.Errorf("outlast: %s %q: want a duration such as 60s, or 0 for none", HeaderReserve, v)
 		}
 		ask.reserve, ask.hasReserve = d, true
 	}
 	if v := h.Get(HeaderMaxAttempts); v != "" {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("outlast: %s %q: want a whole number, 0 for no cap", HeaderMaxAttempts, v)
+			return ask, fmt.Errorf("outlast: %s %q: want a whole number, 0 for no cap", HeaderMaxAttempts, v)
 		}
 		ask.maxAttempts, ask.hasMaxAttempts = n, true
 	}
-	if base == nil || (ask.waits == nil && !ask.hasReserve && !ask.hasMaxAttempts) {
-		return base, nil
-	}
-	p := tighten(*base, ask, hasDeadline)
-	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("outlast: the Outlast-* policy headers: %w", err)
-	}
-	return &p, nil
+	return ask, nil
 }
 
 // asked is what a request's policy headers ask for.
@@ -168,9 +255,11 @@ type asked struct {
 	hasReserve, hasMaxAttempts bool
 }
 
-// tighten returns p with what a request asked for, but never looser than
-// p: whatever a client sends, the upstream sees no more attempts, and no
-// sooner, than the operator's policy allows.
+// tighten returns p with what a request asked for, never looser than p in
+// its waits and attempts: whatever a client sends, the upstream sees no
+// more attempts, and none sooner, than the operator's waits and cap
+// allow. The reserve is the request's own: the time its caller needs
+// after the last attempt is the caller's to know.
 //   - Retry k waits at least what p waits before retry k, both lists read
 //     as a Policy reads them (past the end, the last entry repeats, as it
 //     does under a deadline), and there are as many waits as p has:
@@ -178,7 +267,7 @@ type asked struct {
 //   - Without a deadline (hasDeadline false), a shorter list than p's
 //     means fewer retries: MaxAttempts is at most one more than its
 //     length.
-//   - The reserve is at least p's; 0, none, is p's.
+//   - The reserve is the request's, lower or higher than p's; 0 is none.
 //   - MaxAttempts is at most p's cap, if it has one; 0, no cap, is p's.
 func tighten(p outlast.Policy, a asked, hasDeadline bool) outlast.Policy {
 	if a.waits != nil {
@@ -193,14 +282,7 @@ func tighten(p outlast.Policy, a asked, hasDeadline bool) outlast.Policy {
 		p.Waits = waits
 	}
 	if a.hasReserve {
-		floor := p.Reserve // p's reserve in force, as Policy reads it
-		switch {
-		case floor == 0:
-			floor = outlast.DefaultReserve
-		case floor < 0:
-			floor = 0
-		}
-		p.Reserve = parse.ZeroIsNone(max(a.reserve, floor))
+		p.Reserve = parse.ZeroIsNone(a.reserve)
 	}
 	if a.hasMaxAttempts && a.maxAttempts > 0 && (p.MaxAttempts == 0 || a.maxAttempts < p.MaxAttempts) {
 		p.MaxAttempts = a.maxAttempts

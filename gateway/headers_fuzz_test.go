@@ -16,6 +16,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/internal/parse"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // fuzzNow is the arrival time of the fuzzed requests.
@@ -37,20 +38,31 @@ var fuzzBases = []*outlast.Policy{
 }
 
 // fuzzUpstream returns the upstream that cfg picks: a base policy (bits
-// 0-2), a number of slots (bits 3-4) and a --max-timeout (bits 5-6).
+// 0-2), a number of slots (bits 3-4), a --max-timeout (bits 5-6), a
+// default deadline of 9 minutes (bit 7) and a reserve share of a quarter
+// (bit 8).
 func fuzzUpstream(cfg uint16) *Upstream {
 	return &Upstream{
-		Policy:     fuzzBases[int(cfg&7)%len(fuzzBases)],
-		Slots:      int(cfg>>3) & 3,
-		MaxTimeout: []time.Duration{0, 10 * time.Minute, time.Second}[int(cfg>>5&3)%3],
+		Policy:       fuzzBases[int(cfg&7)%len(fuzzBases)],
+		Slots:        int(cfg>>3) & 3,
+		MaxTimeout:   []time.Duration{0, 10 * time.Minute, time.Second}[int(cfg>>5&3)%3],
+		Timeout:      time.Duration(cfg>>7&1) * 9 * time.Minute,
+		ReserveShare: float64(cfg>>8&1) / 4,
 	}
 }
 
-// fuzzHeaders are the request's Outlast-* headers in a fixed order, the
-// fuzzer's arguments' order.
+// parseOptions returns the options that parse reads.
+func parseOptions(h http.Header, u *Upstream, now time.Time) (options, error) {
+	var o options
+	err := o.parse(h, u, now)
+	return o, err
+}
+
+// fuzzHeaders are the request's Outlast-* headers, and the SDK's timeout,
+// in a fixed order, the fuzzer's arguments' order.
 var fuzzHeaders = []string{
 	HeaderTimeout, HeaderDeadline, HeaderRetry, HeaderWaits, HeaderReserve,
-	HeaderMaxAttempts, HeaderRun, HeaderSlot, HeaderProgress,
+	HeaderMaxAttempts, HeaderRun, HeaderSlot, HeaderProgress, headerSDKTimeout,
 }
 
 // FuzzParseOptions feeds any Outlast-* headers to parseOptions against
@@ -93,15 +105,22 @@ func FuzzParseOptions(f *testing.F) {
 		{map[string]string{HeaderWaits: ",", HeaderMaxAttempts: "99999999999999999999"}, 1},
 		{map[string]string{HeaderRun: "a\u0085b", HeaderSlot: "-1", HeaderProgress: "none"}, 8},
 		{map[string]string{HeaderRun: "\xff", HeaderSlot: "2"}, 8},
+		// The SDK's timeout, the default deadline and the reserve's
+		// share of it.
+		{map[string]string{headerSDKTimeout: "600"}, 1 + 32 + 256},
+		{map[string]string{headerSDKTimeout: "6", HeaderWaits: "200ms"}, 1 + 128 + 256},
+		{map[string]string{headerSDKTimeout: "1e400", HeaderTimeout: "20s"}, 3 + 256},
+		{map[string]string{headerSDKTimeout: "-5"}, 1 + 128},
+		{map[string]string{HeaderReserve: "1420ms", HeaderTimeout: "2s"}, 1 + 256},
 	} {
-		var v [9]string
+		var v [10]string
 		for i, name := range fuzzHeaders {
 			v[i] = seed.h[name]
 		}
-		f.Add(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], seed.h[outlast.AttemptHeader] != "", seed.cfg)
+		f.Add(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], seed.h[outlast.AttemptHeader] != "", seed.cfg)
 	}
-	f.Fuzz(func(t *testing.T, timeout, deadline, retry, waits, reserve, maxAttempts, run, slot, progress string, attempt bool, cfg uint16) {
-		values := []string{timeout, deadline, retry, waits, reserve, maxAttempts, run, slot, progress}
+	f.Fuzz(func(t *testing.T, timeout, deadline, retry, waits, reserve, maxAttempts, run, slot, progress, sdk string, attempt bool, cfg uint16) {
+		values := []string{timeout, deadline, retry, waits, reserve, maxAttempts, run, slot, progress, sdk}
 		h := http.Header{}
 		for i, v := range values {
 			if v != "" {
@@ -124,7 +143,7 @@ func FuzzParseOptions(f *testing.F) {
 			checkOptionsError(t, h, u, err)
 			return
 		}
-		checkDeadline(t, h, u, o.deadline)
+		checkDeadline(t, h, u, o.deadline, o.source)
 		checkPolicy(t, h, u, o)
 		checkRest(t, h, u, o)
 	})
@@ -150,10 +169,13 @@ func checkOptionsError(t *testing.T, h http.Header, u *Upstream, err error) {
 }
 
 // checkDeadline checks that the deadline is the earlier of the two
-// headers', held to the upstream's MaxTimeout.
-func checkDeadline(t *testing.T, h http.Header, u *Upstream, got time.Time) {
+// headers', or without them the SDK's timeout less its margin, or the
+// upstream's Timeout, held to its MaxTimeout, and that its source says
+// which.
+func checkDeadline(t *testing.T, h http.Header, u *Upstream, got time.Time, source string) {
 	t.Helper()
 	var candidates []time.Time
+	wantSource := record.DeadlineOutlast
 	if v := h.Get(HeaderTimeout); v != "" {
 		d, err := parse.Duration(v)
 		if err != nil || d <= 0 {
@@ -169,8 +191,18 @@ func checkDeadline(t *testing.T, h http.Header, u *Upstream, got time.Time) {
 		candidates = append(candidates, d)
 	}
 	if len(candidates) == 0 {
-		if !got.IsZero() {
-			t.Fatalf("parseOptions(%q): got deadline %v, want none without a deadline header", h, got)
+		f, err := strconv.ParseFloat(strings.TrimSpace(h.Get(headerSDKTimeout)), 64)
+		switch {
+		case err == nil && f > 0:
+			d := time.Duration(min(f, 1e9) * float64(time.Second))
+			candidates, wantSource = append(candidates, fuzzNow.Add(d-min(d/10, 5*time.Second))), record.DeadlineSDK
+		case u.Timeout > 0:
+			candidates, wantSource = append(candidates, fuzzNow.Add(u.Timeout)), record.DeadlineDefault
+		}
+	}
+	if len(candidates) == 0 {
+		if !got.IsZero() || source != "" {
+			t.Fatalf("parseOptions(%q): got deadline %v from %q, want none without a deadline header, an SDK's timeout or a default", h, got, source)
 		}
 		return
 	}
@@ -178,8 +210,8 @@ func checkDeadline(t *testing.T, h http.Header, u *Upstream, got time.Time) {
 	if limit := fuzzNow.Add(u.MaxTimeout); u.MaxTimeout > 0 && want.After(limit) {
 		want = limit
 	}
-	if !got.Equal(want) {
-		t.Fatalf("parseOptions(%q) with MaxTimeout %v: got deadline %v, want %v", h, u.MaxTimeout, got, want)
+	if !got.Equal(want) || source != wantSource {
+		t.Fatalf("parseOptions(%q) with MaxTimeout %v, Timeout %v: got deadline %v from %q, want %v from %q", h, u.MaxTimeout, u.Timeout, got, source, want, wantSource)
 	}
 }
 
@@ -208,9 +240,9 @@ func checkPolicy(t *testing.T, h http.Header, u *Upstream, o options) {
 			t.Fatalf("parseOptions(%q) with policy %+v: got policy %+v, want none (an outer layer, retries off, or no operator's policy to tighten)", h, base, *p)
 		}
 		return
-	case !asked:
-		if p != base {
-			t.Fatalf("parseOptions(%q): got policy %p, want the operator's own, %p", h, p, base)
+	case !asked && p == base:
+		if share := shareOf(u, o); share >= 0 && share < reserveInForce(base) {
+			t.Fatalf("parseOptions(%q): got the operator's policy, reserve %v, want a reserve held to %v of the deadline: %v", h, base.Reserve, u.ReserveShare, share)
 		}
 		return
 	case p == nil || p == base:
@@ -243,16 +275,17 @@ func checkPolicy(t *testing.T, h http.Header, u *Upstream, o options) {
 	if !slices.Equal(p.Waits, wantWaits) {
 		t.Fatalf("parseOptions(%q) under waits %v: got waits %v, want %v", h, base.Waits, p.Waits, wantWaits)
 	}
-	// Reserve: the larger of the request's and the operator's in force.
+	// Reserve: the request's own, or without one the operator's in
+	// force, held to the share of the deadline.
 	wantReserve := reserveInForce(base)
 	if v := h.Get(HeaderReserve); v != "" {
 		d, err := parse.Duration(v)
 		if err != nil {
 			t.Fatalf("parseOptions accepted %s %q (%v)", HeaderReserve, v, err)
 		}
-		wantReserve = max(d, wantReserve)
-	} else if p.Reserve != base.Reserve {
-		t.Fatalf("parseOptions(%q): got reserve %v, want the operator's %v", h, p.Reserve, base.Reserve)
+		wantReserve = d
+	} else if share := shareOf(u, o); share >= 0 {
+		wantReserve = min(wantReserve, share)
 	}
 	if got := reserveInForce(p); got != wantReserve {
 		t.Fatalf("parseOptions(%q) under reserve %v: got reserve %v in force, want %v", h, base.Reserve, got, wantReserve)
@@ -269,6 +302,15 @@ func checkPolicy(t *testing.T, h http.Header, u *Upstream, o options) {
 	if p.MaxAttempts != wantMax {
 		t.Fatalf("parseOptions(%q) under cap %d: got cap %d, want %d", h, base.MaxAttempts, p.MaxAttempts, wantMax)
 	}
+}
+
+// shareOf returns the reserve's share of o's deadline under u, or -1
+// when none applies: no share, or no deadline.
+func shareOf(u *Upstream, o options) time.Duration {
+	if u.ReserveShare <= 0 || o.deadline.IsZero() {
+		return -1
+	}
+	return max(time.Duration(u.ReserveShare*float64(o.deadline.Sub(fuzzNow))), 0)
 }
 
 // checkRest checks the run, the slot, progress and the outer mark.
@@ -336,7 +378,11 @@ func FuzzPolicyCeiling(f *testing.F) {
 			return
 		}
 		budget, hasDeadline := o.deadline.Sub(fuzzNow), !o.deadline.IsZero()
-		operator := attemptTimes(t, u.Policy, budget, hasDeadline)
+		// The reserve is the caller's own: the operator's waits and
+		// cap are the ceiling, under the request's reserve.
+		ceiling := *u.Policy
+		ceiling.Reserve = o.policy.Reserve
+		operator := attemptTimes(t, &ceiling, budget, hasDeadline)
 		request := attemptTimes(t, o.policy, budget, hasDeadline)
 		if len(request) > len(operator) {
 			t.Fatalf("%q under %+v with %v to the deadline: %d attempts, want %d at most, as the operator's policy makes", h, *u.Policy, budget, len(request), len(operator))

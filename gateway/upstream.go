@@ -23,19 +23,22 @@ import (
 )
 
 // upstream is an Upstream with the parts the gateway builds for it: the
-// Transport that retries its attempts, and the gates they pass.
+// Transports that retry its attempts, and the gates they pass.
 type upstream struct {
 	Upstream
-	transport *outlast.Transport
+	transport *outlast.Transport // for a request that does not stream
+	stream    *outlast.Transport // for one that does: transport, with StreamHeaderTimeout
 	gates     *slotGates
 	latency   ewma // attempt durations, for busy responses' Retry-After
 	// models is Models with each new name as its JSON string, made once
 	// rather than for each request; nil without Models.
 	models map[string][]byte
 	// chain is this upstream and its Fallbacks, in order, and their
-	// Transports; nil without Fallbacks.
+	// Transports, for requests that do not stream and for those that do;
+	// nil without Fallbacks.
 	chain      []*upstream
 	transports []*outlast.Transport
+	streams    []*outlast.Transport
 }
 
 // resolveFallbacks finds each upstream's Fallbacks by name, in ups in
@@ -55,7 +58,7 @@ func resolveFallbacks(ups []*upstream) error {
 		if len(u.Fallbacks) == 0 {
 			continue
 		}
-		u.chain, u.transports = []*upstream{u}, []*outlast.Transport{u.transport}
+		u.chain, u.transports, u.streams = []*upstream{u}, []*outlast.Transport{u.transport}, []*outlast.Transport{u.stream}
 		for _, name := range u.Fallbacks {
 			f := byName[name]
 			switch {
@@ -66,7 +69,7 @@ func resolveFallbacks(ups []*upstream) error {
 			case slices.Contains(u.chain, f):
 				return fmt.Errorf("gateway: upstream %s: fallback %q is named twice", u.Name, name)
 			}
-			u.chain, u.transports = append(u.chain, f), append(u.transports, f.transport)
+			u.chain, u.transports, u.streams = append(u.chain, f), append(u.transports, f.transport), append(u.streams, f.stream)
 		}
 	}
 	return nil
@@ -101,6 +104,12 @@ func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger,
 		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): idle timeout %v is negative", i, u.Name, u.IdleTimeout)
 	case u.MaxTimeout < 0:
 		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): max timeout %v is negative", i, u.Name, u.MaxTimeout)
+	case u.Timeout < 0:
+		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): timeout %v is negative", i, u.Name, u.Timeout)
+	case u.StreamHeaderTimeout < 0:
+		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): stream header timeout %v is negative", i, u.Name, u.StreamHeaderTimeout)
+	case !(u.ReserveShare >= 0 && u.ReserveShare <= 1):
+		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): reserve share %v is outside [0, 1]", i, u.Name, u.ReserveShare)
 	}
 	if u.Queue == 0 {
 		u.Queue = DefaultQueue
@@ -130,8 +139,12 @@ func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger,
 		AdmissionKey:     wholeUpstream,
 		Logger:           logger,
 		FirstByteTimeout: u.FirstByteTimeout,
+		MaxRetryAfter:    u.MaxRetryAfter,
 		MaxBufferedBody:  -1, // the gateway buffers bodies itself, with GetBody
 	}
+	stream := *up.transport
+	stream.ResponseHeaderTimeout = u.StreamHeaderTimeout
+	up.stream = &stream
 	return up, nil
 }
 

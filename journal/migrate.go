@@ -115,6 +115,14 @@ var migrations = []migration{
 		// attempts' fallback columns tell what they knew.
 		`ALTER TABLE outlast_requests ADD COLUMN moves {json} NOT NULL DEFAULT '[]'`,
 	}},
+	{7, "deadlines and their sources, and cut delays", []string{
+		// As in 4, an older replica's inserts name none of them: NULL,
+		// '' and FALSE read as no deadline known and no delay cut, as
+		// for the rows already there.
+		`ALTER TABLE outlast_requests ADD COLUMN deadline {time}`,
+		`ALTER TABLE outlast_requests ADD COLUMN deadline_source TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE outlast_attempts ADD COLUMN retry_after_cut {bool} NOT NULL DEFAULT FALSE`,
+	}},
 }
 
 // migrate brings db's schema up to the last migration, in one

@@ -49,10 +49,10 @@ const deleteChunk = 512
 // The tables' columns, and how many each has, as requestArgs and
 // attemptArgs give them.
 const (
-	requestCols  = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes, moves"
-	requestNCols = 17
-	attemptCols  = "request_id, n, call_id, started_at, ended_at, queued_ahead, gate_wait_ms, status, error_class, error, retry_in_ms, retry_after_ms, bytes, admission_wait_ms, probe, upstream, fallback"
-	attemptNCols = 17
+	requestCols  = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes, moves, deadline, deadline_source"
+	requestNCols = 19
+	attemptCols  = "request_id, n, call_id, started_at, ended_at, queued_ahead, gate_wait_ms, status, error_class, error, retry_in_ms, retry_after_ms, bytes, admission_wait_ms, probe, upstream, fallback, retry_after_cut"
+	attemptNCols = 18
 )
 
 const (
@@ -62,7 +62,7 @@ const (
 		headers = excluded.headers, started_at = excluded.started_at, ended_at = excluded.ended_at,
 		status = excluded.status, error = excluded.error, attempt_count = excluded.attempt_count,
 		stream = excluded.stream, committed = excluded.committed, bytes = excluded.bytes,
-		moves = excluded.moves`
+		moves = excluded.moves, deadline = excluded.deadline, deadline_source = excluded.deadline_source`
 )
 
 // A stmtKey names a write statement: an insert of rows rows into table,
@@ -251,7 +251,8 @@ func (s *sqlStore) requestArgs(args []any, r *record.Request) []any {
 		clean(r.ID), clean(r.Run), clean(r.Method), clean(r.Path), clean(r.Upstream),
 		clean(r.Slot), clean(r.Model), headers,
 		s.d.timeArg(r.Start), s.d.timeArg(r.End),
-		r.Status, redact.Text(clean(r.Error)), len(r.Attempts), r.Stream, r.Committed, r.Bytes, movesArg(r.Moves))
+		r.Status, redact.Text(clean(r.Error)), len(r.Attempts), r.Stream, r.Committed, r.Bytes, movesArg(r.Moves),
+		s.d.timeArg(r.Deadline), clean(r.DeadlineSource))
 }
 
 // movesArg returns moves as the moves column keeps them: a JSON list, as
@@ -317,7 +318,7 @@ func (s *sqlStore) attemptArgs(args []any, id string, a *record.Attempt) []any {
 		a.QueuedAhead, a.GateWait.Milliseconds(), a.Status,
 		a.Class.String(), redact.Text(clean(a.Error)),
 		a.RetryIn.Milliseconds(), a.RetryAfter.Milliseconds(), a.Bytes,
-		a.AdmissionWait.Milliseconds(), a.Probe, clean(a.Upstream), clean(a.Fallback))
+		a.AdmissionWait.Milliseconds(), a.Probe, clean(a.Upstream), clean(a.Fallback), a.RetryAfterCut)
 }
 
 // insert returns a multi-row INSERT of rows rows of ncols columns each.
@@ -615,7 +616,8 @@ func (s *sqlStore) requests(ctx context.Context, tx *sql.Tx, tail string, args .
 		var headers, moves []byte
 		var count int
 		err := rows.Scan(&r.ID, &r.Run, &r.Method, &r.Path, &r.Upstream, &r.Slot, &r.Model, &headers,
-			timeScan{&r.Start}, timeScan{&r.End}, &r.Status, &r.Error, &count, &r.Stream, &r.Committed, &r.Bytes, &moves)
+			timeScan{&r.Start}, timeScan{&r.End}, &r.Status, &r.Error, &count, &r.Stream, &r.Committed, &r.Bytes, &moves,
+			timeScan{&r.Deadline}, &r.DeadlineSource)
 		if err != nil {
 			return nil, err
 		}
@@ -665,7 +667,7 @@ func (s *sqlStore) attempts(ctx context.Context, tx *sql.Tx, at map[string]*reco
 		var class string
 		err := rows.Scan(&id, &a.N, &a.CallID, timeScan{&a.Start}, timeScan{&a.End}, &a.QueuedAhead, &gateWait,
 			&a.Status, &class, &a.Error, &retryIn, &retryAfter, &a.Bytes, &admissionWait, &a.Probe,
-			&a.Upstream, &a.Fallback)
+			&a.Upstream, &a.Fallback, &a.RetryAfterCut)
 		if err != nil {
 			return err
 		}

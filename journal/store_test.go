@@ -106,6 +106,7 @@ func testRoundTrip(t *testing.T, b backend) {
 		Header: http.Header{"Content-Type": {"application/json"}, "X-Trace": {"a", "b"}, "Accept": {"text/event-stream"}},
 		Start:  t0.In(time.FixedZone("east", 5*3600)), End: t0.Add(93*time.Second + 123456),
 		Status: 529, Error: "upstream-exhausted", Stream: true, Committed: false, Bytes: 1 << 40,
+		Deadline: t0.Add(595 * time.Second), DeadlineSource: record.DeadlineSDK,
 	}
 	for i := 1; i <= 12; i++ {
 		start := t0.Add(time.Duration(i) * 7777777 * time.Microsecond)
@@ -118,7 +119,7 @@ func testRoundTrip(t *testing.T, b backend) {
 			RetryIn: time.Duration(i) * time.Second, RetryAfter: 2500 * time.Microsecond,
 			Bytes:         int64(i),
 			AdmissionWait: time.Duration(i) * 2222 * time.Microsecond, Probe: i%4 == 0,
-			Upstream: "anthropic",
+			Upstream: "anthropic", RetryAfterCut: i == 3,
 		})
 	}
 	// The last two fell back, the first of them saying why.

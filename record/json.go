@@ -59,13 +59,17 @@ type requestJSON struct {
 	Headers   map[string][]string `json:"headers"`
 	StartedAt jsonTime            `json:"started_at"`
 	EndedAt   jsonTime            `json:"ended_at"`
-	Status    int                 `json:"status"`
-	Error     string              `json:"error"`
-	Stream    bool                `json:"stream"`
-	Committed bool                `json:"committed"`
-	Bytes     int64               `json:"bytes"`
-	Attempts  []Attempt           `json:"attempts"`
-	Moves     []Move              `json:"moves,omitempty"`
+	Deadline  jsonTime            `json:"deadline"`
+	// DeadlineSource is omitted when empty, as in records made before
+	// deadlines were kept.
+	DeadlineSource string    `json:"deadline_source,omitempty"`
+	Status         int       `json:"status"`
+	Error          string    `json:"error"`
+	Stream         bool      `json:"stream"`
+	Committed      bool      `json:"committed"`
+	Bytes          int64     `json:"bytes"`
+	Attempts       []Attempt `json:"attempts"`
+	Moves          []Move    `json:"moves,omitempty"`
 }
 
 // attemptJSON is Attempt's JSON shape. The gate key is not in it: the
@@ -86,7 +90,10 @@ type attemptJSON struct {
 	Error        string   `json:"error"`
 	RetryInMS    int64    `json:"retry_in_ms"`
 	RetryAfterMS int64    `json:"retry_after_ms"`
-	Bytes        int64    `json:"bytes"`
+	// RetryAfterCut is omitted when false, as in records made before
+	// delays were cut.
+	RetryAfterCut bool  `json:"retry_after_cut,omitempty"`
+	Bytes         int64 `json:"bytes"`
 }
 
 // MarshalJSON returns r in the record's JSON form. Headers and attempts
@@ -97,6 +104,7 @@ func (r Request) MarshalJSON() ([]byte, error) {
 		Upstream: r.Upstream, Slot: r.Slot, Model: r.Model,
 		Headers:   r.Header,
 		StartedAt: jsonTime(r.Start), EndedAt: jsonTime(r.End),
+		Deadline: jsonTime(r.Deadline), DeadlineSource: r.DeadlineSource,
 		Status: r.Status, Error: r.Error,
 		Stream: r.Stream, Committed: r.Committed, Bytes: r.Bytes,
 		Attempts: r.Attempts, Moves: r.Moves,
@@ -121,6 +129,7 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 		Upstream: j.Upstream, Slot: j.Slot, Model: j.Model,
 		Header: j.Headers,
 		Start:  time.Time(j.StartedAt), End: time.Time(j.EndedAt),
+		Deadline: time.Time(j.Deadline), DeadlineSource: j.DeadlineSource,
 		Status: j.Status, Error: j.Error,
 		Stream: j.Stream, Committed: j.Committed, Bytes: j.Bytes,
 		Attempts: j.Attempts, Moves: j.Moves,
@@ -138,7 +147,7 @@ func (a Attempt) MarshalJSON() ([]byte, error) {
 		AdmissionMS: a.AdmissionWait.Milliseconds(), Probe: a.Probe,
 		Status: a.Status, ErrorClass: a.Class.String(), Error: a.Error,
 		RetryInMS: a.RetryIn.Milliseconds(), RetryAfterMS: a.RetryAfter.Milliseconds(),
-		Bytes: a.Bytes,
+		RetryAfterCut: a.RetryAfterCut, Bytes: a.Bytes,
 	})
 }
 
@@ -155,7 +164,7 @@ func (a *Attempt) UnmarshalJSON(b []byte) error {
 		AdmissionWait: ms(j.AdmissionMS), Probe: j.Probe,
 		Status: j.Status, Class: ParseClass(j.ErrorClass, j.Status), Error: j.Error,
 		RetryIn: ms(j.RetryInMS), RetryAfter: ms(j.RetryAfterMS),
-		Bytes: j.Bytes,
+		RetryAfterCut: j.RetryAfterCut, Bytes: j.Bytes,
 	}
 	return nil
 }

@@ -51,6 +51,13 @@ type Request struct {
 	Model string
 	// Start is when the request arrived.
 	Start time.Time
+	// Deadline is the request's deadline, or zero for none. It bounds
+	// the attempts and the waits up to the answer's first byte; a
+	// response that began in time is forwarded to its end.
+	Deadline time.Time
+	// DeadlineSource says where Deadline came from: DeadlineOutlast,
+	// DeadlineSDK or DeadlineDefault; "" for none.
+	DeadlineSource string
 	// End is when the gateway was done with it; zero while it is not.
 	End time.Time
 	// Status is the status of the answer the caller got: the response's,
@@ -103,6 +110,20 @@ type Move struct {
 	// outlast.FallbackReason says.
 	Reason string `json:"reason"`
 }
+
+// The sources of a request's deadline (Request.DeadlineSource).
+const (
+	// DeadlineOutlast is the request's Outlast-Timeout or
+	// Outlast-Deadline.
+	DeadlineOutlast = "outlast"
+	// DeadlineSDK is the SDK's own timeout, which the OpenAI and
+	// Anthropic SDKs made by Stainless send as X-Stainless-Timeout, less
+	// a margin, so that the SDK reads the answer before it gives up.
+	DeadlineSDK = "sdk"
+	// DeadlineDefault is the upstream's default for a request that
+	// brings none (outlast serve --timeout).
+	DeadlineDefault = "default"
+)
 
 // The kinds of Request.Error that are not an Outlast-Error of the
 // gateway's own answer.
@@ -169,8 +190,13 @@ type Attempt struct {
 	Error string
 	// RetryIn is the wait before the next attempt, when one followed.
 	RetryIn time.Duration
-	// RetryAfter is the delay the server asked for, if any.
+	// RetryAfter is the delay the server asked for, if any, as it was
+	// used: cut to the upstream's bound when longer (RetryAfterCut).
 	RetryAfter time.Duration
+	// RetryAfterCut says the server asked for a longer delay than the
+	// upstream's bound (outlast serve --max-retry-after), and RetryAfter
+	// is that bound.
+	RetryAfterCut bool
 	// Bytes counts the response body bytes forwarded from this attempt:
 	// the last attempt's, when the response was committed, else 0.
 	Bytes int64
@@ -196,6 +222,7 @@ func NewAttempt(a outlast.Attempt) Attempt {
 		Class:         a.Class,
 		RetryIn:       a.RetryIn,
 		RetryAfter:    a.RetryAfter,
+		RetryAfterCut: a.RetryAfterCut,
 	}
 	if a.Err != nil {
 		at.Error = redact.Text(a.Err.Error())

@@ -153,6 +153,7 @@ func TestRequestJSON(t *testing.T) {
 		Path: "/v1/chat/completions", Upstream: "openai", Model: "gpt-4o",
 		Header: http.Header{"Content-Type": {"application/json"}},
 		Start:  t0, End: t0.Add(3200 * time.Millisecond),
+		Deadline: t0.Add(114 * time.Second), DeadlineSource: record.DeadlineSDK,
 		Status: 200, Committed: true, Bytes: 1234,
 		Attempts: []record.Attempt{
 			{
@@ -160,7 +161,7 @@ func TestRequestJSON(t *testing.T) {
 				Start: t0.Add(2 * time.Millisecond), End: t0.Add(180 * time.Millisecond),
 				Key: "slot 0", QueuedAhead: 2, GateWait: 1500 * time.Microsecond,
 				Status: 503, Class: outlast.ClassStatus5xx, Error: "outlast: status 503 Service Unavailable (retry after 2s)",
-				RetryIn: 2 * time.Second, RetryAfter: 2 * time.Second,
+				RetryIn: 2 * time.Second, RetryAfter: 2 * time.Second, RetryAfterCut: true,
 			},
 			{
 				CallID: "0195f0e2-9412-7000-8000-000000000003", N: 2, Upstream: "azure", Fallback: "spent",
@@ -204,7 +205,7 @@ func TestRequestJSONEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"id":"x","run":"","method":"","path":"","upstream":"","slot":"","model":"","headers":{},"started_at":null,"ended_at":null,"status":0,"error":"","stream":false,"committed":false,"bytes":0,"attempts":[]}`
+	want := `{"id":"x","run":"","method":"","path":"","upstream":"","slot":"","model":"","headers":{},"started_at":null,"ended_at":null,"deadline":null,"status":0,"error":"","stream":false,"committed":false,"bytes":0,"attempts":[]}`
 	if string(got) != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}

@@ -71,6 +71,7 @@ upstreams:
   - name: up
     url: %s/v1?key=%s
     waits: [1ms, 1ms]
+    max_attempts: 3
   - name: down2
     prefix: /down2
     url: http://%s/v1

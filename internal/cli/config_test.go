@@ -70,21 +70,22 @@ func TestServeConfigExample(t *testing.T) {
 	want := []gateway.Upstream{{
 		Name: "openai", Prefix: "/openai", URL: mustURL(t, "https://api.openai.com"),
 		Policy: &outlast.Policy{
-			Waits:   []time.Duration{15 * time.Second, 45 * time.Second, 120 * time.Second, 240 * time.Second},
-			Reserve: 60 * time.Second, Window: 10 * time.Minute, Jitter: outlast.Jitter{Spread: 0.25},
+			Waits:  []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, 60 * time.Second},
+			Window: 10 * time.Minute, Jitter: outlast.Jitter{Spread: 0.25},
 			RetryAfter: outlast.RetryAfterAtLeast,
 		},
-		Slots: 0, Queue: 16, FirstByteTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute,
-		StatusPaths: gateway.DefaultStatusPaths, MaxTimeout: 30 * time.Minute,
+		ReserveShare: 0.25, // auto
+		Slots:        0, Queue: 16, FirstByteTimeout: 5 * time.Minute, StreamHeaderTimeout: 30 * time.Second, IdleTimeout: 20 * time.Second,
+		StatusPaths: gateway.DefaultStatusPaths, Timeout: 9 * time.Minute, MaxTimeout: 30 * time.Minute, MaxRetryAfter: 5 * time.Minute,
 		Admission: &outlast.Admission{}, // on by default; recovery ends at DefaultMaxLimit
 	}, {
 		Name: "llama", Prefix: "/llama", URL: mustURL(t, "http://127.0.0.1:8080"),
 		Policy: &outlast.Policy{
 			Waits:   []time.Duration{2 * time.Second, 5 * time.Second, 10 * time.Second},
-			Reserve: 10 * time.Second,
+			Reserve: 10 * time.Second, Jitter: outlast.Jitter{Spread: 0.25},
 		},
-		Slots: 2, Queue: 8, FirstByteTimeout: 10 * time.Minute, IdleTimeout: 2 * time.Minute,
-		StatusPaths: []string{"/health", "/slots", "/props"}, MaxTimeout: 10 * time.Minute,
+		Slots: 2, Queue: 8, FirstByteTimeout: 10 * time.Minute, StreamHeaderTimeout: 30 * time.Second, IdleTimeout: 20 * time.Second,
+		StatusPaths: []string{"/health", "/slots", "/props"}, Timeout: 9 * time.Minute, MaxTimeout: 10 * time.Minute, MaxRetryAfter: 5 * time.Minute,
 		Admission: &outlast.Admission{MaxLimit: 2}, // recovery ends at the upstream's 2 slots
 	}}
 	got := cfg.Gateway.Upstreams
@@ -253,8 +254,8 @@ func TestServeConfigFlags(t *testing.T) {
 		args: []string{"--upstream", "https://user:secret@api.example.com/v1"},
 		check: func(c server.Config) (string, string) {
 			u := c.Gateway.Upstreams[0]
-			return line(len(c.Gateway.Upstreams), u.Name, u.Prefix, u.URL.Path, u.Queue, u.Policy.Waits, u.Policy.Reserve, c.Listen, c.JournalKeep),
-				"1 api.example.com / /v1 16 [15s 45s 2m0s 4m0s] 1m0s 127.0.0.1:8700 168h0m0s"
+			return line(len(c.Gateway.Upstreams), u.Name, u.Prefix, u.URL.Path, u.Queue, u.Policy.Waits, u.Policy.Reserve, u.ReserveShare, u.Timeout, c.Listen, c.JournalKeep),
+				"1 api.example.com / /v1 16 [1s 2s 4s 8s 16s 32s 1m0s] 0s 0.25 9m0s 127.0.0.1:8700 168h0m0s"
 		},
 	}, {
 		// --name and --prefix go with --upstream.

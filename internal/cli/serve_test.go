@@ -171,7 +171,7 @@ func TestServeEndToEnd(t *testing.T) {
 	t.Cleanup(upstream.Close)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	addr, spec, done := startServe(t, ctx, "--upstream", upstream.URL, "--waits", "1ms", "--grace", "10s")
+	addr, spec, done := startServe(t, ctx, "--upstream", upstream.URL, "--waits", "1ms", "--jitter-spread", "0", "--grace", "10s")
 
 	resp, err := newClient(t).Post(addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
 	if err != nil {
@@ -288,7 +288,7 @@ func TestServeHidesUpstreamQuery(t *testing.T) {
 	l.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	addr, _, done, stderr := startServeLogged(t, ctx, "--upstream", "http://"+closed+"/v1?key=sk-secret", "--waits", "1ms,2ms", "--max-attempts", "3")
+	addr, _, done, stderr := startServeLogged(t, ctx, "--upstream", "http://"+closed+"/v1?key=sk-secret", "--waits", "1ms,2ms", "--jitter-spread", "0", "--max-attempts", "3")
 	resp, err := newClient(t).Post(addr+"/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
 	if err != nil {
 		t.Fatal(err)

@@ -200,26 +200,44 @@ var settings = []setting{
 	{flag: "queue", key: "queue", scope: upstream, def: strconv.Itoa(gateway.DefaultQueue), arg: "N", example: "0",
 		help: "requests that may wait for a slot; more are refused at once with 503. 0 means none may wait",
 		set:  count(func(t target, n int) { t.up.Queue = parse.ZeroIsNone(n) })},
-	{flag: "waits", key: "waits", scope: upstream, def: "15s,45s,120s,240s", arg: "LIST", list: true, example: "1s,2s",
-		help: "the waits before retry 1, 2, …; the last repeats while a request's deadline allows",
+	{flag: "timeout", key: "timeout", scope: upstream, def: "9m", arg: "DURATION", example: "2m",
+		help: "the deadline of a request that brings none: no Outlast-Timeout or Outlast-Deadline, and no SDK timeout (X-Stainless-Timeout, which the Anthropic SDKs send). Under the SDKs' own 10 minutes, so that an SDK reads the gateway's answer rather than giving up first. A deadline bounds the attempts and waits up to the answer's first byte, not the answer's length. 0 means none",
+		set:  duration(func(t target, d time.Duration) { t.up.Timeout = d })},
+	{flag: "waits", key: "waits", scope: upstream, def: "1s,2s,4s,8s,16s,32s,60s", arg: "LIST", list: true, example: "1s,2s",
+		help: "the waits before retry 1, 2, …; the last repeats while a request's deadline allows. Short first, since a blip is over in a second, and growing to a minute for an outage",
 		set: func(t target, s string) error {
 			w, err := parse.Waits(s)
 			t.up.Policy.Waits = w
 			return err
 		}},
-	{flag: "reserve", key: "reserve", scope: upstream, def: "60s", arg: "DURATION", example: "5s",
-		help: "the time a request's deadline must still have after a wait for the retry to be made. 0 means none",
-		set:  duration(func(t target, d time.Duration) { t.up.Policy.Reserve = parse.ZeroIsNone(d) })},
+	{flag: "reserve", key: "reserve", scope: upstream, def: "auto", arg: "DURATION", example: "5s",
+		help: "the time a request's deadline must still have after a wait for the retry to be made; a request's Outlast-Reserve replaces it. auto: a quarter of the request's deadline, at most 60s, so that a 20s deadline still gets retries. 0 means none",
+		set: func(t target, s string) error {
+			t.up.Policy.Reserve, t.up.ReserveShare = 0, 0
+			if strings.TrimSpace(s) == "auto" {
+				t.up.ReserveShare = 0.25 // of the deadline, under the policy's 60 s
+				return nil
+			}
+			d, err := parse.Duration(s)
+			switch {
+			case err != nil:
+				return fmt.Errorf("%w, or auto", err)
+			case d < 0:
+				return errors.New("is negative: want 0 or more, such as 30s, or auto")
+			}
+			t.up.Policy.Reserve = parse.ZeroIsNone(d)
+			return nil
+		}},
 	{flag: "max-attempts", key: "max_attempts", scope: upstream, def: "0", arg: "N", example: "3",
 		help: "caps a request's attempts, the first included. 0 means no cap",
 		set:  count(func(t target, n int) { t.up.Policy.MaxAttempts = n })},
 	{flag: "max-timeout", key: "max_timeout", scope: upstream, def: "10m", arg: "DURATION", example: "30m",
-		help: "caps the deadline a request asks for with Outlast-Timeout or Outlast-Deadline. 0 means no cap",
+		help: "caps every deadline: a request's Outlast-Timeout or Outlast-Deadline, an SDK's timeout and --timeout. 0 means no cap",
 		set:  duration(func(t target, d time.Duration) { t.up.MaxTimeout = d })},
 	{flag: "window", key: "window", scope: upstream, def: "0", arg: "DURATION", example: "10m",
 		help: "caps the time from a request's first attempt to the end of its last wait. 0 means no cap",
 		set:  duration(func(t target, d time.Duration) { t.up.Policy.Window = d })},
-	{flag: "jitter-spread", key: "jitter_spread", scope: upstream, def: "0", arg: "FRACTION", example: "0.25",
+	{flag: "jitter-spread", key: "jitter_spread", scope: upstream, def: "0.25", arg: "FRACTION", example: "0.1",
 		help: "moves each wait up to this fraction either way, from 0 to 1, so that clients that failed together come back apart. 0 means none",
 		set: func(t target, s string) error {
 			f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
@@ -240,11 +258,22 @@ var settings = []setting{
 			}
 			return errors.New("want at-least, exact or ignore")
 		}},
+	{flag: "max-retry-after", key: "max_retry_after", scope: upstream, def: "5m", arg: "DURATION", example: "1m",
+		help: "caps a server's delay (Retry-After, retry-after-ms, a rate limit's reset): a longer one is taken as this, the upstream is probed after it, and the record and the log say it was cut. 0 means no cap",
+		set: duration(func(t target, d time.Duration) {
+			t.up.MaxRetryAfter = d
+			if d == 0 {
+				t.up.MaxRetryAfter = -1 // no cap; the library's zero is its default
+			}
+		})},
 	{flag: "first-byte-timeout", key: "first_byte_timeout", scope: upstream, def: "5m", arg: "DURATION", example: "10m",
-		help: "bounds an attempt's wait for its first byte; a slower attempt is retried. 0 means no bound",
+		help: "bounds an attempt's wait for its answer's first byte, a whole non-stream answer as a rule (a stream's: its first event with data); a slower attempt is retried. 0 means no bound",
 		set:  duration(func(t target, d time.Duration) { t.up.FirstByteTimeout = d })},
-	{flag: "idle-timeout", key: "idle_timeout", scope: upstream, def: "2m", arg: "DURATION", example: "1m",
-		help: "bounds the silence within a response being forwarded. 0 means no bound",
+	{flag: "stream-header-timeout", key: "stream_header_timeout", scope: upstream, def: "30s", arg: "DURATION", example: "10s",
+		help: "bounds a streaming attempt's wait for the upstream's response headers, which a server sends when it takes the request: a silent upstream is retried after this, while a model that thinks before its first token still has --first-byte-timeout. 0 means no bound of its own",
+		set:  duration(func(t target, d time.Duration) { t.up.StreamHeaderTimeout = d })},
+	{flag: "idle-timeout", key: "idle_timeout", scope: upstream, def: "20s", arg: "DURATION", example: "1m",
+		help: "bounds the silence within a response being forwarded: a stream that falls silent mid-answer is ended with an error event. 0 means no bound",
 		set:  duration(func(t target, d time.Duration) { t.up.IdleTimeout = d })},
 	{flag: "status-paths", key: "status_paths", scope: upstream, def: strings.Join(gateway.DefaultStatusPaths, ","), arg: "PATHS", list: true, example: "/healthz",
 		help: `an upstream's health and status endpoints, comma-separated: a GET or HEAD for one (or a path below it) is forwarded once, outside the gate, and not recorded, so that a host polling it sees the server's own answer at once. "" for none`,

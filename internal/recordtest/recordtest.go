@@ -14,7 +14,7 @@ import (
 // millisecond; no gate keys, which neither keeps; and a header that is
 // never nil.
 func Kept(r record.Request) record.Request {
-	r.Start, r.End = millis(r.Start), millis(r.End)
+	r.Start, r.End, r.Deadline = millis(r.Start), millis(r.End), millis(r.Deadline)
 	if r.Header == nil {
 		r.Header = http.Header{}
 	}
