@@ -3,12 +3,16 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 )
 
 // ErrUsage is wrapped by errors about how the command was called; main
@@ -39,7 +43,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		return fmt.Errorf("%w: unknown command %q (try \"outlast help\")", ErrUsage, args[0])
+		hint := cmp.Or(didYouMean(args[0], commandNames(), quoted), ` (try "outlast help")`)
+		return fmt.Errorf("%w: unknown command %q%s", ErrUsage, args[0], hint)
 	}
 	return c.run(ctx, args[1:], stdout, stderr)
 }
@@ -47,15 +52,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "outlast: retries that outlast an LLM provider's outage.")
 	fmt.Fprintln(w, "\nUsage: outlast <command> [flags]\n\nCommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(commands)) {
 		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun \"outlast <command> --help\" for a command's flags and their defaults.")
+}
+
+// commandNames returns the names a first argument may have: each
+// command's, and help.
+func commandNames() []string {
+	return append(slices.Sorted(maps.Keys(commands)), "help")
 }
 
 // parseFlags parses args with fs. A flag error becomes a one-line usage
@@ -77,6 +83,9 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (done bool, e
 			}
 			return true, nil
 		}
+		if name, ok := unknownFlag(fs, args); ok {
+			return true, fmt.Errorf("%w: %s: unknown flag --%s%s", ErrUsage, fs.Name(), name, cmp.Or(didYouMean(name, flagNames(fs), dashes), " (see --help)"))
+		}
 		return true, fmt.Errorf("%w: %s: %v (see --help)", ErrUsage, fs.Name(), err)
 	}
 	if fs.NArg() > 0 {
@@ -84,3 +93,44 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (done bool, e
 	}
 	return false, nil
 }
+
+// unknownFlag returns the name of the first flag in args that fs does not
+// define, reading args as fs.Parse does: up to "--" or the first argument
+// that is not a flag, a flag without "=" taking the next argument as its
+// value unless it is a bool. The flag package says which flag it did not
+// know only in its message, which is no API to parse.
+func unknownFlag(fs *flag.FlagSet, args []string) (name string, ok bool) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if len(a) < 2 || a[0] != '-' || a == "--" {
+			return "", false
+		}
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+		f := fs.Lookup(name)
+		switch {
+		case name == "" || name[0] == '-':
+			return "", false // "---x" or "-=x", which the flag package words better
+		case f == nil && name != "help" && name != "h":
+			return name, true
+		case f == nil:
+			return "", false // --help, which is no error
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && !(ok && b.IsBoolFlag()) {
+			i++ // the flag's value
+		}
+	}
+	return "", false
+}
+
+// flagNames returns the names of fs's flags.
+func flagNames(fs *flag.FlagSet) []string {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return names
+}
+
+// dashes writes a flag's name as the help does: "--waits".
+func dashes(name string) string { return "--" + name }
+
+// quoted writes a name as Go quotes it: "serve".
+func quoted(name string) string { return strconv.Quote(name) }
