@@ -35,9 +35,17 @@ var commands = map[string]command{
 	"serve":    {"run the gateway: retries, slot gate and record in front of an LLM API", runServe},
 }
 
-// Run runs the subcommand that args name.
+// Run runs the subcommand that args name. Asked for, the usage goes to
+// stdout; without a command, it goes to stderr, before a usage error.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
+		// Not a request for help: a script that runs "outlast $CMD" with
+		// CMD unset fails, as it would with CMD misspelled.
+		usage(stderr)
+		return fmt.Errorf("%w: no command given", ErrUsage)
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return nil
 	}

@@ -68,3 +68,37 @@ func TestUnknownName(t *testing.T) {
 		})
 	}
 }
+
+// The usage goes to stdout when asked for, and exits 0; with no command,
+// it goes to stderr with a usage error (exit 2), as a misspelled one does.
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantOut bool // the usage on stdout and a nil error, or on stderr and ErrUsage
+	}{
+		// Nothing asked for: bad usage, though the usage helps.
+		{"no arguments", nil, false},
+		// Asked for, in each of the usual ways.
+		{"help", []string{"help"}, true},
+		{"-h", []string{"-h"}, true},
+		{"-help", []string{"-help"}, true},
+		{"--help", []string{"--help"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			stdout, stderr, err := run(t, tc.args...)
+			const usage = "Usage: outlast <command> [flags]"
+			if tc.wantOut {
+				if err != nil || !strings.Contains(stdout, usage) || stderr != "" {
+					t.Errorf("got %v, stdout %q, stderr %q; want nil, the usage on stdout alone", err, stdout, stderr)
+				}
+				return
+			}
+			if !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, usage) || stdout != "" {
+				t.Errorf("got %v, stdout %q, stderr %q; want a usage error, the usage on stderr alone", err, stdout, stderr)
+			}
+		})
+	}
+}
