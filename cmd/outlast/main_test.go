@@ -56,6 +56,9 @@ func TestExitCode(t *testing.T) {
 		// last line says what is wrong.
 		{"no arguments", nil, 2, "", "Usage: outlast <command>"},
 		{"no arguments, the reason", nil, 2, "", "\noutlast: usage: no command given\n"},
+		// The version is output, on one line.
+		{"--version", []string{"--version"}, 0, "outlast ", ""},
+		{"version", []string{"version"}, 0, "outlast ", ""},
 		// A misspelled command is bad usage too.
 		{"unknown command", []string{"serv"}, 2, "", `outlast: usage: unknown command "serv" (did you mean "serve"?)`},
 	} {

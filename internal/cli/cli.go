@@ -33,6 +33,7 @@ var commands = map[string]command{
 	"requests": {"print the record: each request with its attempts and waits", runRequests},
 	"mock":     {"serve a fault-injecting LLM provider (OpenAI, Anthropic, llama.cpp)", runMock},
 	"serve":    {"run the gateway: retries, slot gate and record in front of an LLM API", runServe},
+	"version":  {"print the version of outlast, of the commit it was built from and of Go", runVersion},
 }
 
 // Run runs the subcommand that args name. Asked for, the usage goes to
@@ -48,6 +49,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return nil
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
 	}
 	c, ok := commands[args[0]]
 	if !ok {

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -98,6 +99,24 @@ func TestUsage(t *testing.T) {
 			}
 			if !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, usage) || stdout != "" {
 				t.Errorf("got %v, stdout %q, stderr %q; want a usage error, the usage on stderr alone", err, stdout, stderr)
+			}
+		})
+	}
+}
+
+// --version and the version command print one line on stdout: the
+// binary's version line, ending with the Go version.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		t.Run(args[0], func(t *testing.T) {
+			t.Parallel()
+			stdout, stderr, err := run(t, args...)
+			if err != nil || stderr != "" {
+				t.Fatalf("got %v, stderr %q; want nil, nothing on stderr", err, stderr)
+			}
+			if !strings.HasPrefix(stdout, "outlast ") || !strings.HasSuffix(stdout, " "+runtime.Version()+"\n") || strings.Count(stdout, "\n") != 1 {
+				t.Errorf("got %q, want one line such as \"outlast (devel) %s\"", stdout, runtime.Version())
 			}
 		})
 	}
