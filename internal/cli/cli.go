@@ -88,7 +88,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (done bool, e
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			if usage == nil {
-				fs.PrintDefaults()
+				printFlags(stderr, fs)
 			} else {
 				usage()
 			}

@@ -49,7 +49,7 @@ type serveFlags struct {
 
 func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	f := &serveFlags{settings: map[string]*flagValue{}}
-	fs.StringVar(&f.config, "config", "", "a YAML file of upstreams and settings")
+	fs.StringVar(&f.config, "config", "", "a `FILE` of upstreams and settings, in YAML")
 	for i := range settings {
 		s := &settings[i]
 		v := &flagValue{s: s, text: s.def}

@@ -20,9 +20,8 @@ them, and the Go version. "outlast --version" does the same.`
 
 // runVersion prints the version line of the running binary.
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprintln(stderr, versionUsage) }
-	if done, err := parseFlags(fs, args, stderr); done {
+	noFlags := func(*flag.FlagSet) struct{} { return struct{}{} }
+	if _, done, err := parseCommand("version", versionUsage, noFlags, args, stderr); done {
 		return err
 	}
 	info, _ := debug.ReadBuildInfo()
