@@ -82,11 +82,30 @@ func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	if len(recs) == 0 {
+		// On stderr, with --json or not: stdout holds records alone, so
+		// that a pipe reading it reads no note as a request.
+		fmt.Fprintln(stderr, noRequests(f))
+	}
 	p.printAll(recs)
 	if !f.follow {
 		return nil
 	}
 	return p.follow(ctx, store, f.run)
+}
+
+// noRequests says that f's journal has no requests to show, and what
+// happens next.
+func noRequests(f *requestsFlags) string {
+	which := "no requests"
+	if f.run != "" {
+		which += fmt.Sprintf(" of run %q", f.run)
+	}
+	note := fmt.Sprintf("outlast: %s recorded yet in %s", which, redact.Text(f.spec))
+	if f.follow {
+		note += "; waiting for them"
+	}
+	return note
 }
 
 // first returns the records to show before following: a run's, oldest
