@@ -54,10 +54,20 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		hint := cmp.Or(didYouMean(args[0], commandNames(), quoted), ` (try "outlast help")`)
-		return fmt.Errorf("%w: unknown command %q%s", ErrUsage, args[0], hint)
+		return unknownCommand(args[0])
 	}
 	return c.run(ctx, args[1:], stdout, stderr)
+}
+
+// unknownCommand is the usage error for a first argument that names no
+// command: a flag is compared with the two that go first, --help and
+// --version, and a word with the commands.
+func unknownCommand(arg string) error {
+	const try = ` (try "outlast help")`
+	if name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "="); strings.HasPrefix(arg, "-") && name != "" {
+		return fmt.Errorf("%w: unknown flag --%s%s", ErrUsage, name, cmp.Or(didYouMean(name, []string{"help", "version"}, dashes), try))
+	}
+	return fmt.Errorf("%w: unknown command %q%s", ErrUsage, arg, cmp.Or(didYouMean(arg, commandNames(), quoted), try))
 }
 
 func usage(w io.Writer) {

@@ -33,8 +33,14 @@ func TestUnknownName(t *testing.T) {
 		{"command", []string{"serv"}, `usage: unknown command "serv" (did you mean "serve"?)`},
 		// help is a command too, though not in the list.
 		{"help", []string{"hlep"}, `usage: unknown command "hlep" (did you mean "help"?)`},
+		// An empty argument, as "outlast $CMD" with CMD set to "" gives.
+		{"empty command", []string{""}, `usage: unknown command "" (try "outlast help")`},
 		// Near no command: the way to the list.
 		{"command near none", []string{"frobnicate"}, `usage: unknown command "frobnicate" (try "outlast help")`},
+		// A flag before the command is one of the two that go there.
+		{"flag before the command", []string{"--verison"}, "usage: unknown flag --verison (did you mean --version?)"},
+		// A subcommand's flag before the subcommand: the way to the list.
+		{"flag near neither", []string{"--listen", ":8700"}, `usage: unknown flag --listen (try "outlast help")`},
 		// The issue's case: --wait for --waits.
 		{"serve flag", []string{"serve", "--wait", "5s"}, "usage: serve: unknown flag --wait (did you mean --waits?)"},
 		// With its value after "=", and one dash: the suggestion still
