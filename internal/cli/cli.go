@@ -65,7 +65,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func unknownCommand(arg string) error {
 	const try = ` (try "outlast help")`
 	if name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "="); strings.HasPrefix(arg, "-") && name != "" {
-		return fmt.Errorf("%w: unknown flag --%s%s", ErrUsage, name, cmp.Or(didYouMean(name, []string{"help", "version"}, dashes), try))
+		return unknownFlagError("", name, []string{"help", "version"}, try)
 	}
 	return fmt.Errorf("%w: unknown command %q%s", ErrUsage, arg, cmp.Or(didYouMean(arg, commandNames(), quoted), try))
 }
@@ -83,6 +83,21 @@ func usage(w io.Writer) {
 // command's, and help.
 func commandNames() []string {
 	return append(slices.Sorted(maps.Keys(commands)), "help")
+}
+
+// parseCommand parses args as the flags of the command name, which
+// define defines on its flag set, and returns what define returned. Its
+// --help writes usage, then the flags with printFlags, to stderr. done and
+// err are as parseFlags returns them.
+func parseCommand[F any](name, usage string, define func(*flag.FlagSet) F, args []string, stderr io.Writer) (f F, done bool, err error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	f = define(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usage)
+		printFlags(stderr, fs)
+	}
+	done, err = parseFlags(fs, args, stderr)
+	return f, done, err
 }
 
 // parseFlags parses args with fs. A flag error becomes a one-line usage
@@ -105,7 +120,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (done bool, e
 			return true, nil
 		}
 		if name, ok := unknownFlag(fs, args); ok {
-			return true, fmt.Errorf("%w: %s: unknown flag --%s%s", ErrUsage, fs.Name(), name, cmp.Or(didYouMean(name, flagNames(fs), dashes), " (see --help)"))
+			return true, unknownFlagError(fs.Name()+": ", name, flagNames(fs), " (see --help)")
 		}
 		return true, fmt.Errorf("%w: %s: %v (see --help)", ErrUsage, fs.Name(), err)
 	}
@@ -141,6 +156,12 @@ func unknownFlag(fs *flag.FlagSet, args []string) (name string, ok bool) {
 		}
 	}
 	return "", false
+}
+
+// unknownFlagError is the usage error for --name, which is none of the
+// flags known, after prefix: it names the closest, or else adds look.
+func unknownFlagError(prefix, name string, known []string, look string) error {
+	return fmt.Errorf("%w: %sunknown flag --%s%s", ErrUsage, prefix, name, cmp.Or(didYouMean(name, known, dashes), look))
 }
 
 // flagNames returns the names of fs's flags.

@@ -8,21 +8,6 @@ import (
 	"strings"
 )
 
-// parseCommand parses args as the flags of the command name, which
-// define defines on its flag set, and returns what define returned. Its
-// --help writes usage, then the flags with printFlags, to stderr. done and
-// err are as parseFlags returns them.
-func parseCommand[F any](name, usage string, define func(*flag.FlagSet) F, args []string, stderr io.Writer) (f F, done bool, err error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	f = define(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, usage)
-		printFlags(stderr, fs)
-	}
-	done, err = parseFlags(fs, args, stderr)
-	return f, done, err
-}
-
 // printFlags writes fs's flags, by name, each with printFlag.
 func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) { printFlag(w, f) })

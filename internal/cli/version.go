@@ -14,9 +14,10 @@ import (
 const versionUsage = `Usage: outlast version
 
 Prints outlast's version on one line, for a bug report: the module's
-version ("(devel)" when built from a checkout), the commit it was built
-from with "+dirty" if it had uncommitted changes, when the build recorded
-them, and the Go version. "outlast --version" does the same.`
+version ("(devel)" or a pseudo-version when built from a checkout), the
+commit it was built from with "+dirty" if it had uncommitted changes, when
+the build recorded them, and the Go version. "outlast --version" does the
+same.`
 
 // runVersion prints the version line of the running binary.
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
