@@ -49,7 +49,7 @@ type serveFlags struct {
 
 func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	f := &serveFlags{settings: map[string]*flagValue{}}
-	fs.StringVar(&f.config, "config", "", "a YAML file of upstreams and settings")
+	fs.StringVar(&f.config, "config", "", "a `FILE` of upstreams and settings, in YAML")
 	for i := range settings {
 		s := &settings[i]
 		v := &flagValue{s: s, text: s.def}
@@ -288,7 +288,9 @@ func (f *serveFlags) readMapping(n *yaml.Node, path string, sc scope, put func(s
 		}
 		seen[k.Value] = k.Line
 		if !(sc == global && k.Value == "upstreams") && !hasKey(sc, k.Value) {
-			return usagef("%s line %d: %s: unknown key %q (want one of %s)", f.config, k.Line, cmp.Or(path, "the file"), k.Value, keysOf(sc))
+			keys := keysOf(sc)
+			hint := cmp.Or(didYouMean(k.Value, keys, quoted), " (want one of "+strings.Join(keys, ", ")+")")
+			return usagef("%s line %d: %s: unknown key %q%s", f.config, k.Line, cmp.Or(path, "the file"), k.Value, hint)
 		}
 		if err := put(k.Value, v); err != nil {
 			return err
@@ -308,8 +310,9 @@ func hasKey(sc scope, key string) bool {
 	return false
 }
 
-// keysOf lists the keys of scope sc, for an error.
-func keysOf(sc scope) string {
+// keysOf returns the keys of scope sc, for an error, in the table's
+// order.
+func keysOf(sc scope) []string {
 	var keys []string
 	if sc == global {
 		keys = append(keys, "upstreams")
@@ -319,7 +322,7 @@ func keysOf(sc scope) string {
 			keys = append(keys, s.key)
 		}
 	}
-	return strings.Join(keys, ", ")
+	return keys
 }
 
 // nodeText returns the text of a key's value as s's flag would take it:

@@ -372,14 +372,36 @@ func TestServeConfigErrors(t *testing.T) {
 		args: []string{"--prefix", "/a"},
 		want: "serve: --prefix goes with --upstream",
 	}, {
-		// Strict decoding: a typo is refused with its line, not ignored.
+		// Strict decoding: a typo is refused with its line, not ignored,
+		// and the key it is near is named.
 		name: "unknown key",
 		yaml: "upstreams:\n  - url: http://x\n    prefix: /a\n    slotz: 2\n",
-		want: `config.yaml line 4: upstreams[0]: unknown key "slotz" (want one of url, name, prefix, slots,`,
+		want: `config.yaml line 4: upstreams[0]: unknown key "slotz" (did you mean "slots"?)`,
+	}, {
+		// A key of an upstream's own is among those suggested in an
+		// upstream's entry.
+		name: "unknown key near an upstream's own",
+		yaml: ok + "    fallback: [azure]\n",
+		want: `config.yaml line 3: upstreams[0]: unknown key "fallback" (did you mean "fallbacks"?)`,
 	}, {
 		name: "unknown top-level key",
 		yaml: ok + "listn: :8700\n",
-		want: `config.yaml line 3: the file: unknown key "listn" (want one of upstreams, listen, token,`,
+		want: `config.yaml line 3: the file: unknown key "listn" (did you mean "listen"?)`,
+	}, {
+		// upstreams is a top-level key too, though no setting's.
+		name: "unknown key near upstreams",
+		yaml: "upstream:\n  - url: http://x\n",
+		want: `config.yaml line 1: the file: unknown key "upstream" (did you mean "upstreams"?)`,
+	}, {
+		// A key near none: a guess would mislead, so the list it might
+		// be is shown.
+		name: "unknown key near none",
+		yaml: ok + "colour: red\n",
+		want: `config.yaml line 3: the file: unknown key "colour" (want one of upstreams, listen, token,`,
+	}, {
+		name: "unknown upstream key near none",
+		yaml: ok + "    colour: red\n",
+		want: `config.yaml line 3: upstreams[0]: unknown key "colour" (want one of url, name, prefix, slots,`,
 	}, {
 		// An upstream's setting does not go at the top level.
 		name: "upstream key at the top",

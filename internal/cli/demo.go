@@ -61,12 +61,7 @@ func demoRuns() []*demoRun {
 	}
 }
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	keep := fs.Bool("keep", false, "leave the gateway and the mock running after the summary, until interrupted")
-	plain := fs.Bool("plain", false, "print plain timeline lines even on a terminal")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, `Usage: outlast demo [flags]
+const demoUsage = `Usage: outlast demo [flags]
 
 Runs a provider outage in one process, with nothing to install: a mock
 provider that is down, then rate-limited, then up; the outlast gateway in
@@ -76,13 +71,25 @@ A timeline shows each queue, attempt and wait as it happens, then a
 summary. Exits 0 when every run ends as expected and the mock saw exactly
 the attempts the record holds, 1 otherwise.
 
-Flags:`)
-		fs.PrintDefaults()
-	}
-	if done, err := parseFlags(fs, args, stderr); done {
+Flags:`
+
+// demoFlags are the demo command's flags, as given.
+type demoFlags struct{ keep, plain bool }
+
+// newDemoFlags defines the demo command's flags on fs.
+func newDemoFlags(fs *flag.FlagSet) *demoFlags {
+	f := &demoFlags{}
+	fs.BoolVar(&f.keep, "keep", false, "leave the gateway and the mock running after the summary, until interrupted")
+	fs.BoolVar(&f.plain, "plain", false, "print plain timeline lines even on a terminal")
+	return f
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, done, err := parseCommand("demo", demoUsage, newDemoFlags, args, stderr)
+	if done {
 		return err
 	}
-	d, err := startDemo(ctx, newTimeline(stdout, !*plain && isTerminal(stdout)))
+	d, err := startDemo(ctx, newTimeline(stdout, !f.plain && isTerminal(stdout)))
 	if err != nil {
 		return err
 	}
@@ -90,7 +97,7 @@ Flags:`)
 	d.tl.intro()
 	d.runAll(ctx)
 	err = d.summary(context.WithoutCancel(ctx))
-	if *keep && ctx.Err() == nil {
+	if f.keep && ctx.Err() == nil {
 		fmt.Fprintf(stdout, "\nThe timeline page is at %s/outlast/ (open it in a browser).\nThe record: %s/outlast/requests, a run: %s/outlast/runs/chat-1, health: %s/outlast/health, metrics: %s/outlast/metrics.\nThe mock is at %s (%s/mock/stats). Press Ctrl-C to stop.\n", d.gwURL, d.gwURL, d.gwURL, d.gwURL, d.gwURL, d.mock.URL, d.mock.URL)
 		<-ctx.Done()
 	}

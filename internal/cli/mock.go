@@ -31,22 +31,7 @@ func runMock(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return nil
 }
 
-// mockServer parses the mock command's flags into a Server, not yet
-// started, and the address to start it on; it is apart from runMock so
-// that a test can see what each flag sets without serving. done is true
-// when there is nothing to serve: after --help, or with err.
-func mockServer(args []string, stderr io.Writer) (srv *mockllm.Server, listen string, done bool, err error) {
-	fs := flag.NewFlagSet("mock", flag.ContinueOnError)
-	addr := fs.String("listen", "127.0.0.1:8701", "the `address` to serve on")
-	slots := fs.Int("slots", 1, "requests served at once, like llama.cpp's --parallel; 0 for no limit")
-	capacity := fs.Int("capacity", 0, "completions generated at once, as a provider's capacity: one more gets 429 with no Retry-After; 0 for no limit")
-	script := fs.String("script", "", "the faults: a script `SPEC`, or a FILE with one step a line (empty: every request succeeds)")
-	chunks := fs.Int("chunks", 9, "content chunks in each response")
-	chunkDelay := fs.Duration("chunk-delay", 0, "the wait before each content chunk")
-	fromFirst := fs.Bool("from-first-request", false, "start the script's windows at the first model request instead of when the mock starts, as they do by default, so that a host slow to start misses none; a first refuse:D step starts with the mock regardless")
-	quiet := fs.Bool("quiet", false, "do not log each request to stderr")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, `Usage: outlast mock [flags]
+const mockUsage = `Usage: outlast mock [flags]
 
 Serves a fake LLM provider that fails as a script says: OpenAI's
 POST /v1/chat/completions, Anthropic's POST /v1/messages, llama.cpp's
@@ -67,27 +52,54 @@ retry-after-date=S, retry-after-ms=MS, header=NAME=VALUE, body=VALUE,
 delay=D. Repeat a step with xN, or for a time with "for D". The package
 documentation of mockllm gives the whole grammar.
 
-Flags:`)
-		fs.PrintDefaults()
-	}
-	if done, err := parseFlags(fs, args, stderr); done {
+Flags:`
+
+// mockFlags are the mock command's flags, as given.
+type mockFlags struct {
+	listen, script          string
+	slots, capacity, chunks int
+	chunkDelay              time.Duration
+	fromFirst, quiet        bool
+}
+
+// newMockFlags defines the mock command's flags on fs.
+func newMockFlags(fs *flag.FlagSet) *mockFlags {
+	f := &mockFlags{}
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8701", "the `ADDRESS` to serve on")
+	fs.IntVar(&f.slots, "slots", 1, "requests served at once, like llama.cpp's --parallel; 0 for no limit")
+	fs.IntVar(&f.capacity, "capacity", 0, "completions generated at once, as a provider's capacity: one more gets 429 with no Retry-After; 0 for no limit")
+	fs.StringVar(&f.script, "script", "", "the faults: a script `SPEC`, or a FILE with one step a line; none: every request succeeds")
+	fs.IntVar(&f.chunks, "chunks", 9, "content chunks in each response")
+	fs.DurationVar(&f.chunkDelay, "chunk-delay", 0, "the wait before each content chunk")
+	fs.BoolVar(&f.fromFirst, "from-first-request", false, "start the script's windows at the first model request instead of when the mock starts, as they do by default, so that a host slow to start misses none; a first refuse:D step starts with the mock regardless")
+	fs.BoolVar(&f.quiet, "quiet", false, "do not log each request to stderr")
+	return f
+}
+
+// mockServer parses the mock command's flags into a Server, not yet
+// started, and the address to start it on; it is apart from runMock so
+// that a test can see what each flag sets without serving. done is true
+// when there is nothing to serve: after --help, or with err.
+func mockServer(args []string, stderr io.Writer) (srv *mockllm.Server, listen string, done bool, err error) {
+	f, done, err := parseCommand("mock", mockUsage, newMockFlags, args, stderr)
+	if done {
 		return nil, "", true, err
 	}
-	if *slots < 0 || *capacity < 0 || *chunks < 0 || *chunkDelay < 0 {
+	if f.slots < 0 || f.capacity < 0 || f.chunks < 0 || f.chunkDelay < 0 {
 		return nil, "", true, fmt.Errorf("%w: mock: --slots, --capacity, --chunks and --chunk-delay cannot be negative", ErrUsage)
 	}
-	if err := checkListen(*addr); err != nil {
-		return nil, "", true, fmt.Errorf("%w: mock: --listen %q: %v", ErrUsage, *addr, err)
+	if err := checkListen(f.listen); err != nil {
+		return nil, "", true, fmt.Errorf("%w: mock: --listen %q: %v", ErrUsage, f.listen, err)
 	}
-	sc, err := readScript(*script)
+	sc, err := readScript(f.script)
 	if err != nil {
 		return nil, "", true, err
 	}
-	srv = &mockllm.Server{Script: sc, Slots: *slots, Capacity: *capacity, Chunks: *chunks, ChunkDelay: *chunkDelay, FromFirstRequest: *fromFirst}
-	if !*quiet {
+	srv = &mockllm.Server{Script: sc, Slots: f.slots, Capacity: f.capacity, Chunks: f.chunks, ChunkDelay: f.chunkDelay, FromFirstRequest: f.fromFirst}
+	if !f.quiet {
 		srv.Logf = lineLogger(stderr)
 	}
-	return srv, *addr, false, nil
+	return srv, f.listen, false, nil
 }
 
 // readScript parses --script: the contents of the file it names, if it

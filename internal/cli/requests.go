@@ -27,55 +27,85 @@ const followEvery = time.Second
 // with its clock a little behind.
 const followOverlap = 10 * time.Second
 
-func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("requests", flag.ContinueOnError)
-	spec := fs.String("journal", journal.DefaultSpec, "the journal to read: sqlite:`PATH` or a postgres:// URL")
-	run := fs.String("run", "", "show this run's requests, oldest first: each failure, its wait and the next attempt (default: the newest requests)")
-	limit := fs.Int("limit", 20, "how many of the newest requests to show, without --run")
-	follow := fs.Bool("follow", false, "keep printing requests as they are recorded, until interrupted")
-	asJSON := fs.Bool("json", false, "print one JSON object a request, with its attempts, instead of a table")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, `Usage: outlast requests [flags]
+const requestsUsage = `Usage: outlast requests [flags]
 
 Prints the record the gateway keeps: each request with its attempts, the
 status or error of each, and the wait before the next. Reads the journal
 directly, so it works while the gateway runs or after it stopped.
 
-Flags:`)
-		fs.PrintDefaults()
-	}
-	if done, err := parseFlags(fs, args, stderr); done {
+Flags:`
+
+// requestsFlags are the requests command's flags, as given.
+type requestsFlags struct {
+	spec, run    string
+	limit        int
+	follow, json bool
+}
+
+// newRequestsFlags defines the requests command's flags on fs.
+func newRequestsFlags(fs *flag.FlagSet) *requestsFlags {
+	f := &requestsFlags{}
+	fs.StringVar(&f.spec, "journal", journal.DefaultSpec, "the journal to read, a `SPEC`: sqlite:PATH or a postgres:// URL")
+	fs.StringVar(&f.run, "run", "", "show run `ID`'s requests, oldest first: each failure, its wait and the next attempt; none: the newest requests")
+	fs.IntVar(&f.limit, "limit", 20, "how many of the newest requests to show, without --run")
+	fs.BoolVar(&f.follow, "follow", false, "keep printing requests as they are recorded, until interrupted")
+	fs.BoolVar(&f.json, "json", false, "print one JSON object a request, with its attempts, instead of a table")
+	return f
+}
+
+func runRequests(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, done, err := parseCommand("requests", requestsUsage, newRequestsFlags, args, stderr)
+	if done {
 		return err
 	}
-	if *limit < 1 || *limit > journal.MaxLimit {
-		return fmt.Errorf("%w: requests: --limit %d: want 1 to %d", ErrUsage, *limit, journal.MaxLimit)
+	if f.limit < 1 || f.limit > journal.MaxLimit {
+		return fmt.Errorf("%w: requests: --limit %d: want 1 to %d", ErrUsage, f.limit, journal.MaxLimit)
 	}
-	if *spec == "off" {
+	if f.spec == "off" {
 		return fmt.Errorf("%w: requests: --journal off: there is no record to read; give the --journal that serve writes", ErrUsage)
 	}
-	if err := journal.CheckSpec(*spec); err != nil {
-		return fmt.Errorf("%w: requests: --journal %q: %v", ErrUsage, redact.Text(*spec), strings.TrimPrefix(err.Error(), "journal: "))
+	if err := journal.CheckSpec(f.spec); err != nil {
+		return fmt.Errorf("%w: requests: --journal %q: %v", ErrUsage, redact.Text(f.spec), strings.TrimPrefix(err.Error(), "journal: "))
 	}
 	// Reading never creates a journal: a wrong path would leave an empty
 	// one behind and print nothing.
-	store, err := journal.OpenExisting(ctx, *spec)
+	store, err := journal.OpenExisting(ctx, f.spec)
 	if errors.Is(err, journal.ErrNoJournal) {
-		return fmt.Errorf("requests: no journal found at %s (%v): give the --journal that serve writes", redact.Text(*spec), err)
+		return fmt.Errorf("requests: no journal found at %s (%v): give the --journal that serve writes", redact.Text(f.spec), err)
 	}
 	if err != nil {
 		return fmt.Errorf("requests: --journal: %w", err)
 	}
 	defer store.Close()
-	p := &printer{out: stdout, json: *asJSON, seen: map[string]time.Time{}}
-	recs, err := first(ctx, store, *run, *limit)
+	p := &printer{out: stdout, json: f.json, seen: map[string]time.Time{}}
+	recs, err := first(ctx, store, f.run, f.limit)
 	if err != nil {
 		return err
 	}
+	if len(recs) == 0 {
+		// On stderr, with --json or not: stdout holds records alone, so
+		// that a pipe reading it reads no note as a request.
+		fmt.Fprintln(stderr, noRequests(f))
+	}
 	p.printAll(recs)
-	if !*follow {
+	if !f.follow {
 		return nil
 	}
-	return p.follow(ctx, store, *run)
+	return p.follow(ctx, store, f.run)
+}
+
+// noRequests says that f's journal has no requests to show, and what
+// happens next.
+func noRequests(f *requestsFlags) string {
+	which := "no requests"
+	if f.run != "" {
+		which += fmt.Sprintf(" of run %q", f.run)
+	}
+	note := fmt.Sprintf("outlast: %s recorded yet in %s", which, redact.Text(f.spec))
+	if f.follow {
+		note += "; waiting for them"
+	}
+	return note
 }
 
 // first returns the records to show before following: a run's, oldest

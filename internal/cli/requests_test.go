@@ -151,6 +151,43 @@ func TestRequestsNoJournal(t *testing.T) {
 	}
 }
 
+// An empty journal, or a run with no requests, is said so on stderr, in
+// one line naming the journal, and stdout stays empty, a valid JSON
+// stream with --json.
+func TestRequestsNone(t *testing.T) {
+	t.Parallel()
+	empty := testJournal(t)
+	full := testJournal(t, testRecord("a", "run-1", time.Now()))
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		wantStderr string // "" for nothing
+	}{
+		// A journal serve created before any request.
+		{"empty", []string{"--journal", empty}, "outlast: no requests recorded yet in " + empty + "\n"},
+		// --json's stdout is for a program: the note goes to stderr.
+		{"empty, as JSON", []string{"--journal", empty, "--json"}, "outlast: no requests recorded yet in " + empty + "\n"},
+		// A run not in the journal, though others are.
+		{"no such run", []string{"--journal", full, "--run", "run-2"}, `outlast: no requests of run "run-2" recorded yet in ` + full + "\n"},
+		// Requests to show: no note.
+		{"some", []string{"--journal", full, "--json"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr strings.Builder
+			if err := runRequests(t.Context(), tc.args, &stdout, &stderr); err != nil {
+				t.Fatalf("got %v, want nil", err)
+			}
+			if stderr.String() != tc.wantStderr {
+				t.Errorf("stderr: got %q, want %q", stderr.String(), tc.wantStderr)
+			}
+			if tc.wantStderr != "" && stdout.Len() != 0 {
+				t.Errorf("stdout: got %q, want nothing", stdout.String())
+			}
+		})
+	}
+}
+
 // --follow goes by end: a request that started before one it printed, and
 // ended after it, is printed too, and each request once.
 func TestRequestsFollowByEnd(t *testing.T) {

@@ -76,7 +76,7 @@ func closeServer(srv *server.Server, stderr io.Writer) {
 func serveConfigFrom(args []string, stderr io.Writer) (cfg server.Config, done bool, err error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	f := newServeFlags(fs)
-	fs.Usage = func() { serveHelp(stderr) }
+	fs.Usage = func() { serveHelp(stderr, fs) }
 	if done, err := parseFlags(fs, args, stderr); done {
 		return cfg, true, err
 	}
@@ -84,13 +84,14 @@ func serveConfigFrom(args []string, stderr io.Writer) (cfg server.Config, done b
 	return cfg, err != nil, err
 }
 
-// serveHelp prints serve's usage and every setting, made from the table:
-// its flag, what it takes, its help, its default and its key in the file.
-func serveHelp(w io.Writer) {
+// serveHelp prints serve's usage, --config, and every setting in the
+// table's order, made from the table: its flag, what it takes, its help,
+// its default and its key in the file.
+func serveHelp(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, serveUsage)
-	fmt.Fprintf(w, "  --config FILE\n        a YAML file of upstreams and settings (default: none)\n")
+	printFlag(w, fs.Lookup("config"))
 	for _, s := range settings {
-		arg := " " + s.arg
+		arg := s.arg
 		if s.bool {
 			arg = ""
 		}
@@ -108,7 +109,7 @@ func serveHelp(w io.Writer) {
 		case identity:
 			where += ", each upstream's own"
 		}
-		fmt.Fprintf(w, "  --%s%s\n        %s (default %s; %s)\n", s.flag, arg, s.help, def, where)
+		writeFlag(w, s.flag, arg, s.help, def+"; "+where)
 	}
 }
 

@@ -39,7 +39,7 @@ func TestServeHelp(t *testing.T) {
 		t.Fatalf("got %v, want nil", err)
 	}
 	help := stderr.String()
-	want := []string{"--config FILE", "(default: none)"}
+	want := []string{"--config FILE", "(default none)"}
 	for _, s := range settings {
 		head := "--" + s.flag + " " + s.arg
 		if s.bool {
