@@ -57,7 +57,7 @@ func TestUnknownName(t *testing.T) {
 		{"flag near none", []string{"mock", "--colour", "red"}, "usage: mock: unknown flag --colour (see --help)"},
 		// A flag part of several names (--first-byte-timeout,
 		// --idle-timeout...) is near none of them.
-		{"flag in several", []string{"serve", "--timeout", "5s"}, "usage: serve: unknown flag --timeout (see --help)"},
+		{"flag in several", []string{"serve", "--byte-timeout", "5s"}, "usage: serve: unknown flag --byte-timeout (see --help)"},
 		// A known flag with a bad value keeps the flag package's message.
 		{"bad value", []string{"mock", "--slots", "many"}, `usage: mock: invalid value "many" for flag -slots`},
 	} {
