@@ -413,7 +413,9 @@ func TestDefaultsStreamOutlivesDeadline(t *testing.T) {
 		}
 		events = append(events, timedEvent{20 * time.Second, "[DONE]"})
 		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
-			"primary.test": func(r *http.Request, _ int, _ time.Duration) (*http.Response, error) { return eventStream(r, events), nil }})
+			"primary.test": func(r *http.Request, _ int, _ time.Duration) (*http.Response, error) {
+				return eventStream(r, events), nil
+			}})
 		g := defaultGateway(t, f, nil, "--upstream", "http://primary.test")
 		rec, took := sdkPost(g, "/v1/chat/completions", `{"model":"m","stream":true}`, map[string]string{"X-Stainless-Timeout": "6"})
 		if body := rec.Body.String(); rec.Code != 200 || !strings.HasSuffix(body, "data: [DONE]\n\n") || strings.Contains(body, "event: error") || took != 20*time.Second {
