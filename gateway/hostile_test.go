@@ -215,6 +215,38 @@ func TestHostileClients(t *testing.T) {
 			}
 			return "408 too-slow, connection closed"
 		}, 0},
+		// A short body, whose rest net/http would read to reuse the
+		// connection, trickled faster than the server's own timeouts.
+		{"a 100-byte body trickled 1 byte every 200 ms", func(c *gateway.Config, _ *gateway.ServerConfig) { c.BodyTimeout = 100 * time.Millisecond }, func(t *testing.T, h *hostile) string {
+			c := h.dial(t)
+			defer c.Close()
+			io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+			closed := make(chan time.Time, 1)
+			var answered time.Time
+			go func() {
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				br := bufio.NewReader(c)
+				if resp, err := http.ReadResponse(br, nil); err == nil && resp.StatusCode == 408 {
+					answered = time.Now()
+					io.Copy(io.Discard, resp.Body)
+				}
+				br.ReadByte() // EOF once the gateway closes it
+				closed <- time.Now()
+			}()
+			tick := time.NewTicker(200 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case at := <-closed:
+					if answered.IsZero() || at.Sub(answered) > time.Second {
+						t.Errorf("the connection closed %v after its answer (408 at %v), want a 408 and the connection closed at once", at.Sub(answered), answered)
+					}
+					return "408 too-slow, connection closed"
+				case <-tick.C:
+					io.WriteString(c, "a") // the trickle goes on, while it can
+				}
+			}
+		}, 0},
 		{"a header of 100 KiB", nil, func(t *testing.T, h *hostile) string {
 			resp, _, _ := h.exchange(t, "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 100<<10)+"\r\n\r\n")
 			if resp == nil || resp.StatusCode != 431 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,7 +123,10 @@ func (o *response) errorEvent(kind, msg string, upstream []byte) {
 // coming ends with os.ErrDeadlineExceeded rather than holding its
 // connection. The deadline is lifted at the body's end or failure: a
 // read deadline left on the connection would cut the response, which may
-// stream for an hour.
+// stream for an hour. It stays, passed, after a body that was too slow:
+// that connection is closed after its 408, and net/http, which reads
+// what is left of a short body before it closes, must not wait for the
+// rest of the trickle.
 func (o *response) slowBodyReader(body io.Reader, timeout time.Duration) io.Reader {
 	if timeout <= 0 {
 		return body
@@ -141,7 +145,7 @@ func (d *deadlineReader) Read(p []byte) (int, error) {
 	// recorder): the body is read without one.
 	d.rc.SetReadDeadline(time.Now().Add(d.timeout))
 	n, err := d.r.Read(p)
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 		d.rc.SetReadDeadline(time.Time{})
 	}
 	return n, err
