@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -483,7 +484,7 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 		// upstream: it was its probe if one was due, and moves on now.
 		last := k.last
 		a.mu.Unlock()
-		return nil, 0, downError(key, "it is down, and the request has a fallback to go to", last)
+		return nil, 0, downError(key, "the request has a fallback to go to", false, last)
 	}
 	if len(k.q) >= a.maxQueue() {
 		a.mu.Unlock()
@@ -543,7 +544,7 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 			if ctx.Err() != nil {
 				return nil, time.Since(now), ctx.Err()
 			}
-			return nil, time.Since(now), downError(key, "no chance to send before the deadline's reserve", last)
+			return nil, time.Since(now), downError(key, "no chance to send came before the request's deadline less its reserve", true, last)
 		}
 		a.mu.Unlock()
 		a.notify(changes)
@@ -640,7 +641,7 @@ func (a *Admission) tooLate(k *admKey, w *admWaiter, ahead int, now time.Time, j
 	}
 	front := ahead == 0
 	next := k.nextChance(now) // a probing or recovering key's: a server's not-before time, if any
-	why := "the next chance to send"
+	why := "its next chance to send"
 	if pt := a.probeTime(); !front && k.state == Down && pt > 0 && next.Equal(k.notBefore) && next.Sub(now) >= pt {
 		// The chance at a server's not-before time is the probe's, the
 		// front's attempt; this waiter's comes with the probe's answer,
@@ -658,7 +659,7 @@ func (a *Admission) tooLate(k *admKey, w *admWaiter, ahead int, now time.Time, j
 		k.nextProbe = bound
 		return nil
 	}
-	return downError(k.key, fmt.Sprintf("%s, in %v, is after the deadline's reserve", why, next.Sub(now).Round(time.Millisecond)), k.last)
+	return downError(k.key, fmt.Sprintf("%s, in %v, comes after the request's deadline less its reserve", why, next.Sub(now).Round(time.Millisecond)), true, k.last)
 }
 
 // turnAfterProbe returns the soonest that a waiter with n others between
@@ -689,15 +690,58 @@ func (a *Admission) turnAfterProbe(k *admKey, n int, joining bool) time.Duration
 	return pt + time.Duration(int64(turn)*int64(n)/int64(limit))
 }
 
-// downError is the error of a request sent away from key: why, and the
-// last failure since the key was last healthy. A key held only by a
-// server's not-before time or a spent rate limit may have none, and so
-// may one that a Fleet's news made troubled.
-func downError(key, why string, last error) error {
-	if last == nil {
-		return fmt.Errorf("%w: admission %q: %s (no failure seen here: a server's delay, a spent rate limit or a fleet's news)", ErrUpstreamDown, key, why)
+// A DownError is the error of a request that an [Admission] sent away
+// while its upstream was down. It wraps ErrUpstreamDown and, if there is
+// one, Last: errors.Is(err, ErrUpstreamDown) tells it.
+type DownError struct {
+	// Key is the Admission's key, or "" for a Transport whose key is the
+	// whole upstream.
+	Key string
+	// Reason says why the request could not wait, as a phrase: "its next
+	// chance to send, in 3.2s, comes after its deadline less its
+	// reserve".
+	Reason string
+	// Late says that the request was sent away for its deadline less
+	// its reserve: a later deadline or a smaller reserve would have let
+	// it wait.
+	Late bool
+	// Last is the last failure that the upstream gave any request since
+	// it was last healthy, or nil: a key held only by a server's
+	// not-before time or a spent rate limit may have none, and so may
+	// one that a Fleet's news made troubled.
+	Last error
+}
+
+// Error says what happened once: "outlast: the upstream is down: " and
+// the reason, with the key if it has one, then the last failure.
+func (e *DownError) Error() string {
+	var b strings.Builder
+	b.WriteString(ErrUpstreamDown.Error())
+	if e.Key != "" {
+		fmt.Fprintf(&b, " (key %q)", e.Key)
 	}
-	return fmt.Errorf("%w: admission %q: %s (the last failure: %w)", ErrUpstreamDown, key, why, last)
+	b.WriteString(": ")
+	b.WriteString(e.Reason)
+	if e.Last != nil {
+		b.WriteString("; the last failure: ")
+		b.WriteString(e.Last.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrUpstreamDown and Last, if any.
+func (e *DownError) Unwrap() []error {
+	if e.Last == nil {
+		return []error{ErrUpstreamDown}
+	}
+	return []error{ErrUpstreamDown, e.Last}
+}
+
+// downError is the error of a request sent away from key for reason, late
+// if for its deadline less its reserve, with last, the last failure since
+// the key was last healthy.
+func downError(key, reason string, late bool, last error) error {
+	return &DownError{Key: key, Reason: reason, Late: late, Last: last}
 }
 
 // nextChance returns when a down key may next send: its next probe, or

@@ -206,7 +206,7 @@ func (a *Admission) fleetSend(ctx context.Context, tok *admToken, bound time.Tim
 			a.mu.Lock()
 			last := tok.k.last
 			a.mu.Unlock()
-			return downError(tok.k.key, "no place under the fleet's limit before the deadline's reserve", last)
+			return downError(tok.k.key, "no place under the fleet's limit came before the request's deadline less its reserve", true, last)
 		}
 		return err
 	}

@@ -572,8 +572,7 @@ func (x *exchange) failed(ctx context.Context, err error) {
 		if d := x.cur.nextChance(); d > 0 {
 			h.Set("Retry-After", strconv.Itoa(int((d+time.Second-1)/time.Second)))
 		}
-		x.fail(http.StatusServiceUnavailable, apierr.Down,
-			fmt.Sprintf("outlast: upstream %s is down: %s", x.cur.Name, redact.Text(err.Error())), h)
+		x.fail(http.StatusServiceUnavailable, apierr.Down, x.downMessage(err), h)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(err, outlast.ErrNoTime):
 		// The request's deadline is the caller's: nothing is left of it.
 		x.fail(http.StatusGatewayTimeout, apierr.Deadline,
@@ -586,6 +585,40 @@ func (x *exchange) failed(ctx context.Context, err error) {
 		x.fail(http.StatusBadGateway, apierr.Unreachable,
 			fmt.Sprintf("outlast: upstream %s is unreachable: %s", x.cur.Name, redact.Text(err.Error())), x.noRetryIfRetried())
 	}
+}
+
+// downMessage says once why the request was sent away from a down
+// upstream, and, when its deadline less its reserve was the cause, what
+// it was and how to change it.
+func (x *exchange) downMessage(err error) string {
+	de, ok := errors.AsType[*outlast.DownError](err)
+	if !ok { // the retry budget's refusal
+		return fmt.Sprintf("outlast: upstream %s is down: %s", x.cur.Name, redact.Text(err.Error()))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "outlast: upstream %s is down: %s", x.cur.Name, de.Reason)
+	if de.Key != "" {
+		fmt.Fprintf(&b, " (key %q)", de.Key)
+	}
+	if de.Late && !x.opts.deadline.IsZero() && x.opts.policy != nil {
+		fmt.Fprintf(&b, ": a deadline %v after its arrival (%s), less a reserve of %v. To wait for the upstream, give the request a later deadline (Outlast-Timeout) or a smaller reserve (Outlast-Reserve; the gateway's is --reserve)",
+			x.opts.deadline.Sub(x.rec.Start).Round(time.Millisecond), deadlineFrom(x.opts.source), reserveOf(x.opts.policy))
+	}
+	if de.Last != nil {
+		fmt.Fprintf(&b, ". The last failure: %s", redact.Text(de.Last.Error()))
+	}
+	return b.String()
+}
+
+// deadlineFrom names where a deadline came from, for an error message.
+func deadlineFrom(source string) string {
+	switch source {
+	case record.DeadlineOutlast:
+		return "its Outlast-Timeout or Outlast-Deadline"
+	case record.DeadlineSDK:
+		return "its SDK's timeout, X-Stainless-Timeout, less a margin"
+	}
+	return "the gateway's --timeout"
 }
 
 // noRetryIfRetried returns the header that tells a client not to retry a

@@ -465,3 +465,30 @@ func TestDefaultsStreamHeaderTimeout(t *testing.T) {
 		})
 	}
 }
+
+// The error of a request sent away from a down upstream says once what
+// happened, names the upstream, and names the request's deadline and
+// reserve and how to change them.
+func TestDefaultsUpstreamDownMessage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+			"primary.test": func(*http.Request, int, time.Duration) (*http.Response, error) {
+				return reply(503, map[string]string{"Retry-After": "60"}, `{"error":{"message":"overloaded"}}`), nil
+			}})
+		g := defaultGateway(t, f, nil, "--upstream", "http://primary.test", "--name", "primary")
+		sdkPost(g, "/v1/messages", chatBody, nil) // marks it down for a minute
+		rec, took := sdkPost(g, "/v1/messages", chatBody, map[string]string{"X-Stainless-Timeout": "6"})
+		msg := rec.Body.String()
+		if rec.Code != 503 || rec.Header().Get("Outlast-Error") != "upstream-down" || took != 0 {
+			t.Fatalf("got %d %q after %v, want 503 upstream-down at once", rec.Code, rec.Header().Get("Outlast-Error"), took)
+		}
+		for _, want := range []string{"upstream primary is down", "5.4s", "reserve of 1.35s", "Outlast-Reserve", "--reserve", "Outlast-Timeout", "503"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("the error %s lacks %q", msg, want)
+			}
+		}
+		if n := strings.Count(msg, "is down"); n != 1 || strings.Contains(msg, `admission ""`) {
+			t.Errorf("the error %s says it is down %d times, or names an empty key; want once, and no empty key", msg, n)
+		}
+	})
+}
