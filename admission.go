@@ -252,6 +252,10 @@ type AdmissionState struct {
 	NextProbe time.Time
 	// Limit is the limit of requests in flight while recovering, else 0.
 	Limit int
+	// MaxLimit is the limit at which a recovering key is healthy: the
+	// Admission's MaxLimit, or the capacity of the Gate its attempts
+	// went through, or DefaultMaxLimit.
+	MaxLimit int
 	// InFlight counts the requests sent under the limit or as the probe.
 	InFlight int
 	// Waiting counts the requests in the queue.
@@ -264,9 +268,9 @@ func (a *Admission) State(key string) AdmissionState {
 	defer a.mu.Unlock()
 	k := a.keys[key]
 	if k == nil {
-		return AdmissionState{}
+		return AdmissionState{MaxLimit: cmpOr(a.MaxLimit, DefaultMaxLimit)}
 	}
-	s := AdmissionState{State: k.state, InFlight: k.inFlight, Waiting: len(k.q)}
+	s := AdmissionState{State: k.state, InFlight: k.inFlight, Waiting: len(k.q), MaxLimit: a.maxLimit(k)}
 	if time.Now().Before(k.notBefore) {
 		s.NotBefore = k.notBefore
 	}

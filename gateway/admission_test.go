@@ -170,8 +170,9 @@ func (d *delayed) RoundTrip(r *http.Request) (*http.Response, error) {
 	return &http.Response{StatusCode: code, Header: h, Body: io.NopCloser(strings.NewReader(`{}`)), Request: r}, nil
 }
 
-// /outlast/health shows a server's not-before time while the upstream is
-// down, and the limit once it recovers: a quarter of MaxLimit at first.
+// /outlast/health shows the limit in force: MaxLimit while healthy, one
+// probe and a server's not-before time while the upstream is down, and
+// once it recovers a quarter of MaxLimit at first.
 func TestGatewayHealthAdmission(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u, _ := url.Parse("http://upstream.test")
@@ -197,13 +198,16 @@ func TestGatewayHealthAdmission(t *testing.T) {
 			}
 			return h.Upstreams[0].Admission
 		}
+		if a := health(); a == nil || a.State != "healthy" || a.Limit != 8 || a.MaxLimit != 8 {
+			t.Fatalf("health at first: %+v, want healthy at its limit of 8", a)
+		}
 		start := time.Now()
 		if rec := serve(g, `{"model":"m"}`, map[string]string{"Outlast-Timeout": "5s"}); rec.Code != 503 {
 			t.Fatalf("the first request: %d, want the upstream's 503, whose 20 s delay is past its deadline", rec.Code)
 		}
 		a := health()
-		if a == nil || a.State != "down" || a.NotBefore == nil || a.NotBefore.Before(start.Add(20*time.Second)) || a.NotBefore.After(start.Add(22*time.Second)) {
-			t.Fatalf("health after the 503: %+v, want down with a not-before time 20 s to 22 s away", a)
+		if a == nil || a.State != "down" || a.Limit != 1 || a.NotBefore == nil || a.NotBefore.Before(start.Add(20*time.Second)) || a.NotBefore.After(start.Add(22*time.Second)) {
+			t.Fatalf("health after the 503: %+v, want down, at a limit of one probe, with a not-before time 20 s to 22 s away", a)
 		}
 		var wg sync.WaitGroup
 		for range 4 {

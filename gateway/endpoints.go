@@ -122,9 +122,13 @@ type AdmissionHealth struct {
 	NotBefore *time.Time `json:"not_before,omitempty"`
 	// NextProbe is when the next probe may go, while the upstream is down.
 	NextProbe *time.Time `json:"next_probe,omitempty"`
-	// Limit is the limit of requests in flight while recovering; 0 means
-	// none.
+	// Limit is the limit of requests in flight in force: MaxLimit while
+	// healthy, the growing limit while recovering, and 1, the probe,
+	// while down or probing.
 	Limit int `json:"limit"`
+	// MaxLimit is the limit at which a recovering upstream is healthy
+	// again: --slots, or 64 without.
+	MaxLimit int `json:"max_limit"`
 	// Waiting counts the requests waiting for the upstream to come back.
 	Waiting int `json:"waiting"`
 }
@@ -135,7 +139,13 @@ func admissionHealth(a *outlast.Admission) *AdmissionHealth {
 		return nil
 	}
 	s := a.State("")
-	h := &AdmissionHealth{State: s.State.String(), Limit: s.Limit, Waiting: s.Waiting}
+	h := &AdmissionHealth{State: s.State.String(), Limit: s.Limit, MaxLimit: s.MaxLimit, Waiting: s.Waiting}
+	switch s.State {
+	case outlast.Healthy:
+		h.Limit = s.MaxLimit
+	case outlast.Down, outlast.Probing:
+		h.Limit = 1
+	}
 	if !s.NotBefore.IsZero() {
 		h.NotBefore = &s.NotBefore
 	}
