@@ -1,6 +1,7 @@
 package mockllm
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -16,8 +17,12 @@ type api interface {
 	head(r *reply) []event
 	chunk(r *reply, i int) event
 	tail(r *reply) []event
-	// errorBody is the body of an error response with this status.
-	errorBody(status int) []byte
+	// malformed is content chunk i's event cut short inside its text,
+	// so that its data is not JSON.
+	malformed(r *reply, i int) event
+	// errorBody is the body of an error response with this status and
+	// message.
+	errorBody(status int, message string) []byte
 }
 
 // event is one server-sent event; name is empty for data-only events.
@@ -26,9 +31,40 @@ type event struct {
 	data []byte
 }
 
-// words are the deterministic text of every response; chunk i is word
-// i mod 9, so that a response's text depends only on its chunk count.
+// words are the deterministic text of every response; chunk i of the
+// canonical text is word i mod 9, so that the text depends only on the
+// chunk count.
 var words = strings.Fields("The quick brown fox jumps over the lazy dog.")
+
+// canonical returns the canonical text in n content chunks: the words,
+// each after a space but the first.
+func canonical(n int) []string {
+	pieces := make([]string, n)
+	for i := range pieces {
+		pieces[i] = words[i%len(words)]
+		if i > 0 {
+			pieces[i] = " " + pieces[i]
+		}
+	}
+	return pieces
+}
+
+// continuation returns the content chunks that follow prefix in pieces,
+// the first cut to the rest of its word if prefix ends inside it, and
+// whether prefix is a prefix of their text at all.
+func continuation(pieces []string, prefix string) ([]string, bool) {
+	if !strings.HasPrefix(strings.Join(pieces, ""), prefix) {
+		return nil, false
+	}
+	off := 0
+	for i, p := range pieces {
+		if off+len(p) > len(prefix) {
+			return append([]string{p[len(prefix)-off:]}, pieces[i+1:]...), true
+		}
+		off += len(p)
+	}
+	return []string{}, true
+}
 
 // reply is what the server needs to answer one model request.
 type reply struct {
@@ -36,29 +72,32 @@ type reply struct {
 	model   string
 	created int64
 	stream  bool
-	usage   bool // OpenAI's stream_options.include_usage
-	want    int  // llama.cpp's id_slot: the slot asked for, or -1
-	slot    int  // the slot serving it
-	task    int  // the request's number, from 1
-	prompt  int  // prompt tokens: words in the request's text
-	chunks  int  // content chunks
+	usage   bool     // OpenAI's stream_options.include_usage
+	want    int      // llama.cpp's id_slot: the slot asked for, or -1
+	slot    int      // the slot serving it
+	task    int      // the request's number, from 1
+	prompt  int      // prompt tokens: words in the request's text
+	pieces  []string // the content chunks, one a token
 }
 
-// word returns content chunk i.
+// word returns content chunk i, or "" past the end.
 func (r *reply) word(i int) string {
-	w := words[i%len(words)]
-	if i > 0 {
-		w = " " + w
+	if i < 0 || i >= len(r.pieces) {
+		return ""
 	}
-	return w
+	return r.pieces[i]
 }
 
-func (r *reply) text() string {
-	var b strings.Builder
-	for i := range r.chunks {
-		b.WriteString(r.word(i))
+func (r *reply) text() string { return strings.Join(r.pieces, "") }
+
+// cutAfter returns e with its data cut just after the first key, which
+// opens the chunk's text: `data: {…"content":"` and no more, as a proxy
+// that cut an event short would send.
+func cutAfter(e event, key string) event {
+	if i := bytes.Index(e.data, []byte(key)); i >= 0 {
+		e.data = e.data[:i+len(key)]
 	}
-	return b.String()
+	return e
 }
 
 // js marshals v, which is always one of this package's shapes.
@@ -116,7 +155,7 @@ type openAICompletion struct {
 func ptr[T any](v T) *T { return &v }
 
 func (openAI) usage(r *reply) *openAIUsage {
-	return &openAIUsage{PromptTokens: r.prompt, CompletionTokens: r.chunks, TotalTokens: r.prompt + r.chunks}
+	return &openAIUsage{PromptTokens: r.prompt, CompletionTokens: len(r.pieces), TotalTokens: r.prompt + len(r.pieces)}
 }
 
 func (openAI) completion(r *reply, object string, choices ...openAIChoice) openAICompletion {
@@ -159,7 +198,11 @@ func (a openAI) tail(r *reply) []event {
 	return append(evs, event{data: []byte("[DONE]")})
 }
 
-func (openAI) errorBody(status int) []byte {
+func (a openAI) malformed(r *reply, i int) event {
+	return cutAfter(a.chunk(r, i), `"content":"`)
+}
+
+func (openAI) errorBody(status int, message string) []byte {
 	typ, code := "server_error", any(nil)
 	switch {
 	case status == http.StatusTooManyRequests:
@@ -168,7 +211,7 @@ func (openAI) errorBody(status int) []byte {
 		typ = "invalid_request_error"
 	}
 	return js(map[string]any{"error": map[string]any{
-		"message": errorMessage(status), "type": typ, "param": nil, "code": code,
+		"message": message, "type": typ, "param": nil, "code": code,
 	}})
 }
 
@@ -204,7 +247,7 @@ func (a anthropic) whole(r *reply) any {
 	m := a.message(r)
 	m.Content = []anthropicBlock{{Type: "text", Text: r.text()}}
 	m.StopReason = ptr("end_turn")
-	m.Usage = anthropicUsage{InputTokens: r.prompt, OutputTokens: r.chunks}
+	m.Usage = anthropicUsage{InputTokens: r.prompt, OutputTokens: len(r.pieces)}
 	return m
 }
 
@@ -231,18 +274,22 @@ func (a anthropic) tail(r *reply) []event {
 		a.event("content_block_stop", map[string]any{"index": 0}),
 		a.event("message_delta", map[string]any{
 			"delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil},
-			"usage": map[string]int{"output_tokens": r.chunks},
+			"usage": map[string]int{"output_tokens": len(r.pieces)},
 		}),
 		a.event("message_stop", map[string]any{}),
 	}
 }
 
-func (anthropic) errorBody(status int) []byte {
-	return js(anthropicError(status))
+func (a anthropic) malformed(r *reply, i int) event {
+	return cutAfter(a.chunk(r, i), `"text":"`)
+}
+
+func (anthropic) errorBody(status int, message string) []byte {
+	return js(anthropicError(status, message))
 }
 
 // anthropicError is the Anthropic API's error object for a status.
-func anthropicError(status int) map[string]any {
+func anthropicError(status int, message string) map[string]any {
 	typ := map[int]string{
 		400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
 		404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
@@ -254,7 +301,7 @@ func anthropicError(status int) map[string]any {
 			typ = "invalid_request_error"
 		}
 	}
-	return map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": errorMessage(status)}}
+	return map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": message}}
 }
 
 // llamaCPP speaks llama.cpp's native POST /completion.
@@ -287,10 +334,10 @@ type llamaTiming struct {
 func (llamaCPP) final(r *reply, content string) llamaResult {
 	return llamaResult{
 		Content: content, Tokens: []int{}, IDSlot: r.slot, Stop: true, Model: r.model,
-		TokensPredicted: r.chunks, TokensEvaluated: r.prompt,
-		StopType: "eos", StoppingWord: ptr(""), TokensCached: r.prompt + r.chunks,
+		TokensPredicted: len(r.pieces), TokensEvaluated: r.prompt,
+		StopType: "eos", StoppingWord: ptr(""), TokensCached: r.prompt + len(r.pieces),
 		Truncated: ptr(false), HasNewLine: ptr(false),
-		Timings: &llamaTiming{PromptN: r.prompt, PredictedN: r.chunks},
+		Timings: &llamaTiming{PromptN: r.prompt, PredictedN: len(r.pieces)},
 	}
 }
 
@@ -308,8 +355,12 @@ func (llamaCPP) chunk(r *reply, i int) event {
 // tail is the final result; llama.cpp's native stream has no [DONE].
 func (l llamaCPP) tail(r *reply) []event { return []event{{data: js(l.final(r, ""))}} }
 
-func (llamaCPP) errorBody(status int) []byte {
-	return llamaError(status, errorMessage(status))
+func (l llamaCPP) malformed(r *reply, i int) event {
+	return cutAfter(l.chunk(r, i), `"content":"`)
+}
+
+func (llamaCPP) errorBody(status int, message string) []byte {
+	return llamaError(status, message)
 }
 
 // llamaError is llama.cpp's error body.
@@ -353,6 +404,40 @@ func countWords(req *request) int {
 	}
 	return n + wordsIn(req.Prompt)
 }
+
+// prefill returns the text of a chat request's last message if that is
+// an assistant message, a prefill, and whether it is. The text is the
+// content as a string, or its parts' text joined.
+func prefill(req *request) (string, bool) {
+	var msgs []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if json.Unmarshal(req.Messages, &msgs) != nil || len(msgs) == 0 || msgs[len(msgs)-1].Role != "assistant" {
+		return "", false
+	}
+	content := msgs[len(msgs)-1].Content
+	var s string
+	if json.Unmarshal(content, &s) == nil {
+		return s, true
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	json.Unmarshal(content, &parts)
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String(), true
+}
+
+// prefillRefusal is the message of the 400 that refuse-prefill sends, as
+// Anthropic's models without prefill word it.
+const prefillRefusal = "This model does not support assistant message prefill. The conversation must end with a user message."
 
 func wordsIn(raw json.RawMessage) int {
 	var s string

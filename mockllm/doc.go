@@ -33,8 +33,20 @@
 //     id_slot asks for a slot (see Server.Slots); -1 or none means any.
 //
 // The text is always "The quick brown fox jumps over the lazy dog." cut
-// into words, one a chunk, repeated or cut to Server.Chunks chunks. A body
-// that is not JSON gets a 400 in the API's error shape.
+// into words, one a chunk, repeated or cut to Server.Chunks chunks: the
+// canonical text. A body that is not JSON gets a 400 in the API's error
+// shape.
+//
+// A chat request (OpenAI's or Anthropic's) whose last message is the
+// assistant's carries a prefill: the text the answer must continue. If
+// that text, less its trailing whitespace (which Anthropic refuses), is
+// a prefix of the canonical text, the answer is the rest of it, starting
+// with the rest of a word if the prefill ends inside one, so that prefill
+// and answer make the whole text; otherwise the answer is the whole text,
+// as without a prefill. Server.RefusePrefill, or the refuse-prefill
+// parameter on a step, makes such a request get 400 in the API's error
+// shape instead, saying that the model does not support assistant
+// message prefill, as some models answer.
 //
 // The other endpoints take no step and are not counted:
 //
@@ -72,7 +84,7 @@
 // a window:
 //
 //	step      = fault [ "=" arg ] { ":" param } [ " " ] [ "x" N | " for " D ]
-//	param     = key "=" value | arg
+//	param     = key "=" value | flag | arg
 //
 // The faults:
 //
@@ -91,8 +103,13 @@
 //	close-after-headers  a 200's headers, then the connection closed
 //	stall                a 200's headers, then nothing until the client gives
 //	                     up
-//	stall-after=N        N content chunks, then nothing
+//	stall-after=N        N content chunks, then nothing (with resume=D,
+//	                     nothing for D, then the rest and the end)
 //	reset-after=N        N content chunks, then a reset
+//	malformed-after=N    N content chunks, then one event cut short inside
+//	                     its JSON, then the rest and the end
+//	no-done              the whole stream but its last event: OpenAI's
+//	                     [DONE], Anthropic's message_stop
 //	slow-headers=D       a completion whose headers wait D
 //
 // A step's own argument (N or D) follows "=" or a colon: refuse:5s and
@@ -106,9 +123,16 @@
 //	                     header of that name, and may be given more than once
 //	body=VALUE           a status step's body
 //	delay=D              a wait before answering (slow-headers has its own)
+//	first-token-delay=D  the status line and headers at once, then nothing
+//	                     for D, not even the events before the content
+//	resume=D             stall-after's silence ends after D
+//	refuse-prefill       400 to a request with an assistant prefill
 //
 // Every fault but refuse and reset takes the headers; body is for a
-// status only. N and S are whole numbers; D is a Go duration, as 200ms,
+// status only; first-token-delay is for ok, stall-after, reset-after,
+// malformed-after and no-done; resume is for stall-after; refuse-prefill,
+// which takes no value, is for any step but refuse. A parameter the
+// grammar does not know is an error that names it and lists these. N and S are whole numbers; D is a Go duration, as 200ms,
 // 1.5s or 2m. A value is bare (up to a comma, colon, "#" or space), a
 // balanced {…} or […], which may hold commas and colons as JSON does, or
 // a Go string literal in double quotes. After a bare value, put a space
@@ -122,6 +146,9 @@
 //	502 for 30s,429:retry-after-ms=1500 for 10s,ok
 //	refuse:5s,ok                           down 5 s from the start, then up
 //	ok x3,reset,stall-after=2,ok
+//	ok:first-token-delay=20s               headers at once, the first token 20 s later
+//	stall-after=20:resume=30s              20 chunks, 30 s of silence, the rest
+//	malformed-after=30,no-done,ok:refuse-prefill
 //
 // A script parses to a Script; its String form is canonical and parses
 // back to an equal Script. A script that does not parse yields a
@@ -136,7 +163,35 @@
 // end it; with N of Chunks or more, all the content goes out but the
 // stream never ends. A non-streaming body is cut into Chunks parts of the
 // same size for them, so that the client gets the first N parts of the
-// JSON.
+// JSON. With resume=D, stall-after's silence ends after D: the rest of
+// the content events, or of the body's parts, follow, and the response
+// ends as a whole one does.
+//
+// malformed-after=N counts content chunks too. After N of them a stream
+// gets one more event, the next content chunk's, cut just after the
+// opening quote of its text, as in
+//
+//	data: {"id":"chatcmpl-mock-1",…,"choices":[{"index":0,"delta":{"content":"
+//
+// (Anthropic's keeps its content_block_delta name), then every content
+// chunk as usual, so that the text is whole, and the events that end the
+// stream. A client that skips the event it cannot parse gets the whole
+// answer; a strict one fails there. A non-streaming body has no event to
+// break: it is cut after its first N parts, at most all but its last
+// byte, and ends cleanly there, with a Content-Length that matches, as a
+// proxy that truncated it would send.
+//
+// no-done sends the whole stream, with its finish_reason or stop_reason
+// and, if asked for, OpenAI's usage chunk, but leaves out its last event
+// (OpenAI's data: [DONE], Anthropic's message_stop, llama.cpp's result
+// with "stop": true) and ends the body cleanly. A non-streaming body has
+// no such event: it is whole, as for ok.
+//
+// first-token-delay=D sends the status line and headers at once, then
+// nothing at all for D, since a real server sends its first event (such
+// as OpenAI's role chunk or Anthropic's message_start) only when the
+// model begins; then the answer as the fault says. A non-streaming body
+// follows D after its headers.
 //
 // A refuse step closes the socket when it becomes current, and with it
 // every idle connection; a response in progress finishes, with
@@ -150,6 +205,8 @@
 // again.
 //
 // Requests that generate a completion (ok, slow-headers, stall,
-// stall-after, reset-after and close-after-headers) hold a slot while
-// they run when Server.Slots is set; error responses do not.
+// stall-after, reset-after, malformed-after, no-done and
+// close-after-headers) hold a slot while they run when Server.Slots is
+// set; error responses do not. A request refused for its prefill counts
+// as "400" in Stats, as does a body that is not JSON.
 package mockllm

@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // exchange is one model request being answered as its step says.
@@ -17,13 +19,16 @@ type exchange struct {
 	api api
 	st  step
 	rep *reply // set by parse, for the steps that generate
+
+	wroteHeader bool // whether the status line and headers went
 }
 
 // generates reports whether the step answers with a completion, whole or
 // cut short, rather than with an error or nothing.
 func (x *exchange) generates() bool {
 	switch x.st.fault {
-	case faultOK, faultSlowHeaders, faultStall, faultStallAfter, faultResetAfter, faultCloseAfterHeaders:
+	case faultOK, faultSlowHeaders, faultStall, faultStallAfter, faultResetAfter, faultCloseAfterHeaders,
+		faultMalformedAfter, faultNoDone:
 		return true
 	}
 	return false
@@ -39,7 +44,7 @@ func (x *exchange) parse(body []byte) error {
 	rep := &reply{
 		model: req.Model, created: time.Now().Unix(), stream: req.Stream,
 		usage: req.StreamOptions.IncludeUsage, want: -1, task: task,
-		prompt: countWords(&req), chunks: x.s.chunks(),
+		prompt: countWords(&req), pieces: canonical(x.s.chunks()),
 	}
 	if rep.model == "" {
 		rep.model = "mock"
@@ -50,6 +55,13 @@ func (x *exchange) parse(body []byte) error {
 	case anthropic:
 		rep.id = "msg_mock_" + strconv.Itoa(task)
 	}
+	if text, ok := x.prefill(&req); ok {
+		// Anthropic rejects a prefill that ends in whitespace; cutting it
+		// lets prefix and answer join as the canonical text.
+		if rest, ok := continuation(rep.pieces, strings.TrimRightFunc(text, unicode.IsSpace)); ok {
+			rep.pieces = rest
+		}
+	}
 	if req.IDSlot != nil && *req.IDSlot >= 0 && x.s.slots != nil {
 		if *req.IDSlot >= x.s.Slots {
 			return fmt.Errorf("id_slot %d: the server has %d slots", *req.IDSlot, x.s.Slots)
@@ -58,6 +70,31 @@ func (x *exchange) parse(body []byte) error {
 	}
 	x.rep = rep
 	return nil
+}
+
+// prefill returns the request's assistant prefill, and whether it has
+// one; only the chat APIs have messages.
+func (x *exchange) prefill(req *request) (string, bool) {
+	switch x.api.(type) {
+	case openAI, anthropic:
+		return prefill(req)
+	}
+	return "", false
+}
+
+// refusesPrefill reports whether the request carries an assistant
+// prefill that the step or the server refuses. A refuse step has no
+// answer to give, so it never does.
+func (x *exchange) refusesPrefill(body []byte) bool {
+	if !x.st.refusePrefill && !x.s.RefusePrefill || x.st.fault == faultRefuse {
+		return false
+	}
+	var req request
+	if json.Unmarshal(body, &req) != nil {
+		return false
+	}
+	_, ok := x.prefill(&req)
+	return ok
 }
 
 // answer carries out the step.
@@ -77,7 +114,7 @@ func (x *exchange) answer() {
 	case faultStatus:
 		x.status()
 	case faultOverloaded:
-		x.send(529, js(anthropicError(529)))
+		x.send(529, js(anthropicError(529, errorMessage(529))))
 	case faultLoading:
 		x.send(http.StatusServiceUnavailable, loadingBody())
 	case faultOverloadedStream:
@@ -172,7 +209,7 @@ func (x *exchange) headers() {
 func (x *exchange) status() {
 	body := []byte(x.st.body)
 	if !x.st.hasBody && x.st.status >= 400 {
-		body = x.api.errorBody(x.st.status)
+		body = x.api.errorBody(x.st.status, errorMessage(x.st.status))
 	}
 	x.send(x.st.status, body)
 }
@@ -187,8 +224,16 @@ func (x *exchange) send(status int, body []byte) {
 		x.w.Header().Set("Content-Type", ct)
 	}
 	x.headers()
-	x.w.WriteHeader(status)
+	x.writeHeader(status)
 	x.w.Write(body)
+}
+
+// writeHeader sends the status line and headers, once.
+func (x *exchange) writeHeader(status int) {
+	if !x.wroteHeader {
+		x.wroteHeader = true
+		x.w.WriteHeader(status)
+	}
 }
 
 // overloadedStream is Anthropic's overload in the middle of things: a
@@ -197,7 +242,7 @@ func (x *exchange) overloadedStream() {
 	x.eventStreamHeaders()
 	x.headers()
 	x.w.WriteHeader(http.StatusOK)
-	x.event(event{name: "error", data: js(anthropicError(529))})
+	x.event(event{name: "error", data: js(anthropicError(529, errorMessage(529)))})
 }
 
 func (x *exchange) eventStreamHeaders() {
@@ -244,19 +289,40 @@ func (x *exchange) generate() {
 // or -1 if it has none after the headers.
 func (x *exchange) cut() int {
 	switch x.st.fault {
-	case faultStallAfter, faultResetAfter:
+	case faultStallAfter, faultResetAfter, faultMalformedAfter:
 		return x.st.n
 	}
 	return -1
 }
 
-// fail ends a response cut short, by stalling or resetting.
-func (x *exchange) fail() {
-	if x.st.fault == faultResetAfter {
+// interrupt carries out the step's fault where it cuts in, and reports
+// whether the response goes on after it: after a malformed event, or a
+// stall that resumes.
+func (x *exchange) interrupt() bool {
+	switch {
+	case x.st.fault == faultMalformedAfter:
+		return x.event(x.api.malformed(x.rep, x.st.n)) == nil
+	case x.st.fault == faultResetAfter:
 		x.reset()
-		return
+		return false
+	case x.st.resume > 0:
+		x.flush()
+		return x.wait(x.st.resume)
 	}
 	x.stall()
+	return false
+}
+
+// firstToken sends the headers at once and waits for the step's
+// first-token-delay, as a server whose model has not begun generating,
+// and reports false if the client or the server gave up first.
+func (x *exchange) firstToken() bool {
+	if x.st.firstToken <= 0 {
+		return true
+	}
+	x.writeHeader(http.StatusOK)
+	x.flush()
+	return x.wait(x.st.firstToken)
 }
 
 // stream sends an event stream: the events before the content, one
@@ -264,13 +330,16 @@ func (x *exchange) fail() {
 func (x *exchange) stream() {
 	x.eventStreamHeaders()
 	x.headers()
-	x.w.WriteHeader(http.StatusOK)
+	x.writeHeader(http.StatusOK)
 	switch x.st.fault {
 	case faultStall:
 		x.stall()
 		return
 	case faultCloseAfterHeaders:
 		x.hangUp(false)
+		return
+	}
+	if !x.firstToken() {
 		return
 	}
 	for _, e := range x.api.head(x.rep) {
@@ -282,19 +351,24 @@ func (x *exchange) stream() {
 	// (llama.cpp), as a server that has begun generating sends them.
 	x.flush()
 	cut := x.cut()
-	for i := range x.rep.chunks {
-		if i == cut {
-			break
+	for i := range x.rep.pieces {
+		if i == cut && !x.interrupt() {
+			return
 		}
 		if !x.wait(x.s.ChunkDelay) || x.event(x.api.chunk(x.rep, i)) != nil {
 			return
 		}
 	}
-	if cut >= 0 {
-		x.fail()
+	if cut >= len(x.rep.pieces) && !x.interrupt() {
 		return
 	}
-	for _, e := range x.api.tail(x.rep) {
+	tail := x.api.tail(x.rep)
+	if x.st.fault == faultNoDone {
+		// The stream's last event ends it: [DONE], message_stop, or
+		// llama.cpp's result with "stop": true.
+		tail = tail[:len(tail)-1]
+	}
+	for _, e := range tail {
 		if x.event(e) != nil {
 			return
 		}
@@ -309,32 +383,53 @@ func (x *exchange) whole() {
 	x.w.Header().Set("Content-Type", "application/json")
 	x.headers()
 	cut := x.cut()
-	switch {
-	case x.st.fault == faultStall:
-		x.w.WriteHeader(http.StatusOK)
+	switch x.st.fault {
+	case faultStall:
+		x.writeHeader(http.StatusOK)
 		x.stall()
 		return
-	case x.st.fault == faultCloseAfterHeaders:
-		x.w.WriteHeader(http.StatusOK)
+	case faultCloseAfterHeaders:
+		x.writeHeader(http.StatusOK)
 		x.hangUp(false)
 		return
-	case cut >= 0:
-		x.w.WriteHeader(http.StatusOK)
+	case faultMalformedAfter:
+		// No event to break: the body ends cleanly after its first N
+		// parts, never whole, as a proxy that truncated it would send.
+		body = body[:min(cut*partSize(body, len(x.rep.pieces)), len(body)-1)]
+		cut = -1
+	}
+	if cut < 0 {
+		x.w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	}
+	if !x.firstToken() {
+		return
+	}
+	if cut >= 0 {
+		x.writeHeader(http.StatusOK)
 		x.parts(body, cut)
 		return
 	}
-	if !x.wait(time.Duration(x.rep.chunks) * x.s.ChunkDelay) {
+	if !x.wait(time.Duration(len(x.rep.pieces)) * x.s.ChunkDelay) {
 		return
 	}
-	x.w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	x.w.WriteHeader(http.StatusOK)
+	x.writeHeader(http.StatusOK)
 	x.w.Write(body)
 }
 
-// parts sends the first n of the body's parts, then fails.
+// partSize is the size of one of a body's parts when it is cut into n.
+func partSize(body []byte, n int) int {
+	n = max(n, 1)
+	return (len(body) + n - 1) / n
+}
+
+// parts sends the body in parts, with the step's fault after the first
+// n.
 func (x *exchange) parts(body []byte, n int) {
-	size := (len(body) + x.rep.chunks - 1) / x.rep.chunks
-	for i := 0; i < n && i*size < len(body); i++ {
+	size := partSize(body, len(x.rep.pieces))
+	for i := 0; i*size < len(body); i++ {
+		if i == n && !x.interrupt() {
+			return
+		}
 		if !x.wait(x.s.ChunkDelay) {
 			return
 		}
@@ -343,5 +438,7 @@ func (x *exchange) parts(body []byte, n int) {
 		}
 		x.flush()
 	}
-	x.fail()
+	if n*size >= len(body) {
+		x.interrupt()
+	}
 }

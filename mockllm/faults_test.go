@@ -1,6 +1,7 @@
 package mockllm_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -348,12 +349,7 @@ func TestCutShort(t *testing.T) {
 // the first N, and never the end.
 func TestCutShortWhole(t *testing.T) {
 	t.Parallel()
-	full := func() string {
-		s := start(t, "ok", &mockllm.Server{Chunks: 4})
-		_, b := do(t, client(t, 0), s.URL+chatPath, bodies[chatPath])
-		return b
-	}()
-	size := (len(full) + 3) / 4
+	full, size := wholeBody(t, 4)
 	for _, tc := range []struct {
 		script string
 		n      int // parts wanted
@@ -529,4 +525,238 @@ func TestClose(t *testing.T) {
 	if err := s.Start(""); err == nil {
 		t.Error("Start after Close: got nil, want an error")
 	}
+}
+
+// first-token-delay sends the headers at once and then nothing, not even
+// the events before the content, until the model would begin: then the
+// answer as the fault says.
+func TestFirstTokenDelay(t *testing.T) {
+	t.Parallel()
+	const delay = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name, script string
+		stream       bool
+		chunks       int  // content events wanted
+		whole        bool // a whole answer, ended as the API ends it
+	}{
+		// The whole answer, late, in a stream and in a body.
+		{"ok stream", "ok:first-token-delay=300ms", true, 5, true},
+		{"ok body", "ok:first-token-delay=300ms", false, 0, true},
+		// A cut fault after the wait: its chunks, then its reset.
+		{"reset-after", "reset-after=2:first-token-delay=300ms", true, 2, false},
+		// A stream without its last event, late.
+		{"no-done", "no-done:first-token-delay=300ms", true, 5, false},
+	} {
+		for _, path := range []string{chatPath, messagesPath, completionPath} {
+			t.Run(tc.name+path, func(t *testing.T) {
+				t.Parallel()
+				s := start(t, tc.script, &mockllm.Server{Chunks: 5})
+				body := bodies[path]
+				if tc.stream {
+					body = streamBody(path)
+				}
+				begin := time.Now()
+				resp, err := post(client(t, 5*time.Second), s.URL+path, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				if d := time.Since(begin); resp.StatusCode != 200 || d >= delay {
+					t.Errorf("headers: got %d after %v, want 200 before %v", resp.StatusCode, d, delay)
+				}
+				br := bufio.NewReader(resp.Body)
+				if _, err := br.Peek(1); err != nil {
+					t.Fatalf("first byte: %v", err)
+				}
+				if d := time.Since(begin); d < delay {
+					t.Errorf("first byte after %v, want %v or more", d, delay)
+				}
+				if !tc.stream {
+					b, err := io.ReadAll(br)
+					if err != nil || !json.Valid(b) || int64(len(b)) != resp.ContentLength {
+						t.Errorf("got %q, %v; want a whole JSON body of Content-Length %d", b, err, resp.ContentLength)
+					}
+					return
+				}
+				evs, err := readEvents(br)
+				if got := contentEvents(path, evs); got != tc.chunks {
+					t.Errorf("got %d content events, want %d", got, tc.chunks)
+				}
+				if ended(path, evs) != tc.whole {
+					t.Errorf("ended: got %v, want %v", !tc.whole, tc.whole)
+				}
+				if reset := errors.Is(err, syscall.ECONNRESET); err != nil && !reset || reset != (tc.name == "reset-after") {
+					t.Errorf("got %v, want a reset for reset-after only, else a clean end", err)
+				}
+			})
+		}
+	}
+}
+
+// stall-after=N:resume=D pauses after N content chunks for D, then sends
+// the rest and ends as a whole answer does.
+func TestStallResume(t *testing.T) {
+	t.Parallel()
+	const pause = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name, script string
+	}{
+		// A pause in the middle.
+		{"middle", "stall-after=2:resume=300ms"},
+		// A pause after all the content, before the end.
+		{"past the end", "stall-after=9:resume=300ms"},
+	} {
+		for _, path := range []string{chatPath, messagesPath, completionPath} {
+			t.Run(tc.name+path, func(t *testing.T) {
+				t.Parallel()
+				s := start(t, tc.script, &mockllm.Server{Chunks: 5})
+				begin := time.Now()
+				resp, err := post(client(t, 5*time.Second), s.URL+path, streamBody(path))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				evs, err := readEvents(resp.Body)
+				if d := time.Since(begin); d < pause {
+					t.Errorf("done after %v, want %v or more", d, pause)
+				}
+				if got := contentEvents(path, evs); err != nil || got != 5 || !ended(path, evs) {
+					t.Errorf("got %d content events, ended %v, %v; want 5, ended, a clean end", got, ended(path, evs), err)
+				}
+			})
+		}
+	}
+	// A body pauses after N of its parts, then ends whole.
+	t.Run("body", func(t *testing.T) {
+		t.Parallel()
+		s := start(t, "stall-after=1:resume=300ms", &mockllm.Server{Chunks: 4})
+		begin := time.Now()
+		resp, b := do(t, client(t, 5*time.Second), s.URL+chatPath, bodies[chatPath])
+		if d := time.Since(begin); resp.StatusCode != 200 || !json.Valid([]byte(b)) || d < pause {
+			t.Errorf("got %d %q after %v, want 200 and a whole JSON body after %v or more", resp.StatusCode, b, d, pause)
+		}
+	})
+}
+
+// malformed-after=N sends N content chunks, then one event cut short
+// inside its text, then the rest of the stream and its end.
+func TestMalformedAfter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, script string
+		before       int // content events before the malformed one
+	}{
+		// In the middle of the content.
+		{"middle", "malformed-after=2", 2},
+		// First of all, before any content.
+		{"first", "malformed-after=0", 0},
+		// After all the content, before the events that end the stream.
+		{"past the end", "malformed-after=9", 5},
+	} {
+		for _, tp := range []struct{ path, suffix string }{
+			{chatPath, `"delta":{"content":"`},
+			{messagesPath, `{"delta":{"text":"`},
+			{completionPath, `{"index":0,"content":"`},
+		} {
+			t.Run(tc.name+tp.path, func(t *testing.T) {
+				t.Parallel()
+				s := start(t, tc.script, &mockllm.Server{Chunks: 5})
+				resp, err := post(client(t, 5*time.Second), s.URL+tp.path, streamBody(tp.path))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				evs, err := readEvents(resp.Body)
+				if err != nil || !ended(tp.path, evs) || textOf(tp.path, evs) != "The quick brown fox jumps" {
+					t.Errorf("got %q, ended %v, %v; want the whole text, ended cleanly", textOf(tp.path, evs), ended(tp.path, evs), err)
+				}
+				bad, before := malformed(tp.path, evs)
+				if len(bad) != 1 || before != tc.before || !strings.HasSuffix(bad[0].data, tp.suffix) {
+					t.Errorf("got malformed events %q after %d content events, want one ending in %s after %d", bad, before, tp.suffix, tc.before)
+				}
+				if tp.path == messagesPath && len(bad) == 1 && bad[0].name != "content_block_delta" {
+					t.Errorf("event name: got %q, want content_block_delta", bad[0].name)
+				}
+			})
+		}
+	}
+}
+
+// A body under malformed-after=N is cut after N of its Chunks parts and
+// ends cleanly, its Content-Length saying so: never whole, even past the
+// end.
+func TestMalformedAfterWhole(t *testing.T) {
+	t.Parallel()
+	full, size := wholeBody(t, 4)
+	for _, tc := range []struct {
+		script string
+		n      int // bytes wanted
+	}{
+		{"malformed-after=1", size},
+		{"malformed-after=0", 0},
+		{"malformed-after=4", len(full) - 1}, // all but the last byte
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			t.Parallel()
+			s := start(t, tc.script, &mockllm.Server{Chunks: 4})
+			resp, b := do(t, client(t, 5*time.Second), s.URL+chatPath, bodies[chatPath])
+			if resp.StatusCode != 200 || len(b) != tc.n || resp.ContentLength != int64(tc.n) || json.Valid([]byte(b)) {
+				t.Errorf("got %d, %d bytes (Content-Length %d): %q; want 200 and %d bytes of %q", resp.StatusCode, len(b), resp.ContentLength, b, tc.n, full)
+			}
+		})
+	}
+}
+
+// no-done sends the whole stream, finish_reason and usage included, but
+// not the event that ends it, and then ends the body cleanly.
+func TestNoDone(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		path, body string
+		last       func(sse) bool // whether it is the last event wanted
+	}{
+		// OpenAI: the usage chunk, asked for, then no [DONE].
+		{chatPath, strings.Replace(streamBody(chatPath), "{", `{"stream_options":{"include_usage":true},`, 1), func(e sse) bool {
+			return strings.Contains(e.data, `"usage":{"prompt_tokens":2,"completion_tokens":5,"total_tokens":7}`)
+		}},
+		// Anthropic: message_delta with its stop_reason, then no
+		// message_stop.
+		{messagesPath, streamBody(messagesPath), func(e sse) bool {
+			return e.name == "message_delta" && strings.Contains(e.data, `"stop_reason":"end_turn"`)
+		}},
+		// llama.cpp: the last content chunk, and no result with "stop".
+		{completionPath, streamBody(completionPath), func(e sse) bool {
+			c, ok := contentOf(completionPath, e)
+			return ok && c == " jumps"
+		}},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			t.Parallel()
+			s := start(t, "no-done", &mockllm.Server{Chunks: 5})
+			resp, err := post(client(t, 5*time.Second), s.URL+tc.path, tc.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			evs, err := readEvents(resp.Body)
+			if err != nil || len(evs) == 0 || ended(tc.path, evs) || !tc.last(evs[len(evs)-1]) {
+				t.Fatalf("got %v, %v; want a clean end after the last event but the one that ends the stream", evs, err)
+			}
+			if got := textOf(tc.path, evs); got != "The quick brown fox jumps" {
+				t.Errorf("text: got %q, want the whole text", got)
+			}
+			if tc.path == chatPath && !strings.Contains(evs[len(evs)-2].data, `"finish_reason":"stop"`) {
+				t.Errorf("got %s before the usage, want finish_reason stop", evs[len(evs)-2].data)
+			}
+		})
+	}
+	// A body has no event to leave out: it is whole.
+	t.Run("body", func(t *testing.T) {
+		t.Parallel()
+		s := start(t, "no-done", nil)
+		resp, b := do(t, client(t, 5*time.Second), s.URL+chatPath, bodies[chatPath])
+		if resp.StatusCode != 200 || !json.Valid([]byte(b)) {
+			t.Errorf("got %d %q, want 200 and a whole JSON body", resp.StatusCode, b)
+		}
+	})
 }

@@ -191,3 +191,59 @@ func stats(t *testing.T, c *http.Client, s *mockllm.Server) mockllm.Stats {
 	}
 	return st
 }
+
+// ended reports whether evs end with the event that ends a whole stream
+// of the path's API: [DONE], message_stop, or llama.cpp's result with
+// "stop": true.
+func ended(path string, evs []sse) bool {
+	if len(evs) == 0 {
+		return false
+	}
+	last := evs[len(evs)-1]
+	switch path {
+	case chatPath:
+		return last.data == "[DONE]"
+	case messagesPath:
+		return last.name == "message_stop"
+	}
+	var r struct {
+		Stop bool `json:"stop"`
+	}
+	return json.Unmarshal([]byte(last.data), &r) == nil && r.Stop
+}
+
+// textOf joins the text of the content events among evs.
+func textOf(path string, evs []sse) string {
+	var b strings.Builder
+	for _, e := range evs {
+		if s, ok := contentOf(path, e); ok {
+			b.WriteString(s)
+		}
+	}
+	return b.String()
+}
+
+// malformed returns the events among evs whose data is not JSON, and
+// the number of content events before the first of them.
+func malformed(path string, evs []sse) (bad []sse, before int) {
+	before = -1
+	for i, e := range evs {
+		if e.data != "[DONE]" && !json.Valid([]byte(e.data)) {
+			if before < 0 {
+				before = contentEvents(path, evs[:i])
+			}
+			bad = append(bad, e)
+		}
+	}
+	return bad, before
+}
+
+// wholeBody returns a whole non-streaming chat completion of the given
+// chunks, from a server of its own, and the size of each of its Chunks
+// parts, as the faults that cut a body count them.
+func wholeBody(t *testing.T, chunks int) (string, int) {
+	t.Helper()
+	s := start(t, "ok", &mockllm.Server{Chunks: chunks})
+	_, b := do(t, client(t, 0), s.URL+chatPath, bodies[chatPath])
+	return b, (len(b) + chunks - 1) / chunks
+}

@@ -3,6 +3,7 @@ package mockllm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,8 @@ const (
 	faultStall
 	faultStallAfter
 	faultResetAfter
+	faultMalformedAfter
+	faultNoDone
 	faultSlowHeaders
 )
 
@@ -51,6 +54,8 @@ var faultNames = []struct {
 	{"stall", faultStall},
 	{"reset-after", faultResetAfter},
 	{"reset", faultReset},
+	{"malformed-after", faultMalformedAfter},
+	{"no-done", faultNoDone},
 	{"slow-headers", faultSlowHeaders},
 	{"loading", faultLoading},
 	{"refuse", faultRefuse},
@@ -77,7 +82,7 @@ const (
 
 func (f fault) arg() argKind {
 	switch f {
-	case faultStallAfter, faultResetAfter:
+	case faultStallAfter, faultResetAfter, faultMalformedAfter:
 		return argCount
 	case faultRefuse, faultSlowHeaders:
 		return argDuration
@@ -90,9 +95,13 @@ func (f fault) arg() argKind {
 type step struct {
 	fault  fault
 	status int           // faultStatus: 200 to 599
-	n      int           // stall-after, reset-after: content chunks first
+	n      int           // stall-after, reset-after, malformed-after: content chunks first
 	d      time.Duration // refuse: how long; slow-headers: the wait
 	delay  time.Duration // delay=: the wait before answering
+
+	firstToken    time.Duration // first-token-delay=: the silence after the headers
+	resume        time.Duration // resume=: stall-after's pause, 0 for none (silent for ever)
+	refusePrefill bool          // refuse-prefill: 400 to a request with an assistant prefill
 
 	retryAfter     int // retry-after=, in seconds; -1 if absent
 	retryAfterDate int // retry-after-date=, in seconds from now; -1 if absent
@@ -231,7 +240,7 @@ func (st *step) write(b *strings.Builder) {
 		b.WriteString("refuse:" + st.d.String())
 	case faultSlowHeaders:
 		b.WriteString("slow-headers=" + st.d.String())
-	case faultStallAfter, faultResetAfter:
+	case faultStallAfter, faultResetAfter, faultMalformedAfter:
 		b.WriteString(st.fault.String() + "=" + strconv.Itoa(st.n))
 	default:
 		b.WriteString(st.fault.String())
@@ -263,8 +272,16 @@ func (st *step) params() []string {
 			ps = append(ps, n.key+"="+strconv.Itoa(n.v))
 		}
 	}
-	if st.delay > 0 {
-		ps = append(ps, "delay="+st.delay.String())
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"delay", st.delay}, {"first-token-delay", st.firstToken}, {"resume", st.resume}} {
+		if d.v > 0 {
+			ps = append(ps, d.key+"="+d.v.String())
+		}
+	}
+	if st.refusePrefill {
+		ps = append(ps, "refuse-prefill")
 	}
 	for _, h := range st.headers {
 		ps = append(ps, "header="+quote(h.name+"="+h.value))
@@ -483,17 +500,69 @@ func (p *parser) arg(st *step) error {
 	return err
 }
 
-// param parses one key=value parameter.
+// paramSpec is a parameter the grammar knows, with an example for
+// errors; a flag takes no value.
+type paramSpec struct {
+	key, example string
+	flag         bool
+}
+
+// params are the parameters, in the order the documentation gives them.
+var params = []paramSpec{
+	{"retry-after", "retry-after=2", false},
+	{"retry-after-date", "retry-after-date=2", false},
+	{"retry-after-ms", "retry-after-ms=1500", false},
+	{"header", "header=X-Foo=bar", false},
+	{"body", `body={"error":"x"}`, false},
+	{"delay", "delay=200ms", false},
+	{"first-token-delay", "first-token-delay=20s", false},
+	{"resume", "resume=30s", false},
+	{"refuse-prefill", "refuse-prefill", true},
+}
+
+// errUnknownParam lists the known parameters after an unknown one's name.
+func errUnknownParam(key string) error {
+	keys := make([]string, len(params))
+	for i, p := range params {
+		keys[i] = p.key
+	}
+	if len(key) > 24 {
+		key = key[:24] + "…"
+	}
+	return fmt.Errorf("unknown parameter %q; the parameters are %s", key, strings.Join(keys, ", "))
+}
+
+// param parses one parameter: key=value, or a flag's key alone. The key
+// runs to "=" or a delimiter, so that a misspelt one is named whole.
 func (p *parser) param(st *step, seen map[string]bool) error {
 	start := p.pos
-	for !p.eof() && (p.peek() == '-' || p.peek() >= 'a' && p.peek() <= 'z') {
+	for !p.eof() && p.peek() != '=' && strings.IndexByte(barewordEnd, p.peek()) < 0 {
 		p.pos++
 	}
 	key := p.src[start:p.pos]
-	if key == "" || p.eof() || p.peek() != '=' {
-		return fmt.Errorf("want key=value after \":\", got %q", p.src[start:min(len(p.src), start+16)])
+	if key == "" {
+		return fmt.Errorf("want a parameter after \":\", as in retry-after=1, got %q", p.rest(16))
 	}
-	p.pos++
+	if isDigit(key[0]) {
+		// A value where a parameter goes: step took any argument already.
+		if st.fault.arg() == argNone {
+			return fmt.Errorf("%s takes no argument", st.fault)
+		}
+		return fmt.Errorf("%s's argument is given twice", st.fault)
+	}
+	i := slices.IndexFunc(params, func(k paramSpec) bool { return k.key == key })
+	if i < 0 {
+		return errUnknownParam(key)
+	}
+	hasValue := !p.eof() && p.peek() == '='
+	switch known := params[i]; {
+	case known.flag && hasValue:
+		return fmt.Errorf("%s takes no value: write %s alone", key, key)
+	case !known.flag && !hasValue:
+		return fmt.Errorf("%s needs a value, as in %s", key, known.example)
+	case hasValue:
+		p.pos++
+	}
 	if seen[key] && key != "header" {
 		return fmt.Errorf("parameter %s is given twice", key)
 	}
@@ -508,6 +577,16 @@ func (p *parser) param(st *step, seen map[string]bool) error {
 		st.retryAfterMs, err = p.int(key)
 	case "delay":
 		st.delay, err = p.duration(key)
+	case "first-token-delay":
+		st.firstToken, err = p.duration(key)
+	case "resume":
+		st.resume, err = p.duration(key)
+		if err == nil && st.resume <= 0 {
+			// resume=0 would print as no resume, which stalls for ever.
+			err = errors.New("resume: the pause must be more than 0")
+		}
+	case "refuse-prefill":
+		st.refusePrefill = true
 	case "body":
 		st.body, err = p.string(key)
 		st.hasBody = true
@@ -515,8 +594,6 @@ func (p *parser) param(st *step, seen map[string]bool) error {
 		var h header
 		h, err = p.header()
 		st.headers = append(st.headers, h)
-	default:
-		err = fmt.Errorf("unknown parameter %q", key)
 	}
 	return err
 }
@@ -565,10 +642,24 @@ func (p *parser) check(st *step, seen map[string]bool) error {
 		return errors.New("reset sends no headers")
 	case seen["delay"] && f == faultSlowHeaders:
 		return errors.New("slow-headers takes its wait as its argument, not delay=")
+	case seen["first-token-delay"] && !f.streams():
+		return fmt.Errorf("%s takes no first-token-delay; ok, stall-after, reset-after, malformed-after and no-done do", st.label())
+	case seen["resume"] && f != faultStallAfter:
+		return fmt.Errorf("%s takes no resume; only stall-after does", st.label())
 	case st.retryAfter >= 0 && st.retryAfterDate >= 0:
 		return errors.New("retry-after and retry-after-date both set Retry-After; give one")
 	}
 	return nil
+}
+
+// streams reports whether the fault sends its answer's events after the
+// headers, so that a first-token-delay can come between them.
+func (f fault) streams() bool {
+	switch f {
+	case faultOK, faultStallAfter, faultResetAfter, faultMalformedAfter, faultNoDone:
+		return true
+	}
+	return false
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }

@@ -45,6 +45,20 @@ var validScripts = []struct {
 	{"slow-headers", "slow-headers=1.5s", "slow-headers=1.5s", 1},
 	{"delay", "502:delay=200ms x2", "502:delay=200ms x2", 1},
 	{"every name", "ok,overloaded,overloaded-stream,loading,reset,close-after-headers,stall", "ok,overloaded,overloaded-stream,loading,reset,close-after-headers,stall", 7},
+	// The faults that break a stream and go on, or end it without its
+	// last event.
+	{"malformed-after", "malformed-after:30", "malformed-after=30", 1},
+	{"no-done", "no-done x2,ok", "no-donex2,ok", 2},
+	// Headers at once, the first token late, on ok and on the faults
+	// that cut a stream.
+	{"first-token-delay", "ok:first-token-delay=20s", "ok:first-token-delay=20s", 1},
+	{"first-token-delay on a cut", "reset-after=40:first-token-delay=1.5s x2", "reset-after=40:first-token-delay=1.5s x2", 1},
+	// A pause that ends; the canonical order puts the waits together.
+	{"resume", "stall-after=20:resume=30s", "stall-after=20:resume=30s", 1},
+	{"resume and delay", "stall-after=2:resume=1s:delay=5ms", "stall-after=2:delay=5ms:resume=1s", 1},
+	// A flag parameter has no value, on any step that answers.
+	{"refuse-prefill", "ok:refuse-prefill", "ok:refuse-prefill", 1},
+	{"refuse-prefill on a status", "503:refuse-prefill:retry-after=1 x2", "503:retry-after=1:refuse-prefill x2", 1},
 	// A script file: one step a line, comments, a trailing comma.
 	{"file", "# the outage\n502x3   # down\n429:retry-after=1,\n\nok\n", "502x3,429:retry-after=1,ok", 3},
 	{"CRLF file", "502\r\nok\r\n", "502,ok", 2},
@@ -86,11 +100,27 @@ func TestParseScriptErrors(t *testing.T) {
 		{"status too high", "600", 1, 1, 1, "status 600"},
 		{"zero count", "502x0", 1, 1, 1, "at least 1"},
 		{"unknown parameter", "500:bdy=x", 1, 1, 1, `unknown parameter "bdy"`},
+		// A misspelt parameter is named whole, with the known ones, however
+		// it is misspelt: with an underscore, in capitals, or with no value.
+		{"unknown parameter with an underscore", "ok:first_token_delay=20s", 1, 1, 1, `unknown parameter "first_token_delay"; the parameters are ` + knownParams},
+		{"unknown parameter in capitals", "429:Retry-After=1", 1, 1, 1, `unknown parameter "Retry-After"; the parameters are ` + knownParams},
+		{"unknown parameter without a value", "ok:refuse-prefil", 1, 1, 1, `unknown parameter "refuse-prefil"; the parameters are ` + knownParams},
+		{"long unknown parameter", "ok:" + strings.Repeat("a", 30) + "=1", 1, 1, 1, `unknown parameter "` + strings.Repeat("a", 24) + `…"`},
+		{"missing parameter", "ok:", 1, 1, 1, `want a parameter after ":"`},
+		{"parameter without its value", "ok:delay", 1, 1, 1, "delay needs a value, as in delay=200ms"},
+		{"flag with a value", "ok:refuse-prefill=true", 1, 1, 1, "refuse-prefill takes no value"},
+		{"first-token-delay on a stall", "stall:first-token-delay=1s", 1, 1, 1, "stall takes no first-token-delay"},
+		{"first-token-delay on a status", "503:first-token-delay=1s", 1, 1, 1, "503 takes no first-token-delay"},
+		{"resume on ok", "ok:resume=1s", 1, 1, 1, "ok takes no resume"},
+		{"zero resume", "stall-after=2:resume=0s", 1, 1, 1, "resume: the pause must be more than 0"},
+		{"malformed-after without N", "malformed-after", 1, 1, 1, "malformed-after needs an argument, as in malformed-after=3"},
+		{"refuse-prefill on refuse", "refuse:5s:refuse-prefill", 1, 1, 1, "refuse takes no parameters"},
 		{"parameter twice", "429:retry-after=1:retry-after=2", 1, 1, 1, "given twice"},
 		{"missing argument", "refuse", 1, 1, 1, "refuse needs an argument"},
 		{"zero refuse", "refuse:0s", 1, 1, 1, "more than 0"},
 		{"argument where none is taken", "ok=3", 1, 1, 1, "ok takes no argument"},
-		{"value without a key", "stall:3", 1, 1, 1, "want key=value"},
+		{"value without a key", "stall:3", 1, 1, 1, "stall takes no argument"},
+		{"argument twice", "stall-after=2:3", 1, 1, 1, "stall-after's argument is given twice"},
 		{"empty step", "ok,,ok", 2, 1, 4, "empty step"},
 		{"bad duration", "502 for 3", 1, 1, 1, `for: want a duration such as 2s, got "3"`},
 		{"negative window", "502 for -1s", 1, 1, 1, "for: want a duration"},
@@ -125,6 +155,9 @@ func TestParseScriptErrors(t *testing.T) {
 	}
 }
 
+// knownParams is the list of parameters an unknown one's error gives.
+const knownParams = "retry-after, retry-after-date, retry-after-ms, header, body, delay, first-token-delay, resume, refuse-prefill"
+
 // FuzzParseScript checks that the parser never panics; that what it
 // parses prints as one line that parses back to the same script; and
 // that an error is one line naming a step that is in the source, where
@@ -139,6 +172,8 @@ func FuzzParseScript(f *testing.F) {
 		"refuse:1.5µs,stall-after=2x3,slow-headers=0s for 1ns",
 		"500:body=a#b,ok",
 		`503:header="A=#,:"`,
+		"stall-after=1:resume=1ns:first-token-delay=0s,malformed-after=0,no-done:refuse-prefill",
+		"ok:refuse-prefill x2,reset-after=3:first-token-delay=2m for 1s",
 	} {
 		f.Add(s)
 	}

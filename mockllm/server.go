@@ -69,6 +69,14 @@ type Server struct {
 	// clock. False means the first step becomes current at Start.
 	FromFirstRequest bool
 
+	// RefusePrefill makes the server refuse, as some models do, a chat
+	// request whose last message is the assistant's (a prefill): it gets
+	// 400 in the API's error shape, whatever the step, unless the step
+	// refuses connections. The refuse-prefill parameter does the same for
+	// one step. False means a prefill is continued (see the package
+	// documentation).
+	RefusePrefill bool
+
 	// Logf, if not nil, is told about each model request and what the
 	// script did to it, and about errors the server hit. It may be
 	// called concurrently.
@@ -308,17 +316,21 @@ func (s *Server) model(a api) http.HandlerFunc {
 		st, n := s.sched.take(time.Now())
 		x := &exchange{s: s, w: w, r: r, api: a, st: st}
 		outcome := st.label()
+		if x.refusesPrefill(body) {
+			outcome = "400"
+			x.st = errorStep(http.StatusBadRequest, a, prefillRefusal)
+		}
 		if x.generates() {
 			if err := x.parse(body); err != nil {
 				outcome = "400"
-				x.st = statusStep(http.StatusBadRequest, a)
+				x.st = errorStep(http.StatusBadRequest, a, errorMessage(http.StatusBadRequest))
 				s.logf("mockllm: %s %s: %v", r.Method, r.URL.Path, err)
 			}
 		}
 		if x.generates() {
 			if !s.startGenerating() {
 				outcome = "over-capacity"
-				x.st = statusStep(http.StatusTooManyRequests, a)
+				x.st = errorStep(http.StatusTooManyRequests, a, errorMessage(http.StatusTooManyRequests))
 			} else {
 				defer s.generating.Add(-1)
 			}
@@ -357,8 +369,8 @@ func (s *Server) startGenerating() bool {
 	}
 }
 
-// statusStep is a step of the server's own that answers status with the
-// API's error object and no delay headers.
-func statusStep(status int, a api) step {
-	return step{fault: faultStatus, status: status, hasBody: true, body: string(a.errorBody(status)), retryAfter: -1, retryAfterDate: -1, retryAfterMs: -1}
+// errorStep is a step of the server's own that answers status with the
+// API's error object, with message, and no delay headers.
+func errorStep(status int, a api, message string) step {
+	return step{fault: faultStatus, status: status, hasBody: true, body: string(a.errorBody(status, message)), retryAfter: -1, retryAfterDate: -1, retryAfterMs: -1}
 }

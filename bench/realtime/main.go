@@ -24,11 +24,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +35,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
+	"github.com/outlast-llm/outlast/bench/internal/proc"
 )
 
 func main() {
@@ -82,11 +81,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "outlast")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/outlast-llm/outlast/cmd/outlast")
-	build.Stderr = stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("building outlast: %w", err)
+	bin, err := proc.BuildOutlast(ctx, dir, stderr)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "`%s` (%d callers, one request each %v, for %v; the mock: 503 for %v from its first request, then up, %d completions at once, 429 past them)\n\n",
 		cmdline.CommandLine("realtime", args), c.callers, c.every, c.duration, c.outage, c.capacity)
@@ -140,7 +137,14 @@ type mockStats struct {
 func once(ctx context.Context, bin string, c config, admission bool, seed uint64) (result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	mockAddr, gwAddr := freeAddr(), freeAddr()
+	mockAddr, err := proc.FreeAddr()
+	if err != nil {
+		return result{}, err
+	}
+	gwAddr, err := proc.FreeAddr()
+	if err != nil {
+		return result{}, err
+	}
 	mock := exec.CommandContext(ctx, bin, "mock", "--listen", mockAddr, "--quiet", "--from-first-request",
 		"--script", fmt.Sprintf("503 for %v,ok", c.outage), "--capacity", strconv.Itoa(c.capacity),
 		"--slots", "0", "--chunks", "4", "--chunk-delay", "50ms")
@@ -155,7 +159,7 @@ func once(ctx context.Context, bin string, c config, admission bool, seed uint64
 		defer func() { cancel(); p.Wait() }()
 	}
 	for _, u := range []string{"http://" + mockAddr + "/health", "http://" + gwAddr + "/outlast/health"} {
-		if err := ready(ctx, u); err != nil {
+		if err := proc.Ready(ctx, u); err != nil {
 			return result{}, err
 		}
 	}
@@ -217,55 +221,6 @@ func send(ctx context.Context, c *http.Client, url string) bool {
 	defer resp.Body.Close()
 	_, err = io.Copy(io.Discard, resp.Body)
 	return err == nil && resp.StatusCode == 200
-}
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// ready waits until url answers, for at most 30 s, each try for at most
-// readyTry. A child process's readiness has no event to wait on but its
-// answer.
-func ready(ctx context.Context, url string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if answered(ctx, url) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("%s did not answer within 30 s", url)
-}
-
-// readyTry bounds one of ready's tries: a child that accepted the
-// connection but hangs is tried again, not waited on for the 30 s.
-const readyTry = 2 * time.Second
-
-// answered reports whether a GET of url got an answer within readyTry.
-func answered(ctx context.Context, url string) bool {
-	ctx, cancel := context.WithTimeout(ctx, readyTry)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return false
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return true
 }
 
 // percentile returns the p-th percentile of ds, or 0 for none. It takes

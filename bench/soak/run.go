@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if c.Doc != "" {
-		return writeSection(c.Doc, rep.section())
+		return cmdline.Section{Name: "soak"}.Write(c.Doc, rep.section())
 	}
 	return nil
 }

@@ -261,29 +261,6 @@ func TestFifoBreak(t *testing.T) {
 	}
 }
 
-// The doc's section is replaced, and nothing else.
-func TestReplaceSection(t *testing.T) {
-	t.Parallel()
-	doc := "# R\n\n## Soak\n\n" + sectionBegin + "\n(old)\n" + sectionEnd + "\n\n## Next\n\n<!-- x:begin -->\nkeep\n<!-- x:end -->\n"
-	got, err := replaceSection([]byte(doc), "new\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "# R\n\n## Soak\n\n" + sectionBegin + "\nnew\n" + sectionEnd + "\n\n## Next\n\n<!-- x:begin -->\nkeep\n<!-- x:end -->\n"
-	if string(got) != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-	for _, bad := range []string{
-		"no markers\n",
-		sectionEnd + "\n" + sectionBegin + "\n", // reversed
-		sectionBegin + "\n" + sectionEnd + "\n" + sectionBegin + sectionEnd, // twice
-	} {
-		if _, err := replaceSection([]byte(bad), "new\n"); err == nil {
-			t.Errorf("%q: got no error, want one", bad)
-		}
-	}
-}
-
 // Bad command lines are usage errors, which exit 2.
 func TestParseConfig(t *testing.T) {
 	t.Parallel()

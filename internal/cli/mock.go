@@ -44,13 +44,20 @@ first step becomes current when the mock starts, or with
   outlast mock --script '502x3,429:retry-after=1,ok'
   outlast mock --script 'refuse:5s,503 for 30s,ok'
   outlast mock --from-first-request --script '429:retry-after=1 for 5s,ok'
+  outlast mock --chunks 60 --script 'stall-after=20:resume=30s,ok:first-token-delay=20s'
 
 Faults: ok, a status (503, 500:body=...:header=Name=value), overloaded,
 overloaded-stream, loading, refuse:D, reset, close-after-headers, stall,
-stall-after=N, reset-after=N, slow-headers=D. Parameters: retry-after=S,
+stall-after=N, reset-after=N, malformed-after=N (N chunks, one event cut
+short, then the rest), no-done (the stream without [DONE] or
+message_stop), slow-headers=D. Parameters: retry-after=S,
 retry-after-date=S, retry-after-ms=MS, header=NAME=VALUE, body=VALUE,
-delay=D. Repeat a step with xN, or for a time with "for D". The package
-documentation of mockllm gives the whole grammar.
+delay=D, first-token-delay=D (headers at once, the first event D later),
+resume=D (stall-after's silence ends after D), refuse-prefill (400 to a
+request whose last message is the assistant's). Repeat a step with xN,
+or for a time with "for D". A chat request whose last message is the
+assistant's is a prefill: the answer continues the text after it. The
+package documentation of mockllm gives the whole grammar.
 
 Flags:`
 

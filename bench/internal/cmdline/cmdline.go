@@ -1,7 +1,8 @@
 // Package cmdline holds what the bench programs (load, outage, soak,
-// redisgate, realtime) share as commands: their main, the command line
-// that reproduces a run, whether progress may go to a terminal, the
-// report as JSON or markdown, and the list of a run's checks.
+// redisgate, realtime, failover) share as commands: their main, the
+// command line that reproduces a run, whether progress may go to a
+// terminal, the report as JSON or markdown, the list of a run's checks,
+// and the section of a markdown file that a run rewrites.
 package cmdline
 
 import (

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"fmt"
+	"time"
+)
+
+// An outcome is how a cell scored, worst first, so that the worst of
+// several is the least.
+type outcome uint8
+
+const (
+	// fail: a truncated answer presented as complete, the budget
+	// exceeded, or too many attempts at the primary.
+	fail outcome = iota
+	// safe: no pass, but a bounded, clean error within the budget: an
+	// HTTP error status, a stream that ends with an error event, or a
+	// connection the client sees break.
+	safe
+	// pass: what the scenario asks for, within the budget and the bounds
+	// on attempts.
+	pass
+)
+
+var outcomeNames = [...]string{fail: "fail", safe: "safe", pass: "pass"}
+
+func (o outcome) String() string { return outcomeNames[o] }
+
+// parseOutcome reads an outcome's name.
+func parseOutcome(s string) (outcome, bool) {
+	for o, n := range outcomeNames {
+		if n == s {
+			return outcome(o), true
+		}
+	}
+	return fail, false
+}
+
+// attempts are one request's attempts, as the scoring needs them.
+type attempts struct {
+	primary  []time.Time // when each attempt at the primary began, in order
+	fallback int         // attempts at the fallback
+	known    bool        // false when nothing could tell them
+}
+
+// early counts the attempts at the primary in the earlyWindow from the
+// first, the first included.
+func (a attempts) early() int {
+	n := 0
+	for _, t := range a.primary {
+		if t.Sub(a.primary[0]) <= earlyWindow {
+			n++
+		}
+	}
+	return n
+}
+
+// A verdict is a request's outcome and, unless it passed, why.
+type verdict struct {
+	outcome outcome
+	why     string
+}
+
+// judge scores one request of sc from what its caller got and the
+// attempts the gateway made for it.
+func judge(sc scenario, r result, a attempts) verdict {
+	switch {
+	case !a.known:
+		return verdict{fail, "no record of its attempts"}
+	case r.overBudget || r.elapsed > sc.limit():
+		return verdict{fail, fmt.Sprintf("over the %.0f s budget", sc.limit().Seconds())}
+	case len(a.primary) > maxAttempts:
+		return verdict{fail, fmt.Sprintf("%d attempts at the primary, more than %d", len(a.primary), maxAttempts)}
+	case a.early() > maxEarly:
+		return verdict{fail, fmt.Sprintf("%d attempts at the primary in its first %.1f s, more than %d", a.early(), earlyWindow.Seconds(), maxEarly)}
+	}
+	return rules[sc.rule](sc, r, a)
+}
+
+// rules judge what the caller got, once the budget and the attempts
+// are within bounds, by the scenario's rule.
+var rules = [...]func(scenario, result, attempts) verdict{
+	ruleAnswer:      judgeAnswer,
+	ruleUpstream400: judge400,
+}
+
+// judgeAnswer scores a scenario that the caller must get the whole
+// answer of.
+func judgeAnswer(sc scenario, r result, _ attempts) verdict {
+	missing := r.missing(sc)
+	if missing == "" {
+		return verdict{pass, ""}
+	}
+	if why, ok := r.failure(); ok {
+		return verdict{safe, why}
+	}
+	// The stream ended cleanly, with no error the caller could see.
+	return verdict{fail, "ended cleanly with " + missing}
+}
+
+// judge400 scores a scenario whose upstream refuses the request for good:
+// the caller must get that refusal, unchanged, from one attempt, and the
+// fallback must not be asked to answer what the primary refused.
+func judge400(sc scenario, r result, a attempts) verdict {
+	switch {
+	case r.status == 400 && r.body == sc.body && len(a.primary) == 1 && a.fallback == 0:
+		return verdict{pass, ""}
+	case r.status == 400 && r.body != sc.body:
+		return verdict{safe, "the upstream's 400 with another body"}
+	case r.status == 400:
+		return verdict{safe, fmt.Sprintf("the upstream's 400 after %d attempts at the primary and %d at the fallback", len(a.primary), a.fallback)}
+	}
+	if why, ok := r.failure(); ok {
+		return verdict{safe, why}
+	}
+	return verdict{fail, "an answer where the upstream refused the request"}
+}
+
+// missing returns what the caller lacks of a pass under sc's rule, or ""
+// if nothing.
+func (r result) missing(sc scenario) string {
+	want := fullText(chunks)
+	switch {
+	case r.status != 200:
+		return fmt.Sprintf("status %d", r.status)
+	case r.errorEvent:
+		return "an error event"
+	case r.cut:
+		return "a broken connection"
+	case r.text != want && r.chunks < chunks:
+		return fmt.Sprintf("%d of %d chunks", r.chunks, chunks)
+	case r.text != want:
+		return "another text"
+	case r.finish != "stop":
+		return fmt.Sprintf("finish_reason %q, not stop", r.finish)
+	case !r.done && !sc.noDone:
+		return "no [DONE]"
+	case sc.model != "" && r.model != sc.model:
+		return fmt.Sprintf("model %q, not %q", r.model, sc.model)
+	case sc.usage && !r.usage:
+		return "no usage chunk"
+	}
+	return ""
+}
+
+// failure returns the clean error the caller saw, if it saw one: an HTTP
+// error status, an error event, or a connection that broke.
+func (r result) failure() (string, bool) {
+	kind := ""
+	if r.kind != "" {
+		kind = " " + r.kind
+	}
+	switch {
+	case r.status != 0 && r.status != 200:
+		// The status and kind are in the cell already.
+		return "an error status", true
+	case r.errorEvent:
+		return fmt.Sprintf("an error event%s after %d of %d chunks", kind, r.chunks, chunks), true
+	case r.cut && r.status == 0:
+		return "no response: " + r.err, true
+	case r.cut:
+		return fmt.Sprintf("the connection broke after %d of %d chunks", r.chunks, chunks), true
+	}
+	return "", false
+}
+
+// worst returns the least of the verdicts' outcomes, which a scenario of
+// several requests scores: it passes only if they all pass.
+func worst(vs []verdict) outcome {
+	o := pass
+	for _, v := range vs {
+		o = min(o, v.outcome)
+	}
+	return o
+}
