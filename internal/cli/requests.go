@@ -219,6 +219,11 @@ func (p *printer) table(r record.Request) {
 	if r.Error != "" {
 		outcome += " " + r.Error
 	}
+	if !r.Deadline.IsZero() {
+		// The deadline, and where it came from: the request's own
+		// header, its SDK's timeout, or serve's default.
+		took += fmt.Sprintf(" of a %v deadline (%s)", r.Deadline.Sub(r.Start).Round(time.Millisecond), r.DeadlineSource)
+	}
 	fmt.Fprintf(tw, "%s\t%s\t%s\t%s %s\t%s\t%d attempts\t%s\n", r.Start.Local().Format("15:04:05.000"), r.ID, orDash(r.Run), r.Method, r.Path, outcome, len(r.Attempts), took)
 	moves := r.Moves
 	for _, a := range r.Attempts {
@@ -281,6 +286,9 @@ func describeAttempt(a record.Attempt, upstream string) string {
 	}
 	if a.RetryAfter > 0 {
 		s += fmt.Sprintf(", Retry-After %v", a.RetryAfter)
+		if a.RetryAfterCut {
+			s += " (cut: the server asked for more)"
+		}
 	}
 	if a.RetryIn > 0 {
 		s += fmt.Sprintf(", retry in %v", a.RetryIn)

@@ -59,7 +59,11 @@ func TestRequestsCommand(t *testing.T) {
 	e.Moves = []record.Move{{From: "up", To: "azure", Reason: "spent"}, {From: "azure", To: "bedrock", Reason: "busy"}}
 	f := testRecord("f", "run-5", t0.Add(5*time.Minute))
 	f.Status, f.Error, f.Attempts, f.Moves = 503, "busy", f.Attempts[:1], []record.Move{{From: "up", To: "azure", Reason: "spent"}}
-	spec := testJournal(t, testRecord("a", "run-1", t0), testRecord("b", "run-2", t0.Add(time.Minute)), testRecord("c", "run-1", t0.Add(2*time.Minute)), d, e, f)
+	// g's deadline came from its SDK, and its 429's delay was cut.
+	g := testRecord("g", "run-6", t0.Add(6*time.Minute))
+	g.Deadline, g.DeadlineSource = g.Start.Add(595*time.Second), record.DeadlineSDK
+	g.Attempts[0].Status, g.Attempts[0].Class, g.Attempts[0].RetryAfter, g.Attempts[0].RetryAfterCut = 429, outlast.ClassRateLimited, 5*time.Minute, true
+	spec := testJournal(t, testRecord("a", "run-1", t0), testRecord("b", "run-2", t0.Add(time.Minute)), testRecord("c", "run-1", t0.Add(2*time.Minute)), d, e, f, g)
 	cases := []struct {
 		name  string
 		args  []string
@@ -72,10 +76,13 @@ func TestRequestsCommand(t *testing.T) {
 			if !strings.Contains(out, "#1") || !strings.Contains(out, "503, retry in 15s") || !strings.Contains(out, "2 attempts") {
 				t.Errorf("want the attempts and the wait:\n%s", out)
 			}
+			if !strings.Contains(out, "16s of a 9m55s deadline (sdk)") || !strings.Contains(out, "429, Retry-After 5m0s (cut: the server asked for more)") {
+				t.Errorf("want g's deadline and its source, and its cut delay:\n%s", out)
+			}
 		}},
 		{"limit", []string{"--limit", "1"}, func(t *testing.T, out string) {
-			if strings.Contains(out, " e ") || !strings.Contains(out, " f ") {
-				t.Errorf("want only the newest, f:\n%s", out)
+			if strings.Contains(out, " f ") || !strings.Contains(out, " g ") {
+				t.Errorf("want only the newest, g:\n%s", out)
 			}
 		}},
 		{"a fallback", []string{"--run", "run-3"}, func(t *testing.T, out string) {
