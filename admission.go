@@ -990,9 +990,12 @@ func (a *Admission) report(key string, ceiling int, tok *admToken, o outcome) (s
 			k.pace = min(k.rtt, d)
 		}
 		switch {
-		case probe, (k.state == Down || k.state == Probing) && !now.Before(k.notBefore) && pause == 0:
-			// The probe, or a request sent before the key went down,
-			// was answered; a server's not-before time still holds.
+		case probe:
+			// Only the probe's answer ends a down key: an answer to an
+			// attempt sent before the key went down was served before
+			// the failures that marked it down, and says nothing of
+			// whether it is back. A server's not-before time still
+			// holds.
 			k.probes = 0
 			k.limit = a.startLimit(k)
 			a.setState(k, Recovering, &changes)

@@ -1494,3 +1494,35 @@ func TestAdmissionServerDelayCut(t *testing.T) {
 		})
 	}
 }
+
+// Only the probe's answer ends a down key. An answer to an attempt sent
+// while the key was healthy was served before the failures that marked
+// it down: it says nothing of whether the upstream is back, and releasing
+// the queue on it sends every waiter into the outage.
+func TestAdmissionOnlyTheProbeRecovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refused := step{err: errRefused}
+		f := newFake(step{delay: 5 * time.Second}, refused, refused, refused, step{})
+		a := &outlast.Admission{}
+		tr := &outlast.Transport{Base: f, Admission: a}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			// Sent while the key is healthy; answered 5 s later.
+			if err := send1(t.Context(), tr, "early"); err != nil {
+				t.Errorf("early: %v", err)
+			}
+		})
+		synctest.Wait()
+		markDown(t, f, a)
+		wg.Wait()
+		if s := a.State("model.test"); s.State != outlast.Down {
+			t.Fatalf("after the early request's answer: %v, want still down", s.State)
+		}
+		if err := send1(t.Context(), tr, "probe"); err != nil {
+			t.Fatalf("probe: %v", err)
+		}
+		if s := a.State("model.test"); s.State == outlast.Down || s.State == outlast.Probing {
+			t.Errorf("after the probe's answer: %v, want recovering or healthy", s.State)
+		}
+	})
+}
