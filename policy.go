@@ -163,14 +163,18 @@ func (p *Policy) Validate() error {
 }
 
 // reserve returns the reserve in force.
-func (p *Policy) reserve() time.Duration {
+func (p *Policy) reserve() time.Duration { return inForce(p.Reserve, DefaultReserve) }
+
+// inForce returns the duration a setting of v means, where zero means def
+// and a negative value means none (0).
+func inForce(v, def time.Duration) time.Duration {
 	switch {
-	case p.Reserve == 0:
-		return DefaultReserve
-	case p.Reserve < 0:
+	case v == 0:
+		return def
+	case v < 0:
 		return 0
 	}
-	return p.Reserve
+	return v
 }
 
 // retryable applies p.Retryable, or IsRetryable. A busy refusal is never

@@ -663,13 +663,7 @@ func (c *call) capDelay(r *http.Request, d time.Duration) (time.Duration, bool) 
 
 // maxRetryAfter returns MaxRetryAfter in force, or 0 for no bound.
 func (t *Transport) maxRetryAfter() time.Duration {
-	switch {
-	case t.MaxRetryAfter == 0:
-		return DefaultMaxRetryAfter
-	case t.MaxRetryAfter < 0:
-		return 0
-	}
-	return t.MaxRetryAfter
+	return inForce(t.MaxRetryAfter, DefaultMaxRetryAfter)
 }
 
 // withLast wraps err, why a retry cannot go, with the last attempt's

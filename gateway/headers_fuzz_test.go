@@ -215,18 +215,6 @@ func checkDeadline(t *testing.T, h http.Header, u *Upstream, got time.Time, sour
 	}
 }
 
-// reserveInForce is the reserve a policy makes the retries keep, as
-// Policy.Reserve documents it.
-func reserveInForce(p *outlast.Policy) time.Duration {
-	switch {
-	case p.Reserve == 0:
-		return outlast.DefaultReserve
-	case p.Reserve < 0:
-		return 0
-	}
-	return p.Reserve
-}
-
 // checkPolicy checks the request's policy against the operator's, field
 // by field, as tighten documents it.
 func checkPolicy(t *testing.T, h http.Header, u *Upstream, o options) {
@@ -241,7 +229,7 @@ func checkPolicy(t *testing.T, h http.Header, u *Upstream, o options) {
 		}
 		return
 	case !asked && p == base:
-		if share := shareOf(u, o); share >= 0 && share < reserveInForce(base) {
+		if share := shareOf(u, o); share >= 0 && share < reserveOf(base) {
 			t.Fatalf("parseOptions(%q): got the operator's policy, reserve %v, want a reserve held to %v of the deadline: %v", h, base.Reserve, u.ReserveShare, share)
 		}
 		return
@@ -277,7 +265,7 @@ func checkPolicy(t *testing.T, h http.Header, u *Upstream, o options) {
 	}
 	// Reserve: the request's own, or without one the operator's in
 	// force, held to the share of the deadline.
-	wantReserve := reserveInForce(base)
+	wantReserve := reserveOf(base)
 	if v := h.Get(HeaderReserve); v != "" {
 		d, err := parse.Duration(v)
 		if err != nil {
@@ -287,7 +275,7 @@ func checkPolicy(t *testing.T, h http.Header, u *Upstream, o options) {
 	} else if share := shareOf(u, o); share >= 0 {
 		wantReserve = min(wantReserve, share)
 	}
-	if got := reserveInForce(p); got != wantReserve {
+	if got := reserveOf(p); got != wantReserve {
 		t.Fatalf("parseOptions(%q) under reserve %v: got reserve %v in force, want %v", h, base.Reserve, got, wantReserve)
 	}
 	// MaxAttempts: the smaller cap of the request's and the operator's,

@@ -157,8 +157,8 @@ func policies() []policy {
 // alone, with the fallback or without it.
 func fallbackPolicies() []policy {
 	return []policy{
-		{"outlast, fallback", "fallback", "outlast, shared for the primary, and one Admission and one gate of K/2 for the fallback, under one outlast.Fallback per client over the two, PreferPrimary (the default)", outlastFallbackShared},
-		{"outlast, fallback, prefer available", "fallback", "outlast, fallback, with PreferAvailable: a request leaves the primary at once while its Admission holds it down", outlastFallbackAvailable},
+		{"outlast, fallback", "fallback", "outlast, shared for the primary, and one Admission and one gate of K/2 for the fallback, under one outlast.Fallback per client over the two, PreferPrimary: a request waits for the primary while its next chance fits", outlastFallbackShared},
+		{"outlast, fallback, prefer available", "fallback", "outlast, fallback, with PreferAvailable, the default: a request never waits at the primary while its Admission holds it down (it probes when a probe is due, else leaves at once), and leaves after 3 failed attempts of its own", outlastFallbackAvailable},
 		{"outlast, fallback, per process", "fallback", "outlast, admission for the primary, and an Admission per client for the fallback (its limit ending at ⌈(K/2)/clients⌉, " + fleetAdmissionConfig + "), under one outlast.Fallback per client, PreferPrimary", outlastFallbackPerProcess},
 		{"LiteLLM's rule", "fallback", "this benchmark's code, after LiteLLM's docs (LiteLLM is Python): go-retryablehttp, matched, at the primary; once its retries are spent, go-retryablehttp, matched, at the fallback; no cooldown", litellmRule},
 	}
