@@ -578,6 +578,10 @@ func (x *exchange) failed(ctx context.Context, err error) {
 		x.fail(http.StatusGatewayTimeout, apierr.Deadline,
 			fmt.Sprintf("outlast: the request's deadline passed before upstream %s answered: %s", x.cur.Name, redact.Text(err.Error())),
 			http.Header{headerShouldRetry: {"false"}})
+	case class == outlast.ClassClosedEarly:
+		// It answered, and broke off before the answer was whole.
+		x.fail(http.StatusBadGateway, apierr.Broke,
+			fmt.Sprintf("outlast: upstream %s broke off its answer: %s", x.cur.Name, redact.Text(err.Error())), x.noRetryIfRetried())
 	case class == outlast.ClassStalled, class == outlast.ClassTimeout:
 		x.fail(http.StatusGatewayTimeout, apierr.Timeout,
 			fmt.Sprintf("outlast: upstream %s did not answer in time: %s", x.cur.Name, redact.Text(err.Error())), x.noRetryIfRetried())

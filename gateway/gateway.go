@@ -305,6 +305,7 @@ func New(cfg Config) (*Gateway, error) {
 	if base == nil {
 		base = defaultTransport()
 	}
+	base = wholeBodies{base: base, max: cfg.MaxBody}
 	seen := map[string]bool{}
 	for i, u := range cfg.Upstreams {
 		up, err := newUpstream(i, u, base, g.logger, cfg.Gates)

@@ -164,8 +164,8 @@ func TestShutdownEndsWaitAtOnce(t *testing.T) {
 // At the end of the grace period, a request still in flight gets one
 // final, well-formed error, recorded as shutdown and not as the caller's
 // 499: a JSON 503 when nothing was sent yet, an error event when a stream
-// was under way. A non-streaming body cut short is cut so that it cannot
-// look complete.
+// was under way. A body that is not a stream is held until it is whole,
+// so one under way gets the JSON 503 too.
 func TestShutdownAtGraceEnd(t *testing.T) {
 	t.Parallel()
 	// partial sends the start of an answer, and then nothing until the
@@ -211,10 +211,10 @@ func TestShutdownAtGraceEnd(t *testing.T) {
 			}
 		}},
 		{"a body under way", partial("application/json", `{"choices":[`), chat, true, func(t *testing.T, a callAnswer) {
-			// The header may or may not have reached the caller: either
-			// way, the caller must see an error, not a complete answer.
-			if a.err == nil {
-				t.Errorf("got %v %q complete; want the body cut short with an error", a.resp.Status, a.body)
+			// Nothing of it reached the caller, which gets the shutdown's
+			// answer, never a part of the body.
+			if a.err != nil || a.resp.StatusCode != 503 || a.resp.Header.Get("Outlast-Error") != "shutdown" || strings.Contains(a.body, "choices") {
+				t.Errorf("got %v %q, error %v; want a JSON 503 shutdown and none of the body", a.resp, a.body, a.err)
 			}
 		}},
 	} {

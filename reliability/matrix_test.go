@@ -99,7 +99,7 @@ var faults = []fault{
 	// A 200's headers, then the connection closes.
 	{id: "closed-before-first-byte", name: "closed before the first byte", how: "mockllm `close-after-headers`",
 		script: "close-after-headers",
-		want:   layers("3 → error: closed_early", "3 → 502 unreachable")},
+		want:   layers("3 → error: closed_early", "3 → 502 upstream-broke")},
 	// A 200's headers, then silence.
 	{id: "stalled-before-first-byte", name: "stalled before the first byte", how: "mockllm `stall`",
 		script: "stall", firstByte: shortFirstByte, want: layers("3 → error: stalled", "3 → 504 timeout")},
@@ -121,16 +121,18 @@ var faults = []fault{
 	// the record counts, and then a cut connection.
 	{id: "reset-after-chunks", name: "reset after 2 chunks", how: "mockllm `reset-after=2`",
 		script: "reset-after=2",
-		want:   [4]string{"1 → 200, cut", "1 → 200, cut", "1 → 200, cut", "1 → 200, error event"},
-		note:   "in this row and the next two, the gateway's non-stream caller gets the 200 and the bytes that came, and then the connection is cut, so that the body cannot look complete; a stream's caller gets an error event instead."},
+		want:   [4]string{"1 → 200, cut", "1 → 200, cut", "3 → 502 upstream-broke", "1 → 200, error event"},
+		note:   "in this row and the next two, the gateway reads an answer that is not a stream to its end before it commits, so that a break anywhere in it is a failed attempt, retried; a stream's caller, who has its first bytes, gets an error event instead. The Transport commits at the first byte, and its caller gets the 200 and a cut or stalled body."},
+	// A silence, which the first-byte timeout ends for the gateway's
+	// whole non-stream answer.
 	{id: "stall-after-chunks", name: "stall after 2 chunks", how: "mockllm `stall-after=2`",
-		script: "stall-after=2",
-		want:   [4]string{"1 → 200, stalled", "1 → 200, stalled", "1 → 200, cut", "1 → 200, error event"}},
+		script: "stall-after=2", firstByte: shortFirstByte,
+		want: [4]string{"1 → 200, stalled", "1 → 200, stalled", "3 → 504 timeout", "1 → 200, error event"}},
 	// A hundred chunks put the 500th byte inside the body on every path:
 	// past a non-stream's headers, and past a stream's first event.
 	{id: "cut-after-bytes", name: "connection closed after 500 bytes", how: "Toxiproxy `limit_data` 500",
 		chunks: 100, toxic: &toxic{"limit_data", map[string]int{"bytes": 500}},
-		want: [4]string{"1 → 200, cut", "1 → 200, cut", "1 → 200, cut", "1 → 200, error event"}},
+		want: [4]string{"1 → 200, cut", "1 → 200, cut", "3 → 502 upstream-broke", "1 → 200, error event"}},
 	// A restart while requests queue at a gate of one slot: the one in
 	// flight is cut, the queued ones are refused, and all come back.
 	{id: "restart-while-queued", name: "upstream restarts while 3 requests queue at its 1 slot", how: "Toxiproxy proxy stopped and started",

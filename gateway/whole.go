@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/internal/sse"
+)
+
+// wholeBodies is the base RoundTripper of every upstream's Transport: it
+// reads an answer that is not an event stream to its end, up to max
+// bytes, before it returns it, so that a JSON answer is committed only
+// when whole. A body cut half-way is then a failed attempt, retried or
+// moved like any other, where once it reached the caller as a cut
+// connection. A longer body is returned as it comes, as before. The
+// Transport's first-byte timeout bounds the whole read: for an answer
+// that is not a stream, its first byte comes with its last.
+type wholeBodies struct {
+	base http.RoundTripper
+	max  int64
+}
+
+func (w wholeBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := w.base.RoundTrip(r)
+	if err != nil || resp.Body == nil || resp.Body == http.NoBody || sse.IsStream(resp.Header) ||
+		resp.StatusCode == http.StatusSwitchingProtocols || r.Method == http.MethodHead || resp.ContentLength > w.max {
+		return resp, err
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, w.max+1))
+	if int64(len(body)) > w.max {
+		// Too long to hold: the rest goes as it comes.
+		resp.Body = readCloser{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+		return resp, nil
+	}
+	resp.Body.Close()
+	if err != nil {
+		if r.Context().Err() != nil {
+			return nil, err // the Transport's own timer, or the caller: it knows which
+		}
+		return nil, &brokeOff{n: len(body), err: err}
+	}
+	if resp.ContentLength > int64(len(body)) {
+		return nil, &brokeOff{n: len(body), err: fmt.Errorf("it ended at %d of its %d bytes", len(body), resp.ContentLength)}
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	return resp, nil
+}
+
+// CloseIdleConnections closes the base's idle connections, if it can.
+func (w wholeBodies) CloseIdleConnections() {
+	type closer interface{ CloseIdleConnections() }
+	if c, ok := w.base.(closer); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// brokeOff is an answer whose body broke off after n bytes: a failure
+// before the commit, which errors.Is reads as outlast.ErrClosedEarly.
+type brokeOff struct {
+	n   int
+	err error
+}
+
+func (e *brokeOff) Error() string {
+	return fmt.Sprintf("the answer's body broke off after %d bytes: %v", e.n, e.err)
+}
+
+func (e *brokeOff) Unwrap() []error { return []error{outlast.ErrClosedEarly, e.err} }
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
