@@ -38,10 +38,20 @@ type exchange struct {
 	out  *response      // what the caller gets
 	rec  record.Request // what observers are told
 
-	body     []byte      // the caller's body, read whole
-	fields   bodyFields  // what the gateway read of it
-	moved    string      // the reason of a fallback not yet on an attempt
-	deadline untilCommit // the attempts' context with the request's deadline, if it has one
+	body       []byte      // the body to send: the caller's, or a continuation's
+	callerBody []byte      // the caller's body, read whole
+	fields     bodyFields  // what the gateway read of body
+	moved      string      // the reason of a fallback not yet on an attempt
+	deadline   untilCommit // the attempts' context with the request's deadline, if it has one
+
+	// A stream's continuations (see Continuation): whether the attempts
+	// now made continue it, with how long a prefill; which of the
+	// record's attempts is being forwarded; and the bytes forwarded
+	// before it.
+	continued bool
+	prefill   int64
+	forwarder int
+	spliced   int64
 
 	// shut guards the state that the gateway's shutdown reads, from
 	// Serve's goroutine: the cancel that ends the attempts, and whether
@@ -97,7 +107,7 @@ func (x *exchange) serve() {
 	defer x.deadline.stop()
 	x.hold(cancel)
 	stop := x.startProgress()
-	x.body = body
+	x.body, x.callerBody = body, body
 	resp, err := x.roundTripper().RoundTrip(x.outbound(ctx, x.up))
 	stop()
 	if err != nil {
@@ -107,6 +117,7 @@ func (x *exchange) serve() {
 	// The response is committed: its first byte came before the
 	// deadline, and the deadline no longer ends it.
 	x.deadline.stop()
+	x.forwarder = max(len(x.rec.Attempts)-1, 0)
 	x.forward(ctx, resp, cancel)
 }
 
@@ -321,16 +332,20 @@ func (x *exchange) roundTripper() http.RoundTripper {
 	}
 }
 
-// onFallback notes a move to another upstream, in the record's moves,
-// for the record of its first attempt there and for the answer, and logs
-// it. from and to index the chain, whose first is the request's own
-// upstream.
+// onFallback notes a move along the request's chain: from and to index
+// it, and its first is the request's own upstream.
 func (x *exchange) onFallback(_ *http.Request, from, to int, reason outlast.FallbackReason, err error) {
-	x.moved, x.cur = string(reason), x.up.chain[to]
-	x.rec.Moves = append(x.rec.Moves, record.Move{From: x.up.chain[from].Name, To: x.cur.Name, Reason: x.moved})
-	x.g.logger.Info("outlast: falling back", "id", x.rec.ID, "from", x.up.chain[from].Name, "to", x.up.chain[to].Name,
+	x.onMove(x.up.chain[from], x.up.chain[to], reason, err)
+}
+
+// onMove notes a move to another upstream, in the record's moves, for the
+// record of its first attempt there and for the answer, and logs it.
+func (x *exchange) onMove(from, to *upstream, reason outlast.FallbackReason, err error) {
+	x.moved, x.cur = string(reason), to
+	x.rec.Moves = append(x.rec.Moves, record.Move{From: from.Name, To: to.Name, Reason: x.moved})
+	x.g.logger.Info("outlast: falling back", "id", x.rec.ID, "from", from.Name, "to", to.Name,
 		"reason", string(reason), "error", redact.Text(err.Error()))
-	x.comment("fallback from=%s to=%s reason=%s", x.up.chain[from].Name, x.up.chain[to].Name, reason)
+	x.comment("fallback from=%s to=%s reason=%s", from.Name, to.Name, reason)
 }
 
 // outbound is the request to send to upstream u, with the caller's body,
@@ -383,6 +398,7 @@ func (x *exchange) bodyFor(u *upstream) []byte {
 func (x *exchange) attempt(a outlast.Attempt) record.Attempt {
 	at := record.NewAttempt(a)
 	at.N, at.Fallback = len(x.rec.Attempts)+1, x.moved
+	at.Continued, at.PrefillBytes = x.continued, x.prefill
 	return at
 }
 
@@ -479,7 +495,12 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		x.out.errorEvent(record.ErrorUpstreamError, fmt.Sprintf("outlast: upstream %s answered %s", x.cur.Name, resp.Status), readSnippet(resp.Body))
 		return
 	}
-	err := x.out.copyBody(resp.Body, stream, x.cur.IdleTimeout, cancel, &x.rec.Committed, &x.rec.Bytes)
+	var err error
+	if stream && x.cur.Continuation == ContinuePrefill {
+		ctx, err = x.copyContinuing(ctx, resp, cancel)
+	} else {
+		err = x.out.copyBody(resp.Body, stream, x.cur.IdleTimeout, cancel, &x.rec.Committed, &x.rec.Bytes)
+	}
 	switch {
 	case err == nil:
 	case !errors.Is(err, errClientGone) && x.out.retract():
@@ -659,10 +680,11 @@ func (x *exchange) fail(status int, kind, msg string, extra http.Header) {
 // done finishes the record and tells the observer and the log.
 func (x *exchange) done() {
 	x.rec.End = time.Now()
-	if n := len(x.rec.Attempts); n > 0 && x.rec.Committed {
-		// The bytes forwarded are the last attempt's: those before it
-		// were drained, never forwarded.
-		x.rec.Attempts[n-1].Bytes = x.rec.Bytes
+	if x.forwarder < len(x.rec.Attempts) && x.rec.Committed {
+		// The bytes forwarded since the last splice are the attempt's
+		// being forwarded: those of the attempts before it were
+		// drained, never forwarded, or counted at the splice.
+		x.rec.Attempts[x.forwarder].Bytes = x.rec.Bytes - x.spliced
 	}
 	if o := x.g.cfg.Observer.Done; o != nil {
 		o(&x.rec)

@@ -130,6 +130,14 @@ type Upstream struct {
 	// means no bound.
 	FirstByteTimeout time.Duration
 
+	// Continuation says what becomes of a stream from this upstream that
+	// breaks after its first byte reached the caller, before its last
+	// event: ContinueOff (the zero value) ends it with an error event;
+	// ContinuePrefill continues it (see Continuation). New refuses
+	// ContinuePrefill for api.openai.com and Azure OpenAI. A fallback
+	// takes a continuation only if it continues streams too.
+	Continuation Continuation
+
 	// StreamHeaderTimeout bounds the time from sending a streaming
 	// request's attempt to its response headers, which a server sends
 	// when it takes the request, before it generates: an attempt that

@@ -189,20 +189,14 @@ func (o *response) copyBody(body io.Reader, flush bool, idle time.Duration, canc
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
-	var timer *time.Timer
-	var silent atomic.Bool // the idle timer fired
-	if idle > 0 {
-		timer = time.AfterFunc(idle, func() { silent.Store(true); cancel(errIdle) })
-		defer timer.Stop()
-	}
+	w := watchIdle(idle, cancel)
+	defer w.stop()
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
 			// The idle timeout is the upstream's silence: the time spent
 			// writing to a slow caller does not count.
-			if timer != nil {
-				timer.Stop()
-			}
+			w.pause()
 			first := !*started
 			if first {
 				o.release()
@@ -218,21 +212,137 @@ func (o *response) copyBody(body io.Reader, flush bool, idle time.Duration, canc
 			if (flush || first) && o.rc.Flush() != nil {
 				return errClientGone
 			}
-			if timer != nil && !silent.Load() {
-				timer.Reset(idle)
-			}
+			w.resume()
 		}
 		switch {
 		case err == io.EOF:
 			o.release() // an empty body
 			return nil
-		case err != nil && silent.Load():
+		case err != nil && w.fired():
 			return errIdle
 		case err != nil:
 			return err
 		}
 	}
 }
+
+// copyEvents is copyBody for a stream that a continuation may carry on: it
+// forwards whole events only, each as the splice s passes or rewrites it,
+// and flushes each, so that a break leaves no half event with the caller.
+// At the body's end, what is left without a blank line after it goes as
+// one more event. It returns as copyBody does.
+func (o *response) copyEvents(body io.Reader, s *splice, idle time.Duration, cancel context.CancelCauseFunc, started *bool, sent *int64) error {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	w := watchIdle(idle, cancel)
+	defer w.stop()
+	var pending []byte
+	send := func(ev []byte) error {
+		out := s.event(ev)
+		if out == nil {
+			return nil
+		}
+		*started = true
+		if _, err := o.w.Write(out); err != nil {
+			return errClientGone
+		}
+		*sent += int64(len(out))
+		if o.rc.Flush() != nil {
+			return errClientGone
+		}
+		return nil
+	}
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			w.pause()
+			pending = append(pending, buf[:n]...)
+			rest := pending
+			for {
+				ev, after, ok := nextEvent(rest)
+				if !ok {
+					break
+				}
+				if werr := send(ev); werr != nil {
+					return werr
+				}
+				rest = after
+			}
+			pending = append(pending[:0], rest...)
+			w.resume()
+		}
+		switch {
+		case err == io.EOF:
+			if len(pending) > 0 {
+				return send(pending)
+			}
+			return nil
+		case err != nil && w.fired():
+			return errIdle
+		case err != nil:
+			return err
+		}
+	}
+}
+
+// endStream ends a stream whose answer s saw whole, with the last events
+// the upstream did not send: OpenAI's data: [DONE], Anthropic's
+// message_stop.
+func (o *response) endStream(s *splice, sent *int64) {
+	if s.done {
+		return
+	}
+	var end []byte
+	switch s.api {
+	case apiOpenAI:
+		end = []byte("data: [DONE]\n\n")
+	case apiAnthropic:
+		end = []byte("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+	default:
+		return
+	}
+	if _, err := o.w.Write(end); err == nil {
+		*sent += int64(len(end))
+		o.rc.Flush()
+	}
+}
+
+// idleWatch ends an upstream response that falls silent for longer than
+// its idle timeout, by calling cancel with errIdle; with no timeout it
+// does nothing.
+type idleWatch struct {
+	idle   time.Duration
+	timer  *time.Timer
+	silent atomic.Bool // the timer fired
+}
+
+func watchIdle(idle time.Duration, cancel context.CancelCauseFunc) *idleWatch {
+	w := &idleWatch{idle: idle}
+	if idle > 0 {
+		w.timer = time.AfterFunc(idle, func() { w.silent.Store(true); cancel(errIdle) })
+	}
+	return w
+}
+
+// pause stops the watch while bytes that came are written.
+func (w *idleWatch) pause() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+// resume starts the watch again, unless it fired.
+func (w *idleWatch) resume() {
+	if w.timer != nil && !w.silent.Load() {
+		w.timer.Reset(w.idle)
+	}
+}
+
+// fired reports whether the response fell silent.
+func (w *idleWatch) fired() bool { return w.silent.Load() }
+
+func (w *idleWatch) stop() { w.pause() }
 
 // readSnippet reads up to 4 KiB of a body for an error message.
 func readSnippet(r io.Reader) []byte {

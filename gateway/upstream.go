@@ -111,6 +111,9 @@ func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger,
 	case !(u.ReserveShare >= 0 && u.ReserveShare <= 1):
 		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): reserve share %v is outside [0, 1]", i, u.Name, u.ReserveShare)
 	}
+	if err := checkContinuation(u.Continuation, u.URL); err != nil {
+		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): %w", i, u.Name, err)
+	}
 	if u.Queue == 0 {
 		u.Queue = DefaultQueue
 	}

@@ -123,6 +123,13 @@ var migrations = []migration{
 		`ALTER TABLE outlast_requests ADD COLUMN deadline_source TEXT NOT NULL DEFAULT ''`,
 		`ALTER TABLE outlast_attempts ADD COLUMN retry_after_cut {bool} NOT NULL DEFAULT FALSE`,
 	}},
+	{8, "continuations of streams that broke", []string{
+		// As in 4 and 6: '[]', FALSE and 0 read as none, for an older
+		// replica's inserts and for the rows already there.
+		`ALTER TABLE outlast_requests ADD COLUMN continuations {json} NOT NULL DEFAULT '[]'`,
+		`ALTER TABLE outlast_attempts ADD COLUMN continued {bool} NOT NULL DEFAULT FALSE`,
+		`ALTER TABLE outlast_attempts ADD COLUMN prefill_bytes BIGINT NOT NULL DEFAULT 0`,
+	}},
 }
 
 // migrate brings db's schema up to the last migration, in one

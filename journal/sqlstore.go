@@ -49,10 +49,10 @@ const deleteChunk = 512
 // The tables' columns, and how many each has, as requestArgs and
 // attemptArgs give them.
 const (
-	requestCols  = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes, moves, deadline, deadline_source"
-	requestNCols = 19
-	attemptCols  = "request_id, n, call_id, started_at, ended_at, queued_ahead, gate_wait_ms, status, error_class, error, retry_in_ms, retry_after_ms, bytes, admission_wait_ms, probe, upstream, fallback, retry_after_cut"
-	attemptNCols = 18
+	requestCols  = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes, moves, deadline, deadline_source, continuations"
+	requestNCols = 20
+	attemptCols  = "request_id, n, call_id, started_at, ended_at, queued_ahead, gate_wait_ms, status, error_class, error, retry_in_ms, retry_after_ms, bytes, admission_wait_ms, probe, upstream, fallback, retry_after_cut, continued, prefill_bytes"
+	attemptNCols = 20
 )
 
 const (
@@ -62,7 +62,8 @@ const (
 		headers = excluded.headers, started_at = excluded.started_at, ended_at = excluded.ended_at,
 		status = excluded.status, error = excluded.error, attempt_count = excluded.attempt_count,
 		stream = excluded.stream, committed = excluded.committed, bytes = excluded.bytes,
-		moves = excluded.moves, deadline = excluded.deadline, deadline_source = excluded.deadline_source`
+		moves = excluded.moves, deadline = excluded.deadline, deadline_source = excluded.deadline_source,
+		continuations = excluded.continuations`
 )
 
 // A stmtKey names a write statement: an insert of rows rows into table,
@@ -252,7 +253,22 @@ func (s *sqlStore) requestArgs(args []any, r *record.Request) []any {
 		clean(r.Slot), clean(r.Model), headers,
 		s.d.timeArg(r.Start), s.d.timeArg(r.End),
 		r.Status, redact.Text(clean(r.Error)), len(r.Attempts), r.Stream, r.Committed, r.Bytes, movesArg(r.Moves),
-		s.d.timeArg(r.Deadline), clean(r.DeadlineSource))
+		s.d.timeArg(r.Deadline), clean(r.DeadlineSource), continuationsArg(r.Continuations))
+}
+
+// continuationsArg returns continuations as their column keeps them, as
+// movesArg does moves.
+func continuationsArg(cs []record.Continuation) string {
+	if len(cs) == 0 {
+		return "[]"
+	}
+	kept := make([]record.Continuation, len(cs))
+	for i, c := range cs {
+		c.Upstream, c.Outcome, c.Reason = clean(c.Upstream), clean(c.Outcome), redact.Text(clean(c.Reason))
+		kept[i] = c
+	}
+	b, _ := json.Marshal(kept) // strings and numbers always marshal
+	return string(b)
 }
 
 // movesArg returns moves as the moves column keeps them: a JSON list, as
@@ -318,7 +334,8 @@ func (s *sqlStore) attemptArgs(args []any, id string, a *record.Attempt) []any {
 		a.QueuedAhead, a.GateWait.Milliseconds(), a.Status,
 		a.Class.String(), redact.Text(clean(a.Error)),
 		a.RetryIn.Milliseconds(), a.RetryAfter.Milliseconds(), a.Bytes,
-		a.AdmissionWait.Milliseconds(), a.Probe, clean(a.Upstream), clean(a.Fallback), a.RetryAfterCut)
+		a.AdmissionWait.Milliseconds(), a.Probe, clean(a.Upstream), clean(a.Fallback), a.RetryAfterCut,
+		a.Continued, a.PrefillBytes)
 }
 
 // insert returns a multi-row INSERT of rows rows of ncols columns each.
@@ -613,11 +630,11 @@ func (s *sqlStore) requests(ctx context.Context, tx *sql.Tx, tail string, args .
 	var recs []record.Request
 	for rows.Next() {
 		var r record.Request
-		var headers, moves []byte
+		var headers, moves, continuations []byte
 		var count int
 		err := rows.Scan(&r.ID, &r.Run, &r.Method, &r.Path, &r.Upstream, &r.Slot, &r.Model, &headers,
 			timeScan{&r.Start}, timeScan{&r.End}, &r.Status, &r.Error, &count, &r.Stream, &r.Committed, &r.Bytes, &moves,
-			timeScan{&r.Deadline}, &r.DeadlineSource)
+			timeScan{&r.Deadline}, &r.DeadlineSource, &continuations)
 		if err != nil {
 			return nil, err
 		}
@@ -629,6 +646,12 @@ func (s *sqlStore) requests(ctx context.Context, tx *sql.Tx, tail string, args .
 		}
 		if len(r.Moves) == 0 {
 			r.Moves = nil // as the record has it: "[]" is no moves
+		}
+		if err := json.Unmarshal(continuations, &r.Continuations); err != nil {
+			return nil, fmt.Errorf("request %q: continuations: %w", r.ID, err)
+		}
+		if len(r.Continuations) == 0 {
+			r.Continuations = nil
 		}
 		recs = append(recs, r)
 	}
@@ -667,7 +690,7 @@ func (s *sqlStore) attempts(ctx context.Context, tx *sql.Tx, at map[string]*reco
 		var class string
 		err := rows.Scan(&id, &a.N, &a.CallID, timeScan{&a.Start}, timeScan{&a.End}, &a.QueuedAhead, &gateWait,
 			&a.Status, &class, &a.Error, &retryIn, &retryAfter, &a.Bytes, &admissionWait, &a.Probe,
-			&a.Upstream, &a.Fallback, &a.RetryAfterCut)
+			&a.Upstream, &a.Fallback, &a.RetryAfterCut, &a.Continued, &a.PrefillBytes)
 		if err != nil {
 			return err
 		}

@@ -107,6 +107,10 @@ func testRoundTrip(t *testing.T, b backend) {
 		Start:  t0.In(time.FixedZone("east", 5*3600)), End: t0.Add(93*time.Second + 123456),
 		Status: 529, Error: "upstream-exhausted", Stream: true, Committed: false, Bytes: 1 << 40,
 		Deadline: t0.Add(595 * time.Second), DeadlineSource: record.DeadlineSDK,
+		Continuations: []record.Continuation{
+			{Upstream: "anthropic", After: 1234, Prefill: 800, Outcome: record.ContinuationOK},
+			{Upstream: "bedrock", After: 2345, Outcome: record.ContinuationUnsupported, Reason: "a tool call"},
+		},
 	}
 	for i := 1; i <= 12; i++ {
 		start := t0.Add(time.Duration(i) * 7777777 * time.Microsecond)
@@ -120,6 +124,7 @@ func testRoundTrip(t *testing.T, b backend) {
 			Bytes:         int64(i),
 			AdmissionWait: time.Duration(i) * 2222 * time.Microsecond, Probe: i%4 == 0,
 			Upstream: "anthropic", RetryAfterCut: i == 3,
+			Continued: i == 5, PrefillBytes: int64(i%6/5) * 800,
 		})
 	}
 	// The last two fell back, the first of them saying why.

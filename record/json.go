@@ -70,6 +70,9 @@ type requestJSON struct {
 	Bytes          int64     `json:"bytes"`
 	Attempts       []Attempt `json:"attempts"`
 	Moves          []Move    `json:"moves,omitempty"`
+	// Continuations is omitted when empty, as in records made before
+	// them.
+	Continuations []Continuation `json:"continuations,omitempty"`
 }
 
 // attemptJSON is Attempt's JSON shape. The gate key is not in it: the
@@ -94,6 +97,10 @@ type attemptJSON struct {
 	// delays were cut.
 	RetryAfterCut bool  `json:"retry_after_cut,omitempty"`
 	Bytes         int64 `json:"bytes"`
+	// Continued and PrefillBytes are omitted for an attempt that did not
+	// continue a stream, as in records made before continuations.
+	Continued    bool  `json:"continued,omitempty"`
+	PrefillBytes int64 `json:"prefill_bytes,omitempty"`
 }
 
 // MarshalJSON returns r in the record's JSON form. Headers and attempts
@@ -107,7 +114,7 @@ func (r Request) MarshalJSON() ([]byte, error) {
 		Deadline: jsonTime(r.Deadline), DeadlineSource: r.DeadlineSource,
 		Status: r.Status, Error: r.Error,
 		Stream: r.Stream, Committed: r.Committed, Bytes: r.Bytes,
-		Attempts: r.Attempts, Moves: r.Moves,
+		Attempts: r.Attempts, Moves: r.Moves, Continuations: r.Continuations,
 	}
 	if j.Headers == nil {
 		j.Headers = map[string][]string{}
@@ -132,7 +139,7 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 		Deadline: time.Time(j.Deadline), DeadlineSource: j.DeadlineSource,
 		Status: j.Status, Error: j.Error,
 		Stream: j.Stream, Committed: j.Committed, Bytes: j.Bytes,
-		Attempts: j.Attempts, Moves: j.Moves,
+		Attempts: j.Attempts, Moves: j.Moves, Continuations: j.Continuations,
 	}
 	return nil
 }
@@ -148,6 +155,7 @@ func (a Attempt) MarshalJSON() ([]byte, error) {
 		Status: a.Status, ErrorClass: a.Class.String(), Error: a.Error,
 		RetryInMS: a.RetryIn.Milliseconds(), RetryAfterMS: a.RetryAfter.Milliseconds(),
 		RetryAfterCut: a.RetryAfterCut, Bytes: a.Bytes,
+		Continued: a.Continued, PrefillBytes: a.PrefillBytes,
 	})
 }
 
@@ -165,6 +173,7 @@ func (a *Attempt) UnmarshalJSON(b []byte) error {
 		Status: j.Status, Class: ParseClass(j.ErrorClass, j.Status), Error: j.Error,
 		RetryIn: ms(j.RetryInMS), RetryAfter: ms(j.RetryAfterMS),
 		RetryAfterCut: j.RetryAfterCut, Bytes: j.Bytes,
+		Continued: j.Continued, PrefillBytes: j.PrefillBytes,
 	}
 	return nil
 }

@@ -87,7 +87,49 @@ type Request struct {
 	// or answered with the refusal), which no attempt's Fallback tells
 	// of. Nil when it did not move, and in records made before them.
 	Moves []Move
+	// Continuations are the continuations of the request's stream, one
+	// for each time it broke after its first byte on an upstream that
+	// continues streams (outlast serve --continuation prefill), oldest
+	// first, those it could not make too. Nil when there were none.
+	Continuations []Continuation
 }
+
+// A Continuation is one continuation of a stream that broke after its
+// first byte had reached the caller: the request sent again with the
+// answer so far as its final assistant message, the caller's stream
+// carrying on with the new text. Its JSON form is its tags'.
+type Continuation struct {
+	// Upstream names the upstream whose stream broke.
+	Upstream string `json:"upstream"`
+	// After counts the bytes of the stream forwarded before the break.
+	After int64 `json:"after"`
+	// Prefill counts the bytes of the answer so far that it sent as the
+	// prefill; 0 when it sent the request as it was, nothing of the
+	// answer having come yet.
+	Prefill int64 `json:"prefill"`
+	// Outcome is how it ended: ContinuationOK, ContinuationRefused,
+	// ContinuationFailed or ContinuationUnsupported.
+	Outcome string `json:"outcome"`
+	// Reason says why it was not made, or failed; "" when it carried the
+	// stream on.
+	Reason string `json:"reason,omitempty"`
+}
+
+// The outcomes of a Continuation.
+const (
+	// ContinuationOK: the continuation's stream carried the answer on.
+	ContinuationOK = "continued"
+	// ContinuationRefused: the upstream refused the continuation with a
+	// 4xx, such as a model's 400 to an assistant prefill.
+	ContinuationRefused = "refused"
+	// ContinuationFailed: the continuation got no stream to carry on
+	// with: its attempts failed, or its deadline less its reserve came.
+	ContinuationFailed = "failed"
+	// ContinuationUnsupported: the stream could not be continued safely
+	// (a tool call, reasoning, more than one choice, a shape outlast does
+	// not know), and was not.
+	ContinuationUnsupported = "unsupported"
+)
 
 // Answered returns the name of the upstream whose answer the caller got:
 // the one the last move went to, or Upstream. It may have made no
@@ -198,8 +240,15 @@ type Attempt struct {
 	// is that bound.
 	RetryAfterCut bool
 	// Bytes counts the response body bytes forwarded from this attempt:
-	// the last attempt's, when the response was committed, else 0.
+	// the committed attempts', else 0.
 	Bytes int64
+	// Continued says that the attempt continued a stream that broke
+	// after its first byte (see Request.Continuations), carrying
+	// PrefillBytes of the answer so far.
+	Continued bool
+	// PrefillBytes counts the bytes of the answer so far that a
+	// continuation sent as its final assistant message.
+	PrefillBytes int64
 }
 
 // NewAttempt returns the record of a: its class as a carries it, and its

@@ -169,8 +169,11 @@ func TestRequestJSON(t *testing.T) {
 				Status: 200, Bytes: 1234,
 			},
 		},
-		Moves: []record.Move{{From: "openai", To: "azure", Reason: "spent"}},
+		Moves:         []record.Move{{From: "openai", To: "azure", Reason: "spent"}},
+		Continuations: []record.Continuation{{Upstream: "azure", After: 1234, Prefill: 800, Outcome: record.ContinuationOK}},
 	}
+	r.Attempts = append(r.Attempts, record.Attempt{CallID: "0195f0e2-9412-7000-8000-000000000004", N: 3, Upstream: "azure",
+		Start: t0.Add(3150 * time.Millisecond), End: t0.Add(3180 * time.Millisecond), Status: 200, Continued: true, PrefillBytes: 800})
 	got, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		t.Fatalf("Marshal: %v", err)

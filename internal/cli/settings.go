@@ -272,6 +272,14 @@ var settings = []setting{
 	{flag: "stream-header-timeout", key: "stream_header_timeout", scope: upstream, def: "30s", arg: "DURATION", example: "10s",
 		help: "bounds a streaming attempt's wait for the upstream's response headers, which a server sends when it takes the request: a silent upstream is retried after this, while a model that thinks before its first token still has --first-byte-timeout. 0 means no bound of its own",
 		set:  duration(func(t target, d time.Duration) { t.up.StreamHeaderTimeout = d })},
+	{flag: "continuation", key: "continuation", scope: upstream, def: "off", arg: "HOW", example: "prefill",
+		help: "what becomes of a stream that breaks after its first byte reached the caller: off ends it with an error event; prefill sends the request again with the answer so far as its final assistant message and carries the caller's stream on with the new text (Anthropic, and OpenAI-compatible servers that continue one, such as vLLM and llama.cpp; not OpenAI's own API, which is refused). The prompt is billed again, with the answer so far as input",
+		set: func(t target, s string) (err error) {
+			if t.up.Continuation, err = gateway.ParseContinuation(s); err != nil {
+				return errors.New("want off or prefill")
+			}
+			return nil
+		}},
 	{flag: "idle-timeout", key: "idle_timeout", scope: upstream, def: "20s", arg: "DURATION", example: "1m",
 		help: "bounds the silence within a response being forwarded: a stream that falls silent mid-answer is ended with an error event. 0 means no bound",
 		set:  duration(func(t target, d time.Duration) { t.up.IdleTimeout = d })},

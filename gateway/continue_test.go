@@ -1,0 +1,411 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/mockllm"
+	"github.com/outlast-llm/outlast/record"
+)
+
+// Tests of continuation: streams from mockllm that break after their
+// first byte, continued with a prefill, and the streams that must not be.
+
+// chunks is the mock's answer length in these tests: 60 content chunks.
+const chunks = 60
+
+// whole is the mock's whole answer of 60 chunks.
+var whole = func() string {
+	words := strings.Fields("The quick brown fox jumps over the lazy dog.")
+	var b strings.Builder
+	for i := range chunks {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(words[i%len(words)])
+	}
+	return b.String()
+}()
+
+// bodyLog records the bodies of the requests a RoundTripper sends on.
+type bodyLog struct {
+	base http.RoundTripper
+	mu   sync.Mutex
+	seen []string
+}
+
+func (l *bodyLog) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		l.mu.Lock()
+		l.seen = append(l.seen, string(b))
+		l.mu.Unlock()
+	}
+	return l.base.RoundTrip(r)
+}
+
+func (l *bodyLog) bodies() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.seen...)
+}
+
+// mock starts a mockllm server of 60 chunks with script.
+func mock(t *testing.T, script string) *mockllm.Server {
+	t.Helper()
+	s := &mockllm.Server{Script: mockllm.MustParseScript(script), Chunks: chunks}
+	if err := s.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// continuing is a gateway in front of upstreams given as name=URL, the
+// first with the others as its fallbacks, each continuing streams unless
+// named in off; idle is their idle timeout.
+func continuing(t *testing.T, idle time.Duration, off []string, ups ...[2]string) (string, *bodyLog, chan record.Request) {
+	t.Helper()
+	log := &bodyLog{base: http.DefaultTransport}
+	records := make(chan record.Request, 16)
+	var cfg gateway.Config
+	for i, u := range ups {
+		target, _ := url.Parse(u[1])
+		up := gateway.Upstream{
+			Name: u[0], URL: target, Prefix: "/" + u[0], IdleTimeout: idle, FirstByteTimeout: 10 * time.Second,
+			Policy: &outlast.Policy{Waits: []time.Duration{10 * time.Millisecond}, MaxAttempts: 3}, Continuation: gateway.ContinuePrefill,
+		}
+		if i == 0 {
+			up.Prefix = "/"
+			for _, f := range ups[1:] {
+				up.Fallbacks = append(up.Fallbacks, f[0])
+			}
+		}
+		for _, name := range off {
+			if name == u[0] {
+				up.Continuation = gateway.ContinueOff
+			}
+		}
+		cfg.Upstreams = append(cfg.Upstreams, up)
+	}
+	cfg.Transport = log
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Observer = record.Observer{Done: func(r *record.Request) { records <- *r }}
+	g, err := gateway.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g)
+	t.Cleanup(srv.Close)
+	return srv.URL, log, records
+}
+
+// streamed is what a caller read of a stream.
+type streamed struct {
+	events []sseEvent
+	err    error
+}
+
+type sseEvent struct{ name, data string }
+
+// read reads an event stream to its end.
+func readStream(body io.Reader) streamed {
+	var s streamed
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var ev sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev.data != "" || ev.name != "" {
+				s.events = append(s.events, ev)
+			}
+			ev = sseEvent{}
+		case strings.HasPrefix(line, "event: "):
+			ev.name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			ev.data = strings.TrimPrefix(line, "data: ")
+		}
+	}
+	s.err = sc.Err()
+	return s
+}
+
+// openAIText returns a chat.completion.chunk stream's text, its ids, how
+// many chunks carried a role, and how many [DONE] and error events came.
+func (s streamed) openAIText() (text string, ids map[string]bool, roles, done, errs int) {
+	ids = map[string]bool{}
+	var b strings.Builder
+	for _, e := range s.events {
+		switch {
+		case e.name == "error":
+			errs++
+		case e.data == "[DONE]":
+			done++
+		default:
+			var c struct {
+				ID      string `json:"id"`
+				Choices []struct {
+					Index int `json:"index"`
+					Delta struct {
+						Role    string `json:"role"`
+						Content string `json:"content"`
+					} `json:"delta"`
+				} `json:"choices"`
+			}
+			if json.Unmarshal([]byte(e.data), &c) != nil {
+				errs++
+				continue
+			}
+			ids[c.ID] = true
+			for _, ch := range c.Choices {
+				if ch.Delta.Role != "" {
+					roles++
+				}
+				b.WriteString(ch.Delta.Content)
+			}
+		}
+	}
+	return b.String(), ids, roles, done, errs
+}
+
+func postStream(t *testing.T, target, body string, header map[string]string) streamed {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, target, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("got %v, want a stream", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("got %d %s, want a 200 stream", resp.StatusCode, b)
+	}
+	return readStream(resp.Body)
+}
+
+const openAIStream = `{"model":"m","stream":true,"messages":[{"role":"user","content":"say it"}]}`
+
+// A stream cut after 20 of 60 chunks, and one silent after 20, reach the
+// caller whole, as one stream: one id, one role, the whole text once,
+// one [DONE] and no error event. The continuation is an attempt of its
+// own in the record, which says how long a prefill it carried.
+func TestContinuationOpenAI(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, script string
+	}{
+		{"cut", "reset-after=20,ok"},
+		{"silent", "stall-after=20,ok"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			m := mock(t, c.script)
+			base, log, records := continuing(t, 2*time.Second, nil, [2]string{"primary", m.URL})
+			start := time.Now()
+			s := postStream(t, base+"/v1/chat/completions", openAIStream, nil)
+			took := time.Since(start)
+			text, ids, roles, done, errs := s.openAIText()
+			if text != whole || len(ids) != 1 || roles != 1 || done != 1 || errs != 0 {
+				t.Errorf("got %q: %d ids, %d roles, %d [DONE], %d error events; want the whole text, 1, 1, 1, 0", text, len(ids), roles, done, errs)
+			}
+			if took > 15*time.Second {
+				t.Errorf("took %v, want within 15 s", took)
+			}
+			r := <-records
+			if len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationOK || r.Error != "" {
+				t.Fatalf("recorded continuations %+v, error %q; want one, continued, and no error", r.Continuations, r.Error)
+			}
+			last := r.Attempts[len(r.Attempts)-1]
+			if !last.Continued || last.PrefillBytes != r.Continuations[0].Prefill || last.PrefillBytes == 0 || r.Attempts[0].Continued {
+				t.Errorf("attempts %+v, want the last a continuation carrying the prefill", r.Attempts)
+			}
+			bodies := log.bodies()
+			var sent struct {
+				Messages []struct{ Role, Content string }
+				Continue bool `json:"continue_final_message"`
+			}
+			json.Unmarshal([]byte(bodies[len(bodies)-1]), &sent)
+			if n := len(sent.Messages); n != 2 || sent.Messages[1].Role != "assistant" || !strings.HasPrefix(whole, sent.Messages[1].Content) || !sent.Continue {
+				t.Errorf("the continuation sent %s, want the answer so far as a final assistant message, continue_final_message set", bodies[len(bodies)-1])
+			}
+		})
+	}
+}
+
+// Anthropic's form: one message_start, one message_stop, every text
+// delta in block 0, and the whole text once.
+func TestContinuationAnthropic(t *testing.T) {
+	t.Parallel()
+	m := mock(t, "reset-after=20,ok")
+	base, log, _ := continuing(t, 2*time.Second, nil, [2]string{"primary", m.URL})
+	s := postStream(t, base+"/v1/messages", `{"model":"claude","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"say it"}]}`, nil)
+	count := map[string]int{}
+	var text strings.Builder
+	for _, e := range s.events {
+		count[e.name]++
+		if e.name == "content_block_delta" {
+			var d struct {
+				Index int
+				Delta struct{ Text string }
+			}
+			json.Unmarshal([]byte(e.data), &d)
+			if d.Index != 0 {
+				t.Errorf("a delta at index %d, want 0", d.Index)
+			}
+			text.WriteString(d.Delta.Text)
+		}
+	}
+	if text.String() != whole || count["message_start"] != 1 || count["message_stop"] != 1 || count["content_block_start"] != 1 || count["error"] != 0 {
+		t.Errorf("got %q with events %v; want the whole text, one start, one stop, one block, no error", text.String(), count)
+	}
+	bodies := log.bodies()
+	if strings.Contains(bodies[len(bodies)-1], "continue_final_message") || !strings.Contains(bodies[len(bodies)-1], `"role":"assistant"`) {
+		t.Errorf("the continuation sent %s, want a prefill without OpenAI's fields", bodies[len(bodies)-1])
+	}
+}
+
+// A continuation the upstream refuses, with a 400 to the prefill, ends the
+// caller's stream with an error event naming the break, not the 400, and
+// no [DONE]: the truncated answer is never presented as complete.
+func TestContinuationRefused(t *testing.T) {
+	t.Parallel()
+	m := mock(t, "reset-after=20,ok:refuse-prefill")
+	base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", m.URL})
+	s := postStream(t, base+"/v1/chat/completions", openAIStream, nil)
+	_, _, _, done, _ := s.openAIText()
+	last := s.events[len(s.events)-1]
+	if last.name != "error" || done != 0 || strings.Contains(last.data, "prefill") || !strings.Contains(last.data, "refused its continuation") {
+		t.Errorf("ended with %+v, %d [DONE]; want an error event saying the continuation was refused, without the 400's text", last, done)
+	}
+	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationRefused || r.Error != record.ErrorUpstreamBroke {
+		t.Errorf("recorded %+v, %q; want one continuation, refused, and upstream-broke", r.Continuations, r.Error)
+	}
+}
+
+// Without continuation nothing changes: the stream ends with an error
+// event, and no prefill is sent.
+func TestContinuationOff(t *testing.T) {
+	t.Parallel()
+	m := mock(t, "reset-after=20,ok")
+	base, log, _ := continuing(t, 2*time.Second, []string{"primary"}, [2]string{"primary", m.URL})
+	s := postStream(t, base+"/v1/chat/completions", openAIStream, nil)
+	if last := s.events[len(s.events)-1]; last.name != "error" {
+		t.Errorf("ended with %+v, want an error event", last)
+	}
+	if n := len(log.bodies()); n != 1 {
+		t.Errorf("%d requests sent, want 1: no continuation", n)
+	}
+}
+
+// A continuation goes where a retry would: when the primary cannot
+// continue, to a fallback that continues streams, and never to one that
+// does not.
+func TestContinuationFallback(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		off      []string
+		complete bool
+	}{
+		{"the fallback continues", nil, true},
+		{"the fallback does not", []string{"fallback"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			primary, fallback := mock(t, "reset-after=20,503"), mock(t, "ok")
+			base, _, _ := continuing(t, 2*time.Second, c.off, [2]string{"primary", primary.URL}, [2]string{"fallback", fallback.URL})
+			s := postStream(t, base+"/v1/chat/completions", openAIStream, nil)
+			text, _, _, done, errs := s.openAIText()
+			if got := text == whole && done == 1 && errs == 0; got != c.complete {
+				t.Errorf("got %q, %d [DONE], %d errors; want complete %v", text, done, errs, c.complete)
+			}
+			if n := fallback.Stats().Total; (n > 0) != c.complete {
+				t.Errorf("the fallback saw %d requests", n)
+			}
+		})
+	}
+}
+
+// Streams that cannot be continued safely are not: the caller gets the
+// error event of today, and the upstream no second request.
+func TestContinuationRefusals(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, path, body string
+		events           []string
+		why              string
+	}{
+		{"a tool call", "/v1/chat/completions", openAIStream, []string{
+			`{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"t","type":"function","function":{"name":"f","arguments":""}}]}}]}`,
+		}, "a tool call"},
+		{"reasoning", "/v1/chat/completions", openAIStream, []string{
+			`{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"","reasoning_content":"Let me think"}}]}`,
+		}, "reasoning"},
+		{"n = 2", "/v1/chat/completions", `{"model":"m","stream":true,"n":2,"messages":[{"role":"user","content":"hi"}]}`, []string{
+			`{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"}}]}`,
+			`{"id":"c1","object":"chat.completion.chunk","choices":[{"index":1,"delta":{"role":"assistant","content":"Hey"}}]}`,
+		}, "more than one choice"},
+		{"thinking", "/v1/messages", `{"model":"claude","max_tokens":100,"stream":true,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`, []string{
+			`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[]}}`,
+			`{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}`,
+		}, "a thinking block"},
+		{"an unknown shape", "/v1/chat/completions", openAIStream, []string{`{"hello":"world"}`}, "events outlast does not know"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				for _, e := range c.events {
+					io.WriteString(w, "data: "+e+"\n\n")
+				}
+				w.(http.Flusher).Flush()
+				conn, _, _ := w.(http.Hijacker).Hijack()
+				conn.Close()
+			})
+			base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", up.URL})
+			s := postStream(t, base+c.path, c.body, nil)
+			if last := s.events[len(s.events)-1]; last.name != "error" || !strings.Contains(last.data, c.why) {
+				t.Errorf("ended with %+v, want an error event saying %q", last, c.why)
+			}
+			if n := up.attempts(); n != 1 {
+				t.Errorf("the upstream saw %d requests, want 1", n)
+			}
+			if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationUnsupported {
+				t.Errorf("recorded %+v, want one continuation, unsupported", r.Continuations)
+			}
+		})
+	}
+}
+
+// OpenAI's own API answers a final assistant message rather than
+// continuing it: New refuses prefill for it.
+func TestContinuationRefusedForOpenAI(t *testing.T) {
+	t.Parallel()
+	for _, host := range []string{"https://api.openai.com/v1", "https://mine.openai.azure.com/openai"} {
+		u, _ := url.Parse(host)
+		_, err := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{{URL: u, Continuation: gateway.ContinuePrefill}}})
+		if err == nil || !strings.Contains(err.Error(), "does not continue a final assistant message") {
+			t.Errorf("%s: got %v, want a refusal", host, err)
+		}
+	}
+}
