@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"net/http"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +54,7 @@ type Metrics struct {
 	admWait   *prometheus.HistogramVec
 	probes    *prometheus.CounterVec
 	fallbacks *prometheus.CounterVec
+	conts     *prometheus.CounterVec
 
 	// byName holds the series of each upstream New was told of. It is
 	// written only by New, so lookups need no lock.
@@ -120,7 +122,8 @@ func (m *Metrics) register() {
 	m.gateWait = histogram("outlast_gate_wait_seconds", "Time a gated attempt waited at the gate.", gateWaitBuckets)
 	m.admWait = histogram("outlast_admission_wait_seconds", "Time an attempt waited for its upstream to come back, before the gate.", admissionWaitBuckets)
 	m.probes = counter("outlast_probes_total", "Attempts sent as the one probe of an upstream that was down.", "upstream")
-	m.fallbacks = counter("outlast_fallbacks_total", "Moves of a request from an upstream to its fallback (a request may move more than once), by why: down (its next chance too late), spent (retryable failures, no retry left) or busy (its queue full).", "from", "to", "reason")
+	m.fallbacks = counter("outlast_fallbacks_total", "Moves of a request from an upstream to its fallback (a request may move more than once), by why: down (it is down), spent (retryable failures, no retry left), busy (its queue full) or context-length (a 400: the request exceeds the model's context).", "from", "to", "reason")
+	m.conts = counter("outlast_continuations_total", "Continuations of streams that broke after their first byte (serve --continuation prefill), by the upstream whose stream broke and how they ended: continued, refused (a 4xx to the prefill), failed (no stream to carry on with) or unsupported (not safe to continue: a tool call, reasoning, n > 1, …).", "upstream", "outcome")
 	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "outlast_journal_dropped_total",
 		Help: "Records the journal dropped because its queue was full.",
@@ -130,7 +133,7 @@ func (m *Metrics) register() {
 		Help: "1 while the gates and admission state shared through Redis cannot be reached and this gateway's own stand in, else 0.",
 	}, m.gateDegraded)
 	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.retryWait, m.busy,
-		m.latency, m.gateWait, m.admWait, m.probes, m.fallbacks, dropped, degraded, queueDepth{m}, admissionState{m})
+		m.latency, m.gateWait, m.admWait, m.probes, m.fallbacks, m.conts, dropped, degraded, queueDepth{m}, admissionState{m})
 }
 
 func (m *Metrics) newSeries(label string) *series {
@@ -155,6 +158,9 @@ func (m *Metrics) newSeries(label string) *series {
 	}
 	for _, c := range precreatedCodes {
 		s.codes.get(c)
+	}
+	for _, o := range continuationOutcomes {
+		m.conts.WithLabelValues(label, o)
 	}
 	return s
 }
@@ -245,13 +251,24 @@ func (m *Metrics) done(r *record.Request) {
 	for _, mv := range r.Moves {
 		m.fallbacks.WithLabelValues(m.upstreamLabel(mv.From), m.upstreamLabel(mv.To), fallbackReason(mv.Reason)).Inc()
 	}
+	for _, c := range r.Continuations {
+		o := c.Outcome
+		if !slices.Contains(continuationOutcomes, o) {
+			o = "other" // a newer outlast's, or a hand-made record's
+		}
+		m.conts.WithLabelValues(m.upstreamLabel(c.Upstream), o).Inc()
+	}
 }
+
+// continuationOutcomes are the outcome labels of a continuation, each
+// exported at zero for every upstream.
+var continuationOutcomes = []string{record.ContinuationOK, record.ContinuationRefused, record.ContinuationFailed, record.ContinuationUnsupported}
 
 // fallbackReason is the reason label of a move: one of outlast's
 // reasons, or "other" for a hand-made record.
 func fallbackReason(r string) string {
 	switch outlast.FallbackReason(r) {
-	case outlast.FallbackDown, outlast.FallbackSpent, outlast.FallbackBusy:
+	case outlast.FallbackDown, outlast.FallbackSpent, outlast.FallbackBusy, outlast.FallbackContextLength:
 		return r
 	}
 	return "other"

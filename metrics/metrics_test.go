@@ -55,6 +55,9 @@ func zeroSeries(upstreams ...string) map[string]float64 {
 			want[fmt.Sprintf(`%s{upstream=%q}`, name, u)] = 0
 		}
 		want[fmt.Sprintf(`outlast_gate_queue_depth{slot="",upstream=%q}`, u)] = 0
+		for _, o := range []string{"continued", "refused", "failed", "unsupported"} {
+			want[fmt.Sprintf(`outlast_continuations_total{outcome=%q,upstream=%q}`, o, u)] = 0
+		}
 	}
 	return want
 }
@@ -606,5 +609,30 @@ func TestFallbacks(t *testing.T) {
 			drive(m.Observer(), c.rec)
 			checkFallbacks(t, scrape(t, m.Handler()), c.want)
 		})
+	}
+}
+
+// Each continuation of a request's stream counts once, by the upstream
+// whose stream broke and how it ended; an outcome this outlast does not
+// know is other.
+func TestContinuations(t *testing.T) {
+	t.Parallel()
+	m := metrics.New([]string{"api", "llama"})
+	drive(m.Observer(), record.Request{Upstream: "api", Status: 200, Continuations: []record.Continuation{
+		{Upstream: "api", Outcome: record.ContinuationOK},
+		{Upstream: "api", Outcome: record.ContinuationOK},
+		{Upstream: "llama", Outcome: record.ContinuationRefused},
+		{Upstream: "api", Outcome: "teleported"},
+	}})
+	got := scrape(t, m.Handler())
+	for k, want := range map[string]float64{
+		`outlast_continuations_total{outcome="continued",upstream="api"}`: 2,
+		`outlast_continuations_total{outcome="refused",upstream="llama"}`: 1,
+		`outlast_continuations_total{outcome="other",upstream="api"}`:     1,
+		`outlast_continuations_total{outcome="failed",upstream="api"}`:    0,
+	} {
+		if got[k] != want {
+			t.Errorf("%s: got %v, want %v", k, got[k], want)
+		}
 	}
 }

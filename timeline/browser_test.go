@@ -124,6 +124,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("outage", func(t *testing.T) { testOutage(t, newTab(t, b)) })
 	t.Run("thousand", func(t *testing.T) { testThousand(t, newTab(t, b)) })
 	t.Run("admission", func(t *testing.T) { testAdmission(t, newTab(t, b)) })
+	t.Run("continuation", func(t *testing.T) { testContinuation(t, newTab(t, b)) })
 }
 
 // newTab opens a tab in b's browser, closed when the test ends.
@@ -552,6 +553,42 @@ func testAdmission(t *testing.T, tab context.Context) {
 	want["marks"], want["healthy"], want["down_badge"], want["down"] = 5, 0, 1, 2
 	check("a live change", want)
 	screenshot(t, tab, "screenshot-admission", "timeline-admission")
+	if e := errs(); len(e) > 0 {
+		t.Errorf("the page's script failed: %q", e)
+	}
+}
+
+// testContinuation marks the splice: the attempt that continued a stream
+// that broke is a bar of its own, marked, whose title says what it
+// carried.
+func testContinuation(t *testing.T, tab context.Context) {
+	errs := jsErrors(t, tab)
+	up := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(up.Close)
+	feed := timeline.New(0, 0)
+	base, _ := serve(t, feed, up.URL)
+	obs := feed.Observer()
+	at := time.Now().Add(-5 * time.Second)
+	r := &record.Request{ID: "spliced", Method: "POST", Path: "/v1/chat/completions", Upstream: "mock", Start: at, Stream: true}
+	for i, cont := range []bool{false, true} {
+		a := record.Attempt{N: i + 1, Start: at.Add(time.Duration(i) * time.Second), End: at.Add(time.Duration(i)*time.Second + 100*time.Millisecond), Status: 200, Continued: cont}
+		if cont {
+			a.PrefillBytes = 321
+		}
+		r.Attempts = append(r.Attempts, a)
+		obs.AttemptEnd(r, a)
+	}
+	r.Status, r.End, r.Committed = 200, at.Add(2*time.Second), true
+	r.Continuations = []record.Continuation{{Upstream: "mock", After: 500, Prefill: 321, Outcome: record.ContinuationOK}}
+	obs.Done(r)
+	open(t, tab, base)
+	if err := poll(tab, 5*time.Second, `document.querySelectorAll('.bar[data-continued]').length === 1 && document.querySelectorAll('.bar').length === 2`); err != nil {
+		t.Fatalf("the page shows no marked continuation: %v", err)
+	}
+	title, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector('.bar[data-continued]').title`))
+	if err != nil || !strings.Contains(title, "continued the stream that broke, with 321 bytes") {
+		t.Errorf("got the title %q (%v), want it to say what the continuation carried", title, err)
+	}
 	if e := errs(); len(e) > 0 {
 		t.Errorf("the page's script failed: %q", e)
 	}

@@ -110,6 +110,11 @@ type Attempt struct {
 	AdmissionWait float64 `json:"admission_wait,omitempty"`
 	// Probe says it was its upstream's one probe while down.
 	Probe bool `json:"probe,omitempty"`
+	// Continued says it continued a stream that broke after its first
+	// byte, carrying PrefillBytes of the answer so far: the page marks
+	// the splice.
+	Continued    bool  `json:"continued,omitempty"`
+	PrefillBytes int64 `json:"prefill_bytes,omitempty"`
 	// Start is when it was sent, since the Unix epoch.
 	Start float64 `json:"start"`
 	// End is when its answer or failure came, since the Unix epoch; zero
@@ -199,6 +204,8 @@ func attemptOf(a record.Attempt) Attempt {
 		GateWait:      ms(a.GateWait),
 		AdmissionWait: ms(a.AdmissionWait),
 		Probe:         a.Probe,
+		Continued:     a.Continued,
+		PrefillBytes:  a.PrefillBytes,
 		Start:         millis(a.Start),
 		End:           millis(a.End),
 		Status:        a.Status,

@@ -241,6 +241,13 @@ func (p *printer) table(r record.Request) {
 		// It moved last to an upstream that refused it without an attempt.
 		fmt.Fprintf(tw, "  -\t-\t%s\n", strings.TrimSuffix(skipped, " "))
 	}
+	for _, c := range r.Continuations {
+		if c.Outcome != record.ContinuationOK {
+			// A continuation with no attempt of its own, or whose
+			// attempts got no stream: the stream ended there.
+			fmt.Fprintf(tw, "  ~\t-\tthe stream broke after %d bytes and was not continued: %s (%s)\n", c.After, c.Outcome, c.Reason)
+		}
+	}
 	tw.Flush()
 }
 
@@ -280,6 +287,9 @@ func describeAttempt(a record.Attempt, upstream string) string {
 	}
 	if a.Probe {
 		s += ", probe"
+	}
+	if a.Continued {
+		s += fmt.Sprintf(", continued the stream with %d bytes of the answer as its prefill", a.PrefillBytes)
 	}
 	if a.QueuedAhead > 0 {
 		s += fmt.Sprintf(", queued behind %d for %v", a.QueuedAhead, a.GateWait.Round(time.Millisecond))

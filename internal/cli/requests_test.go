@@ -63,6 +63,10 @@ func TestRequestsCommand(t *testing.T) {
 	g := testRecord("g", "run-6", t0.Add(6*time.Minute))
 	g.Deadline, g.DeadlineSource = g.Start.Add(595*time.Second), record.DeadlineSDK
 	g.Attempts[0].Status, g.Attempts[0].Class, g.Attempts[0].RetryAfter, g.Attempts[0].RetryAfterCut = 429, outlast.ClassRateLimited, 5*time.Minute, true
+	// ... and its stream broke twice: continued once, then not.
+	g.Attempts[1].Continued, g.Attempts[1].PrefillBytes = true, 321
+	g.Continuations = []record.Continuation{{Upstream: "up", After: 400, Prefill: 321, Outcome: record.ContinuationOK},
+		{Upstream: "up", After: 900, Outcome: record.ContinuationUnsupported, Reason: "a tool call"}}
 	spec := testJournal(t, testRecord("a", "run-1", t0), testRecord("b", "run-2", t0.Add(time.Minute)), testRecord("c", "run-1", t0.Add(2*time.Minute)), d, e, f, g)
 	cases := []struct {
 		name  string
@@ -78,6 +82,9 @@ func TestRequestsCommand(t *testing.T) {
 			}
 			if !strings.Contains(out, "16s of a 9m55s deadline (sdk)") || !strings.Contains(out, "429, Retry-After 5m0s (cut: the server asked for more)") {
 				t.Errorf("want g's deadline and its source, and its cut delay:\n%s", out)
+			}
+			if !strings.Contains(out, "200, continued the stream with 321 bytes of the answer as its prefill") || !strings.Contains(out, "broke after 900 bytes and was not continued: unsupported (a tool call)") {
+				t.Errorf("want g's continuations:\n%s", out)
 			}
 		}},
 		{"limit", []string{"--limit", "1"}, func(t *testing.T, out string) {

@@ -449,11 +449,13 @@
     const end = a.end || v.t;
     const b = place(el("div", "bar", { outcome: a.outcome, n: a.n }), v.x, a.start, end);
     if (a.probe) b.dataset.probe = "true";
+    if (a.continued) b.dataset.continued = "true";
     const what = a.status ? String(a.status) : (a.error || (a.outcome === "inflight" ? "in flight" : a.outcome));
     if ((end - a.start) * v.pxPerMs > 30) b.textContent = a.status ? String(a.status) : "";
     b.title = `attempt ${a.n}: ${what}, ${fmtDur(end - a.start)}` +
       (a.error && a.status ? ` (${a.error})` : "") +
       (a.probe ? "\nthe upstream's probe, while it was down" : "") +
+      (a.continued ? `\ncontinued the stream that broke, with ${a.prefill_bytes} bytes of the answer as its prefill` : "") +
       (a.admission_wait ? `\nwaited ${fmtDur(a.admission_wait)} for the upstream` : "") +
       (a.retry_after ? `\nRetry-After ${fmtDur(a.retry_after)}` : "") +
       (a.retry_in ? `\nnext attempt in ${fmtDur(a.retry_in)}` : "");
