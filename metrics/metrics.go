@@ -3,8 +3,8 @@ package metrics
 import (
 	"cmp"
 	"net/http"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
