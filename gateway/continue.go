@@ -202,7 +202,7 @@ func (x *exchange) continueStream(s *splice) (*http.Response, context.Context, c
 		return nil, nil, nil, fmt.Errorf("its continuation got %d, not a stream", resp.StatusCode)
 	}
 	x.noteContinuation(record.ContinuationOK, "", prefill)
-	x.forwarder = len(x.rec.Attempts) - 1
+	x.forwarder, x.streaming = len(x.rec.Attempts)-1, x.cur // the caller reads its stream now
 	s.begin(cut)
 	return resp, ctx, cancel, nil
 }
@@ -240,11 +240,11 @@ func (x *exchange) continuationTripper() http.RoundTripper {
 	}
 }
 
-// noteContinuation records a continuation of the request's stream, at the
-// upstream it is at.
+// noteContinuation records a continuation of the stream the caller is
+// reading, under the name of the upstream whose stream broke.
 func (x *exchange) noteContinuation(outcome, reason string, prefill int64) {
 	x.rec.Continuations = append(x.rec.Continuations, record.Continuation{
-		Upstream: x.cur.Name, After: x.rec.Bytes, Prefill: prefill, Outcome: outcome, Reason: reason,
+		Upstream: x.streaming.Name, After: x.rec.Bytes, Prefill: prefill, Outcome: outcome, Reason: reason,
 	})
 }
 

@@ -409,3 +409,20 @@ func TestContinuationRefusedForOpenAI(t *testing.T) {
 		}
 	}
 }
+
+// A continuation that moves to a fallback that refuses the prefill ends
+// the caller's stream with the error that broke it, naming the upstream
+// whose stream broke, never the fallback's refusal.
+func TestContinuationRefusedAtFallback(t *testing.T) {
+	t.Parallel()
+	primary, fallback := mock(t, "reset-after=20,503"), mock(t, "ok:refuse-prefill")
+	base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", primary.URL}, [2]string{"fallback", fallback.URL})
+	s := postStream(t, base+"/v1/chat/completions", openAIStream, nil)
+	last := s.events[len(s.events)-1]
+	if last.name != "error" || !strings.Contains(last.data, "upstream primary broke off the stream") || strings.Contains(last.data, "does not support assistant message prefill") {
+		t.Errorf("ended with %+v, want the primary's break, without the refusal's text", last)
+	}
+	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationRefused || r.Continuations[0].Upstream != "primary" || fallback.Stats().Total != 1 {
+		t.Errorf("recorded %+v, the fallback saw %d; want one refused continuation, after the fallback's 400", r.Continuations, fallback.Stats().Total)
+	}
+}

@@ -52,6 +52,7 @@ type exchange struct {
 	prefill   int64
 	forwarder int
 	spliced   int64
+	streaming *upstream // whose stream the caller is reading
 
 	// shut guards the state that the gateway's shutdown reads, from
 	// Serve's goroutine: the cancel that ends the attempts, and whether
@@ -496,6 +497,7 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		return
 	}
 	var err error
+	x.streaming = x.cur
 	if stream && x.cur.Continuation == ContinuePrefill {
 		ctx, err = x.copyContinuing(ctx, resp, cancel)
 	} else {
@@ -520,7 +522,7 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		x.rec.Error = record.ErrorClientClosed
 	case stream:
 		x.rec.Error = record.ErrorUpstreamBroke
-		x.out.errorEvent(record.ErrorUpstreamError, fmt.Sprintf("outlast: upstream %s broke off the stream after %d bytes: %v", x.cur.Name, x.rec.Bytes, err), nil)
+		x.out.errorEvent(record.ErrorUpstreamError, fmt.Sprintf("outlast: upstream %s broke off the stream after %d bytes: %v", x.streaming.Name, x.rec.Bytes, err), nil)
 	default:
 		// A body cut short must not look complete: abort the connection
 		// so that the caller sees the failure (net/http's convention),

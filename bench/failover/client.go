@@ -80,6 +80,7 @@ type result struct {
 	usage      bool   // a chunk carried usage
 	malformed  int    // events whose data was not JSON, skipped
 	errorEvent bool   // an event: error, or a chunk with an "error" object: the SDK throws
+	errorText  string // the error event's data, the first one
 	cut        bool   // the connection failed: no response, or a body that broke off
 	overBudget bool   // the budget ran out first
 	err        string // the connection's error, if cut
@@ -211,6 +212,9 @@ func (r *result) event(name, data string) {
 	}
 	if name == "error" || c.Error != nil {
 		r.errorEvent = true
+		if r.errorText == "" {
+			r.errorText = data
+		}
 		if c.Error != nil && r.kind == "" {
 			// The gateway's own error types are "outlast_" and the kind.
 			r.kind = strings.ReplaceAll(strings.TrimPrefix(c.Error.Type, "outlast_"), "_", "-")

@@ -94,7 +94,8 @@ func TestSendReads(t *testing.T) {
 			result{status: 200, text: "a b", chunks: 2, done: true, model: "gpt-4o", malformed: 1}},
 		// The gateway's error event ends the answer, naming its kind.
 		{"error event", 200, nil, chunkEvent("a") + "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"outlast_upstream_broke\",\"message\":\"x\"}}\n\n", false,
-			result{status: 200, text: "a", chunks: 1, model: "gpt-4o", errorEvent: true, kind: "upstream-broke"}},
+			result{status: 200, text: "a", chunks: 1, model: "gpt-4o", errorEvent: true, kind: "upstream-broke",
+				errorText: `{"type":"error","error":{"type":"outlast_upstream_broke","message":"x"}}`}},
 		// A body that breaks off is a cut, which the caller sees.
 		{"cut", 200, nil, chunkEvent("a"), true,
 			result{status: 200, text: "a", chunks: 1, model: "gpt-4o", cut: true}},

@@ -38,7 +38,15 @@ const (
 	// ruleUpstream400: the upstream's 400 with its body unchanged, after
 	// exactly one attempt at the primary and none at the fallback.
 	ruleUpstream400
+	// ruleNotTheRefusal: as ruleAnswer, but an error that quotes the
+	// fallback's refusal of a prefill, which hides the error that broke
+	// the stream, is a fail.
+	ruleNotTheRefusal
 )
+
+// prefillRefusal is what mockllm's refuse-prefill says, as Anthropic's
+// models without prefill do.
+const prefillRefusal = "does not support assistant message prefill"
 
 // A scenario is one fault at the primary, and what the caller must get
 // through the gateway for a pass.
@@ -98,7 +106,8 @@ var scenarios = []scenario{
 		show: `400:body={"error":{…,"code":"context_length_exceeded"}}`},
 	{n: 13, name: "400 `content_policy_violation`", primary: "400:body=" + contentPolicyBody, fallback: "ok",
 		show: `400:body={"error":{…,"code":"content_policy_violation"}}`, rule: ruleUpstream400, body: contentPolicyBody},
-	{n: 14, name: "as 8, with a fallback that refuses an assistant prefill", primary: "reset-after=40,ok", fallback: "ok:refuse-prefill"},
+	{n: 14, name: "as 8, but the primary 503s after the cut, and the fallback refuses an assistant prefill", primary: "reset-after=40,503", fallback: "ok:refuse-prefill",
+		rule: ruleNotTheRefusal},
 	{n: 15, name: "primary down 60 s (connections refused), 20 requests 4 s apart", primary: "refuse:60s,ok", fallback: "ok",
 		requests: 20, every: 4 * time.Second},
 	{n: 16, name: "503 every attempt; the caller must see the fallback's model and usage", primary: "503", fallback: "ok",
@@ -117,6 +126,7 @@ type configuration struct {
 // as a new user runs it.
 var configurations = []configuration{
 	{name: "defaults"},
+	{name: "defaults + `--continuation prefill`", flags: []string{"--continuation", "prefill"}, only: []int{8, 9, 14}},
 }
 
 // runs reports whether the configuration runs scenario n.

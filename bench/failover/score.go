@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -80,8 +81,19 @@ func judge(sc scenario, r result, a attempts) verdict {
 // rules judge what the caller got, once the budget and the attempts
 // are within bounds, by the scenario's rule.
 var rules = [...]func(scenario, result, attempts) verdict{
-	ruleAnswer:      judgeAnswer,
-	ruleUpstream400: judge400,
+	ruleAnswer:        judgeAnswer,
+	ruleUpstream400:   judge400,
+	ruleNotTheRefusal: judgeNotTheRefusal,
+}
+
+// judgeNotTheRefusal is judgeAnswer, but a caller told of the fallback's
+// refusal of a prefill, in place of the error that broke its stream,
+// fails.
+func judgeNotTheRefusal(sc scenario, r result, a attempts) verdict {
+	if strings.Contains(r.errorText, prefillRefusal) || strings.Contains(r.body, prefillRefusal) {
+		return verdict{fail, "the error is the fallback's refusal of the prefill, not the break"}
+	}
+	return judgeAnswer(sc, r, a)
 }
 
 // judgeAnswer scores a scenario that the caller must get the whole

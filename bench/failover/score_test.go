@@ -128,3 +128,24 @@ func TestWorst(t *testing.T) {
 		})
 	}
 }
+
+// Scenario 14's error must be the break, not the fallback's refusal of
+// the prefill, which would hide it.
+func TestJudgeNotTheRefusal(t *testing.T) {
+	t.Parallel()
+	sc := scenario{n: 14, rule: ruleNotTheRefusal}
+	a := attempts{primary: []time.Time{time.Unix(0, 0)}, known: true}
+	for _, c := range []struct {
+		name string
+		r    result
+		want outcome
+	}{
+		{"the break", result{status: 200, errorEvent: true, errorText: `{"error":{"message":"upstream primary broke off the stream"}}`}, safe},
+		{"the refusal", result{status: 200, errorEvent: true, errorText: `{"error":{"message":"This model does not support assistant message prefill."}}`}, fail},
+		{"the refusal as the answer", result{status: 400, body: `{"error":{"message":"This model does not support assistant message prefill."}}`}, fail},
+	} {
+		if got := judge(sc, c.r, a).outcome; got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
+}
