@@ -162,9 +162,12 @@ func (x *exchange) pastBound() bool {
 	return !time.Now().Before(x.opts.deadline.Add(-reserve))
 }
 
-// continueStream sends the continuation of s's stream where the policy
-// sends a retry: to the upstream the request is at, and then to those of
-// its fallbacks that continue streams. It returns the continuation's
+// continueStream sends the continuation of s's stream where and when the
+// policy sends a retry, the break being the stream's failure: its first
+// attempt goes at once, its retries wait as retries after a first
+// failure do, and it goes to the upstream the request is at, then, after
+// two failed attempts there (the break was the first failure), to those
+// of its fallbacks that continue streams. It returns the continuation's
 // stream, committed, with its context and cancel, or why there is none,
 // which it records.
 func (x *exchange) continueStream(s *splice) (*http.Response, context.Context, context.CancelCauseFunc, error) {
@@ -182,6 +185,19 @@ func (x *exchange) continueStream(s *splice) (*http.Response, context.Context, c
 	x.rec.Attempts[x.forwarder].Bytes = x.rec.Bytes - x.spliced
 	x.spliced = x.rec.Bytes
 	ctx, cancel := x.context()
+	if p := x.opts.policy; p != nil {
+		// The break was the stream's failure: the continuation's first
+		// attempt goes at once, as the caller is mid-answer, and its
+		// retries wait as retries after a first failure do.
+		q := *p
+		if len(q.Waits) > 1 {
+			q.Waits = q.Waits[1:]
+		}
+		if q.MaxAttempts > 1 {
+			q.MaxAttempts--
+		}
+		ctx = outlast.WithPolicy(ctx, &q)
+	}
 	x.hold(cancel)
 	resp, err := x.continuationTripper().RoundTrip(x.outbound(ctx, x.cur))
 	x.deadline.stop()
@@ -231,6 +247,8 @@ func (x *exchange) continuationTripper() http.RoundTripper {
 	return &outlast.Fallback{
 		Upstreams: trs,
 		Prefer:    x.up.Prefer,
+		// The break counts as the first of an upstream's failures.
+		MaxAttempts: outlast.DefaultFallbackAttempts - 1,
 		Rewrite: func(r *http.Request, j int) (*http.Request, error) {
 			return x.outbound(r.Context(), ups[j]), nil
 		},

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/outlast-llm/outlast"
@@ -425,4 +426,62 @@ func TestContinuationRefusedAtFallback(t *testing.T) {
 	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationRefused || r.Continuations[0].Upstream != "primary" || fallback.Stats().Total != 1 {
 		t.Errorf("recorded %+v, the fallback saw %d; want one refused continuation, after the fallback's 400", r.Continuations, fallback.Stats().Total)
 	}
+}
+
+// brokenThen503 answers its first attempt with a stream that breaks after
+// two chunks, and the rest with 503, in virtual time; it records when
+// each attempt came.
+type brokenThen503 struct {
+	mu   sync.Mutex
+	sent []time.Time
+}
+
+func (b *brokenThen503) RoundTrip(r *http.Request) (*http.Response, error) {
+	b.mu.Lock()
+	b.sent = append(b.sent, time.Now())
+	n := len(b.sent)
+	b.mu.Unlock()
+	if n > 1 {
+		return &http.Response{StatusCode: 503, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), Request: r}, nil
+	}
+	events := `data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"The"}}]}` + "\n\n" +
+		`data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" quick"}}]}` + "\n\n"
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body: io.NopCloser(io.MultiReader(strings.NewReader(events), &errReader{io.ErrUnexpectedEOF})), Request: r}, nil
+}
+
+type errReader struct{ err error }
+
+func (e *errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// A continuation is a retry of the stream that broke: its first attempt
+// goes at once, and its retries wait as retries after a first failure
+// do, the policy's second wait and on.
+func TestContinuationWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := &brokenThen503{}
+		u, _ := url.Parse("http://upstream.test")
+		g, err := gateway.New(gateway.Config{
+			Upstreams: []gateway.Upstream{{URL: u, Continuation: gateway.ContinuePrefill, FirstByteTimeout: time.Minute,
+				Policy: &outlast.Policy{Waits: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}, Reserve: -1}}},
+			Transport: up,
+			Logger:    slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		rec := serve(g, openAIStream, map[string]string{"Outlast-Timeout": "10s"})
+		if !strings.Contains(rec.Body.String(), "event: error") {
+			t.Errorf("got %q, want an error event once the continuation's retries are spent", rec.Body.String())
+		}
+		var at []time.Duration
+		for _, s := range up.sent {
+			at = append(at, s.Sub(start))
+		}
+		want := []time.Duration{0, 0, 2 * time.Second, 6 * time.Second}
+		if len(at) < len(want) || at[1] != want[1] || at[2] != want[2] || at[3] != want[3] {
+			t.Errorf("attempts at %v, want %v and on: the continuation at once, then the policy's second wait and on", at, want)
+		}
+	})
 }
