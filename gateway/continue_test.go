@@ -485,3 +485,31 @@ func TestContinuationWaits(t *testing.T) {
 		}
 	})
 }
+
+// The refusals against mockllm's own streams: a request for more than
+// one choice, one with extended thinking, and llama.cpp's /completion,
+// whose events are neither API's chat stream, are not continued; the
+// caller gets the error event and the mock no second request.
+func TestContinuationRefusalsWithMock(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, path, body, why string
+	}{
+		{"n = 2", "/v1/chat/completions", `{"model":"m","stream":true,"n":2,"messages":[{"role":"user","content":"hi"}]}`, "more than one choice"},
+		{"extended thinking", "/v1/messages", `{"model":"c","max_tokens":100,"stream":true,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`, "extended thinking"},
+		{"llama.cpp's completion", "/completion", `{"prompt":"hi","stream":true}`, "events outlast does not know"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			m := mock(t, "reset-after=20,ok")
+			base, log, _ := continuing(t, 2*time.Second, nil, [2]string{"primary", m.URL})
+			s := postStream(t, base+c.path, c.body, nil)
+			if last := s.events[len(s.events)-1]; last.name != "error" || !strings.Contains(last.data, c.why) {
+				t.Errorf("ended with %+v, want an error event saying %q", last, c.why)
+			}
+			if n := len(log.bodies()); n != 1 {
+				t.Errorf("%d requests sent, want 1", n)
+			}
+		})
+	}
+}
