@@ -109,10 +109,10 @@ func TestServeConfigExample(t *testing.T) {
 	}
 }
 
-// The README shows the example config as it is, line for line.
-func TestREADMEShowsTheExample(t *testing.T) {
+// docs/gateway.md shows the example config as it is, line for line.
+func TestGatewayDocShowsTheExample(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile(gatewayDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,10 +124,10 @@ func TestREADMEShowsTheExample(t *testing.T) {
 	_, block, ok := strings.Cut(string(readme), "```yaml\n"+first+"\n")
 	block, _, closed := strings.Cut(block, "```")
 	if !ok || !closed {
-		t.Fatalf("README.md has no yaml block starting %q", first)
+		t.Fatalf("%s has no yaml block starting %q", gatewayDoc, first)
 	}
 	if got := first + "\n" + block; got != string(example) {
-		t.Errorf("README.md's example config differs from %s:\n%s", exampleConfig, got)
+		t.Errorf("docs/gateway.md's example config differs from %s:\n%s", exampleConfig, got)
 	}
 }
 
@@ -552,7 +552,7 @@ func setupServe(args []string) error {
 	return nil
 }
 
-// The README's fallback example, loaded: openai falls back to azure,
+// docs/gateway.md's fallback example, loaded: openai falls back to azure,
 // which renames the model and holds its own key.
 func TestFallbackExampleConfig(t *testing.T) {
 	t.Parallel()
@@ -569,12 +569,12 @@ func TestFallbackExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile(gatewayDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "```yaml\n"+string(example)+"```") {
-		t.Errorf("README.md has no yaml block that is %s", file)
+		t.Errorf("docs/gateway.md has no yaml block that is %s", file)
 	}
 }
 

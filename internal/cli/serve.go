@@ -95,22 +95,30 @@ func serveHelp(w io.Writer, fs *flag.FlagSet) {
 		if s.bool {
 			arg = ""
 		}
-		def := s.def
-		switch {
-		case s.flag == "name":
-			def = "the URL's host"
-		case def == "":
-			def = "none"
-		}
-		where := "in the file: " + s.key
-		switch s.scope {
-		case upstream:
-			where += ", per upstream"
-		case identity:
-			where += ", each upstream's own"
-		}
-		writeFlag(w, s.flag, arg, s.help, def+"; "+where)
+		writeFlag(w, s.flag, arg, s.help, s.shownDefault()+"; in the file: "+s.key+s.scope.where())
 	}
+}
+
+// shownDefault is the default as --help and docs/gateway.md show it.
+func (s setting) shownDefault() string {
+	switch {
+	case s.flag == "name":
+		return "the URL's host"
+	case s.def == "":
+		return "none"
+	}
+	return s.def
+}
+
+// where says, after a key, where in the file it goes.
+func (sc scope) where() string {
+	switch sc {
+	case upstream:
+		return ", per upstream"
+	case identity:
+		return ", each upstream's own"
+	}
+	return ""
 }
 
 // newLogger logs JSON lines, for a log collector, unless w is a terminal.
