@@ -13,13 +13,12 @@ import (
 	"time"
 )
 
-// ErrUpstreamDown is wrapped, with the last failure that the upstream gave
-// any request since it was last healthy (if it failed: a server's delay or
-// a spent rate limit holds a key too), by the error of a request that an
-// [Admission] sends away
-// while its upstream is down: the next chance to send it, a probe or the
-// server's not-before time, comes too late for its deadline less its
-// reserve. It is never retried: waiting has already been judged not to fit.
+// ErrUpstreamDown is wrapped by the error of a request that an
+// [Admission] sent away while its upstream was down: the next chance to
+// send it, a probe or a server's not-before time, comes after its
+// deadline less its reserve. The error is a [*DownError], which also
+// wraps the last failure the upstream gave since it was last healthy. It
+// is never retried: waiting has already been judged not to fit.
 var ErrUpstreamDown = errors.New("outlast: the upstream is down")
 
 // ErrRetryBudget is wrapped, with the last failure, by the error of a
@@ -50,106 +49,38 @@ const (
 // its longest wait.
 var DefaultProbeWaits = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
 
-// DefaultProbeTime is how long a probe's answer is counted on to take,
-// unless ProbeTime says otherwise: two and a half times the median answer
-// of the outage benchmark's API (2 s), and the shortest of the guesses
-// tried there (2 s, 3 s, 5 s, 10 s) that left no request to idle to its
-// bound (docs/outage.md).
-const DefaultProbeTime = 5 * time.Second
-
-// An UpstreamState is what an [Admission] knows of a key's upstream.
-type UpstreamState uint8
-
-// The states. A key is healthy until DownAfter outage failures come in a
-// row, or a server sets a not-before time; it is then down, and probing
-// while its one probe is in flight; once a probe is answered it is
-// recovering, under a limit that grows while attempts succeed, and healthy
-// again when nobody waits and the limit reaches MaxLimit or, without a
-// Fleet, is no longer half used.
-const (
-	Healthy UpstreamState = iota
-	Down
-	Probing
-	Recovering
-)
-
-var stateNames = [...]string{"healthy", "down", "probing", "recovering"}
-
-// String returns the state's name, such as "down".
-func (s UpstreamState) String() string {
-	if int(s) < len(stateNames) {
-		return stateNames[s]
-	}
-	return fmt.Sprintf("UpstreamState(%d)", uint8(s))
-}
-
-// Admission treats an outage as a property of the upstream, not of each
-// request: all requests of a [Transport] (Transport.Admission) share it,
-// keyed like the gate (Transport.GateKey, the host by default).
+// Admission treats an outage as the upstream's, not each request's, so
+// that an upstream that is down gets one probe rather than every
+// request's retries. All requests of a [Transport] (Transport.Admission)
+// share it, keyed like the gate (Transport.GateKey, the host by
+// default). While every key is healthy it costs one atomic load a
+// request.
 //
-// While a key is healthy it costs one atomic load a request and no lock or
-// allocation. When DownAfter outage failures come in a row (a connection
-// refused or reset, a 5xx, a 529, no first byte in time), or a 429 or 503
-// names a delay (Retry-After, retry-after-ms), the key is down:
+// Each key is healthy, down, probing or recovering:
 //
-//   - new requests and retries are not sent; they wait in one FIFO queue
-//     per key, by the order in which their requests first arrived, at most
-//     MaxQueue of them (past it, ErrBusy);
-//   - exactly one probe is in flight at a time, and it is a real request:
-//     the front of the queue's attempt, sent on the ProbeWaits schedule and
-//     never before the not-before time that a server set;
-//   - a request whose deadline less its policy's reserve comes before the
-//     next probe brings the probe forward to then, though no sooner than
-//     the first probe wait after the last failure, if it is at the front
-//     of the queue, whose attempt the probe is, so that it has the
-//     upstream's answer before it must give up (not for a request without
-//     a reserve, which would have no time left to use it, nor with a
-//     Fleet, whose probe is granted away from the lock);
-//   - a waiting request leaves at once, with an error that wraps
-//     ErrUpstreamDown and the last failure, when the next chance to send,
-//     brought forward as far as it may be, or the not-before time comes
-//     after its deadline less its policy's reserve, and, behind the
-//     front, when the probe's answer after a server's not-before time
-//     would (ProbeTime).
+//   - After DownAfter outage failures in a row (a refused or reset
+//     connection, a 5xx, a 529, no first byte in time), or when a server
+//     names a delay (Retry-After on a 429, 503 or 529, or a rate limit
+//     spent until its reset), the key is down.
+//   - While it is down, requests wait in one queue in the order they
+//     arrived, at most MaxQueue of them. One probe goes at a time, the
+//     front request's own attempt, on the ProbeWaits schedule and never
+//     before a server's not-before time.
+//   - A request leaves at once, with a [*DownError], when the next chance
+//     to send comes after its deadline less its reserve.
+//   - The probe's answer starts the recovery: the queue goes out under a
+//     limit of requests in flight, paced a round trip over the limit
+//     apart. The limit starts at a quarter of MaxLimit, grows by half a
+//     request per success, halves on a 429 or 529, and at MaxLimit the
+//     key is healthy. A 429 at a limit of 1 puts the key down again.
+//   - A request that reaches its deadline less its reserve while the key
+//     recovers is sent then, past the limit: the upstream is answering.
 //
-// When a probe is answered the key recovers: the queue is released under a
-// limit of requests in flight, which starts at a quarter of MaxLimit (at
-// least 2), grows by half a request with each success (by half each round
-// trip: the whole of MaxLimit in about four round trips), halves on a 429
-// or 529 (at a limit of 1, and on the probe's own 429, a 429 holds the key
-// for the first probe wait instead, and for the next at each 429 in a
-// row, jittered as probes are: the upstream is full of others' requests),
-// and ends at MaxLimit, where the key is healthy again; it is healthy
-// sooner when nobody waits and less than half the limit is in use, since
-// demand is then below it (not with a Fleet: this process's queue is not
-// the fleet's, and its "healthy" would lift the limit for the others,
-// whose backlogs may still be going out). While it recovers its requests
-// are paced, one every round trip over the limit (the round trip a moving
-// average of the time to a success, or the latest success's if
-// shorter), so that a limit's worth goes out over a round trip and their
-// answers, and the places those free, do not come in bursts. A waiter
-// that reaches its deadline less its reserve while the key recovers is
-// sent then, its last chance: past the pace, the limit, the hold after
-// 429s and the waiters ahead, since its reserve is for this attempt and
-// the upstream is answering, so that a request fails on an answer, not on
-// a wait (never past a server's not-before time, nor while the key is
-// down or probing, and not with a Fleet, where it waits for its place).
-// A 429 without a delay on a healthy key is left to the request's own
-// policy: it is rate limiting, not an outage.
-//
-// A request's failed attempts that went through a troubled key count
-// against its policy's MaxAttempts but, in the Transport's own retries
-// (not those of Do around it), do not advance its Waits; and when the
-// failure is one the key's state answers (an outage failure, a 429, a
-// server's delay) and the key is still troubled after it, the retry has
-// no wait of its own (a server's delay aside): it rejoins the queue at
-// once, in the place its arrival gave it. The Admission, not the
-// request's backoff, spaces the key's attempts; a wait of the request's
-// own would let later arrivals go first, keep it from hearing at once
-// that no chance is left before its deadline, and, for the request at the
-// front of the queue, which probes for everyone, grow too long for its
-// deadline by the time the upstream is back. Any other failure, which
-// says the upstream is up, waits as the policy says.
+// The state machine, event by event, is in keystate.go and
+// docs/admission.md. A request's failed attempts through a troubled key
+// count against its MaxAttempts but do not advance its Waits, and after a
+// failure the key answers it retries with no wait of its own, in its
+// place in the queue: the key, not each request, spaces the attempts.
 //
 // The zero value is ready to use with the defaults. An Admission is safe for
 // concurrent use and must not be copied after first use.
@@ -159,8 +90,10 @@ type Admission struct {
 	DownAfter int
 
 	// ProbeWaits are the waits between probes of a down key: the first
-	// after the failure that marked it down, the last repeated. Nil means
-	// DefaultProbeWaits.
+	// after the failure that marked it down, the last repeated, each
+	// jittered up by as much as half. Nil means DefaultProbeWaits. A
+	// fleet of processes that each have an Admission probes once per
+	// process: there, longer waits spread the fleet's probes.
 	ProbeWaits []time.Duration
 
 	// MaxQueue bounds the requests per key that wait to be sent while it
@@ -174,43 +107,12 @@ type Admission struct {
 	// DefaultMaxLimit if not.
 	MaxLimit int
 
-	// DelaySpread is how much later, at most, a key's not-before time
-	// may be than a server's delay (Retry-After, retry-after-ms, or a
-	// rate limit's reset) asks, drawn at random so that the clients that
-	// got the same delay do not all come back at once. It is capped at
-	// half the delay. Zero or less means a tenth of the delay, enough for
-	// one Admission, and for a Fleet, which keeps the latest time any of
-	// its processes draws; many processes that each have an Admission of
-	// their own, and no Fleet, all told the same time, need a spread of a
-	// few round trips.
+	// DelaySpread is the most a server's delay is lengthened, at random,
+	// so that the clients told the same not-before time do not all come
+	// back at once. It is capped at half the delay. Zero means a tenth of
+	// the delay, enough for one Admission or a Fleet; many processes
+	// that each have an Admission need a few round trips.
 	DelaySpread time.Duration
-
-	// ProbeTime is how long the answer to the probe sent at a server's
-	// not-before time is counted on to take. Until that answer, only the
-	// front of the queue, whose attempt the probe is (with a Fleet, the
-	// fleet's probe), may be sent. So while a down key waits for a
-	// server's not-before time at least ProbeTime away, a request behind
-	// the front leaves at once, with ErrUpstreamDown, when its deadline
-	// less its reserve comes before its turn, rather than idle through
-	// the server's delay for a chance that comes only if the upstream
-	// answers sooner. Its turn is counted as ProbeTime after that time,
-	// for the probe's answer, and then a round trip for each MaxLimit of
-	// the waiters between it and the front, as if the limit had reached
-	// its ceiling at once: the key's round trip, or half ProbeTime before
-	// one is measured. As a request joins the queue (a retry too), at a
-	// MaxLimit of 1 each such turn also counts the first probe wait, for
-	// which a 429 holds such a key while other clients fill the upstream.
-	// A front that a retry which arrived before it displaces is checked
-	// so too. Too long sends away requests that a quick answer would have
-	// let go; too short leaves requests to idle to their bound and fail
-	// there, or, in many processes that each have an Admission of their
-	// own and share an upstream, be sent at their bound into an upstream
-	// that the others fill. Zero means DefaultProbeTime; below zero, such
-	// a request waits for its bound. A shorter delay, and a down key's
-	// own probe schedule, whose waits are short and whose probe a waiter
-	// at the front may bring forward, are not counted on this way: there
-	// a request idles for less.
-	ProbeTime time.Duration
 
 	// OnState, if not nil, is called when a key's state changes, without
 	// a lock held, in the goroutine that changed it, with the time of the
@@ -223,10 +125,9 @@ type Admission struct {
 	// tokens, full at first, loses one with each failed attempt and gains
 	// RetryBudget with each success; a retry is sent only while more than
 	// half the tokens are left, and is otherwise refused with an error
-	// wrapping ErrRetryBudget and the last failure. 0.1 holds retries to
-	// about a tenth of successes, the SRE book's ratio. Zero, the
-	// default, is off: admission alone already sends one probe, not a
-	// retry per request, while a key is down.
+	// wrapping ErrRetryBudget and the last failure. Zero, the default, is
+	// off: admission alone already sends one probe, not a retry per
+	// request, while a key is down.
 	RetryBudget float64
 	spent       atomic.Int64 // thousandths of a token taken from the budget's bucket
 
@@ -239,7 +140,7 @@ type Admission struct {
 	// outage failure not yet followed by a success. While it is zero,
 	// nothing is locked.
 	troubled atomic.Int64
-	mu       sync.Mutex
+	mu       sync.Mutex // guards keys and every admKey, admWaiter and admToken in them
 	keys     map[string]*admKey
 }
 
@@ -283,30 +184,6 @@ func (a *Admission) State(key string) AdmissionState {
 	return s
 }
 
-// admKey is one troubled key.
-type admKey struct {
-	key       string
-	ceiling   int // the capacity of the reporting Transport's Gate, if it says
-	state     UpstreamState
-	streak    int           // outage failures in a row
-	probes    int           // failed probes since the key went down
-	busy      int           // 429s in a row at a limit of 1
-	nextProbe time.Time     // Down: when the next probe may go
-	earliest  time.Time     // Down: the soonest a probe may be brought forward to, the first probe wait after the last failure
-	notBefore time.Time     // the latest not-before time a server set
-	held      time.Time     // Recovering: the hold after a 429 at a limit of 1, which a waiter at its bound goes past
-	limit     float64       // Recovering: the limit of requests in flight
-	rtt       time.Duration // a smoothed round trip of the answers to tokens, 0 until one
-	pace      time.Duration // Recovering: the round trip that paces grants, rtt or the latest answer's if shorter
-	nextGrant time.Time     // Recovering: grants are paced a round trip over the limit apart
-	inFlight  int           // sent as the probe or under the limit, not yet released
-	probe     *admToken     // Probing: the probe in flight
-	q         []*admWaiter
-	last      error // the last outage failure
-	timer     *time.Timer
-	asking    bool // the Fleet is being asked for the probe
-}
-
 // An arrival places a request in a key's queue: by when it arrived, its
 // first attempt's start, and among requests that arrived at the same
 // instant, by when each first reached a troubled key.
@@ -318,6 +195,18 @@ type arrival struct {
 // arrivals numbers requests as they first reach a troubled key.
 var arrivals atomic.Uint64
 
+// stamp sets what is not yet set of a: a retry keeps the place its
+// arrival gave it, even when its first attempt went while the key was
+// healthy.
+func (a *arrival) stamp(now time.Time) {
+	if a.at.IsZero() {
+		a.at = now
+	}
+	if a.seq == 0 {
+		a.seq = arrivals.Add(1)
+	}
+}
+
 // before reports whether a arrived before b.
 func (a arrival) before(b arrival) bool {
 	if !a.at.Equal(b.at) {
@@ -328,9 +217,10 @@ func (a arrival) before(b arrival) bool {
 
 // admWaiter is one request waiting to be sent.
 type admWaiter struct {
+	k       *admKey
 	arrived arrival   // its request's, for the queue's order
 	bound   time.Time // its deadline less its reserve; zero for none
-	early   bool      // a probe may be brought forward to bound: its deadline is later
+	ahead   int       // how many waited or were in flight ahead of it as it joined
 	ready   chan struct{}
 	// Set under the lock before ready is closed.
 	tok *admToken
@@ -362,8 +252,8 @@ type admToken struct {
 	fleetDone func(FleetState)
 }
 
-// transition records a state change for OnState, called once the lock is
-// released.
+// transition records a change for OnState and the Fleet, told once the
+// lock is released: of state, or of a recovering key's limit alone.
 type transition struct {
 	key      string
 	from, to UpstreamState
@@ -411,202 +301,161 @@ func (a *Admission) delaySpread(delay time.Duration) time.Duration {
 	return delay / 10
 }
 
-// probeTime returns ProbeTime, DefaultProbeTime if it is zero, or 0 if
-// it is below zero.
-func (a *Admission) probeTime() time.Duration {
-	switch {
-	case a.ProbeTime < 0:
-		return 0
-	case a.ProbeTime == 0:
-		return DefaultProbeTime
-	}
-	return a.ProbeTime
-}
-
-// probeGap is the least time between a failure that the key's probe
-// schedule follows and a probe brought forward for a waiter: the first
-// probe wait, unjittered.
-func (a *Admission) probeGap() time.Duration { return a.probeWaits()[0] }
-
-// probeWaits returns ProbeWaits, or DefaultProbeWaits if it is empty.
-func (a *Admission) probeWaits() []time.Duration {
-	if len(a.ProbeWaits) == 0 {
-		return DefaultProbeWaits
-	}
-	return a.ProbeWaits
-}
-
 // probeWait returns the wait before probe n+1, n probes having failed,
 // jittered up by as much as half of it: the processes of a fleet, each
 // with its own Admission, see an outage begin at about the same time,
 // and would otherwise probe in step, and then release their queues in
 // step.
 func (a *Admission) probeWait(n int) time.Duration {
-	w := a.probeWaits()
+	w := a.ProbeWaits
+	if len(w) == 0 {
+		w = DefaultProbeWaits
+	}
 	d := w[min(n, len(w)-1)]
 	return d + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
 // admit lets a request's attempt be sent, or waits until it may be.
-// arrived is the request's arrival, set here if it is not yet: a retry
-// keeps the place its arrival gave it, even when its first attempt went
-// while the key was healthy; bound is its deadline less its
-// reserve, zero for none. A nil token with a nil error means the key is
-// healthy: nothing is held. waited is how long it waited; ahead is reported
-// once through queued if it must wait.
+// arrived is the request's arrival, set here if it is not yet; bound is
+// its deadline less its reserve, zero for none. A nil token with a nil
+// error means the key is healthy: nothing is held. waited is how long it
+// waited; ahead is reported once through queued if it must wait.
 func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bound time.Time, queued func(ahead int)) (tok *admToken, waited time.Duration, err error) {
 	if a.troubled.Load() == 0 {
 		return nil, 0, nil
 	}
-	now := time.Now()
-	if arrived.at.IsZero() {
-		arrived.at = now
+	start := time.Now()
+	arrived.stamp(start)
+	tok, w, err := a.join(ctx, key, *arrived, bound, start)
+	if w != nil {
+		if queued != nil {
+			queued(w.ahead)
+		}
+		tok, err = a.wait(ctx, w)
 	}
-	if arrived.seq == 0 {
-		arrived.seq = arrivals.Add(1)
+	if err == nil && tok != nil && !tok.probe {
+		err = a.peers().send(ctx, tok, bound)
 	}
+	if w != nil || tok != nil && tok.fleetDone != nil {
+		waited = time.Since(start)
+	}
+	return tok, waited, err
+}
+
+// join lets a request go at once if its key lets one go and nobody waits
+// ahead of it; otherwise it puts the request in the key's queue, as the
+// returned waiter, or sends it away with an error.
+func (a *Admission) join(ctx context.Context, key string, arrived arrival, bound, now time.Time) (*admToken, *admWaiter, error) {
 	var changes []transition
 	a.mu.Lock()
-	k := a.keys[key]
-	if k == nil || k.state == Healthy {
-		a.mu.Unlock()
-		return nil, 0, nil
-	}
-	if tok := a.grantNow(k, now, &changes); tok != nil {
+	defer func() {
 		a.mu.Unlock()
 		a.notify(changes)
-		if !tok.probe && a.Fleet != nil {
-			if err := a.fleetSend(ctx, tok, bound); err != nil {
-				return nil, time.Since(now), err
-			}
-			return tok, time.Since(now), nil
-		}
-		return tok, 0, nil
+	}()
+	k := a.keys[key]
+	if k == nil || k.state == Healthy {
+		return nil, nil, nil
 	}
-	if (k.state == Down || k.state == Probing) && mayLeave(ctx) {
+	if len(k.q) == 0 {
+		if tok := a.take(k, now, &changes); tok != nil {
+			return tok, nil, nil
+		}
+	}
+	switch {
+	case (k.state == Down || k.state == Probing) && mayLeave(ctx):
 		// A request with a fallback to go to does not wait for a down
 		// upstream: it was its probe if one was due, and moves on now.
-		last := k.last
-		a.mu.Unlock()
-		return nil, 0, downError(key, "the request has a fallback to go to", false, last)
+		return nil, nil, downError(key, "the request has a fallback to go to", false, k.last)
+	case len(k.q) >= a.maxQueue():
+		return nil, nil, fmt.Errorf("outlast: admission %q: %w", key, ErrBusy)
 	}
-	if len(k.q) >= a.maxQueue() {
-		a.mu.Unlock()
-		return nil, 0, fmt.Errorf("outlast: admission %q: %w", key, ErrBusy)
+	w := &admWaiter{k: k, arrived: arrived, bound: bound, ready: make(chan struct{})}
+	if err := tooLate(k, w, now); err != nil {
+		return nil, nil, err
 	}
-	// A probe is brought forward only for a request with time left
-	// after its bound (one without a reserve could not use it), and
-	// not with a Fleet, whose probe is granted away from the lock, too
-	// late for a request at its bound.
-	deadline, ok := ctx.Deadline()
-	w := &admWaiter{arrived: *arrived, bound: bound, early: ok && deadline.After(bound) && a.Fleet == nil, ready: make(chan struct{})}
-	if err := a.tooLate(k, w, k.position(w), now, true); err != nil {
-		a.mu.Unlock()
-		return nil, 0, err
-	}
-	i := k.enqueue(w)
-	ahead := i + k.inFlight
-	if i == 0 && len(k.q) > 1 && k.state == Down {
-		// A retry took the front's place: the waiter it displaced is no
-		// longer the probe's, and may now have no chance.
-		a.sendAway(k, now)
-	}
+	w.ahead = k.enqueue(w) + k.inFlight
 	a.arm(k, now)
-	a.mu.Unlock()
-	if queued != nil {
-		queued(ahead)
-	}
+	return nil, w, nil
+}
+
+// wait waits for w to be let go or sent away, until its bound or the end
+// of ctx.
+func (a *Admission) wait(ctx context.Context, w *admWaiter) (*admToken, error) {
 	wctx, stop := ctx, context.CancelFunc(func() {})
-	if !bound.IsZero() {
-		wctx, stop = context.WithDeadline(ctx, bound)
+	if !w.bound.IsZero() {
+		wctx, stop = context.WithDeadline(ctx, w.bound)
 	}
 	defer stop()
 	select {
 	case <-w.ready:
+		return w.tok, w.err
 	case <-wctx.Done():
-		a.mu.Lock()
-		if ctx.Err() == nil {
-			// The bound is the latest a request may be sent: what the
-			// key lets go at that instant, this waiter may be, whether
-			// or not the key's timer has run yet; and a recovering
-			// key lets it go, wherever it is in the queue.
-			at := time.Now()
-			a.grantQueued(k, at, &changes)
-			if a.lastChance(k, at) && !w.done() {
-				k.remove(w)
-				w.tok = a.grant(k, at)
-				close(w.ready)
-			}
-		}
-		select {
-		case <-w.ready: // granted or sent away meanwhile
-		default:
-			k.remove(w)
-			last := k.last
-			a.mu.Unlock()
-			a.notify(changes)
-			if ctx.Err() != nil {
-				return nil, time.Since(now), ctx.Err()
-			}
-			return nil, time.Since(now), downError(key, "no chance to send came before the request's deadline less its reserve", true, last)
-		}
-		a.mu.Unlock()
-		a.notify(changes)
-		if w.tok != nil && ctx.Err() != nil {
-			w.tok.release()
-			return nil, time.Since(now), ctx.Err()
-		}
 	}
-	if w.tok != nil && !w.tok.probe && a.Fleet != nil {
-		if err := a.fleetSend(ctx, w.tok, bound); err != nil {
-			return nil, time.Since(now), err
-		}
-	}
-	return w.tok, time.Since(now), w.err
+	return a.atBound(ctx, w)
 }
 
-// grantNow returns a token for a request that may go at once, with
-// nobody waiting ahead of it, or nil.
-func (a *Admission) grantNow(k *admKey, now time.Time, changes *[]transition) *admToken {
-	if len(k.q) > 0 {
-		return nil
+// atBound ends w's wait at its bound, the latest it may be sent, or at
+// the end of ctx. At its bound, w may go if the key lets it go then,
+// whether or not the key's timer has run yet; and a recovering key sends
+// it there, wherever it is in the queue (evBound).
+func (a *Admission) atBound(ctx context.Context, w *admWaiter) (*admToken, error) {
+	k := w.k
+	var changes []transition
+	a.mu.Lock()
+	if ctx.Err() == nil {
+		now := time.Now()
+		a.grantQueued(k, now, &changes)
+		if !w.done() && a.step(k, news{ev: evBound}, now, &changes) {
+			k.remove(w)
+			w.tok = a.grant(k, now)
+			close(w.ready)
+		}
 	}
-	return a.take(k, now, changes)
+	if !w.done() {
+		k.remove(w)
+		w.err = ctx.Err()
+		if w.err == nil {
+			w.err = downError(k.key, "no chance to send came before the request's deadline less its reserve", true, k.last)
+		}
+		close(w.ready)
+		a.forget(k)
+	}
+	a.mu.Unlock()
+	a.notify(changes)
+	if w.tok != nil && ctx.Err() != nil {
+		w.tok.release()
+		return nil, ctx.Err()
+	}
+	return w.tok, w.err
 }
 
 // take returns a token for one more attempt at k now, if k lets one go,
 // or nil: the probe of a down key whose probe is due, or a place under a
 // recovering key's limit, never before a server's not-before time.
 func (a *Admission) take(k *admKey, now time.Time, changes *[]transition) *admToken {
-	if now.Before(k.notBefore) {
-		return nil
-	}
-	var tok *admToken
 	switch {
-	case k.state == Down && !now.Before(k.nextProbe) && a.Fleet != nil:
-		// The fleet's one probe: the Fleet is asked first, away from
-		// the lock, and the front waiter probes if it grants it.
-		if !k.asking {
-			k.asking = true
-			go a.askProbe(k)
-		}
+	case now.Before(k.notBefore):
 		return nil
 	case k.state == Down && !now.Before(k.nextProbe):
-		a.setState(k, Probing, changes)
-		tok = &admToken{a: a, k: k, probe: true}
-		k.probe = tok
-	case k.state == Recovering && k.inFlight < int(k.limit) && !now.Before(k.held) && !now.Before(k.nextGrant):
+		return a.peers().probe(k, now, changes)
+	case k.state == Recovering && k.inFlight < int(k.limit) && !now.Before(k.nextGrant):
 		return a.grant(k, now)
-	default:
-		return nil
 	}
-	tok.granted = now
+	return nil
+}
+
+// sendProbe returns the token of down key k's probe, which done, if not
+// nil, gives back to the Fleet.
+func (a *Admission) sendProbe(k *admKey, now time.Time, changes *[]transition, done func(FleetState)) *admToken {
+	a.step(k, news{ev: evProbe}, now, changes)
+	tok := &admToken{a: a, k: k, probe: true, granted: now, fleetDone: done}
+	k.probe = tok
 	k.inFlight++
 	return tok
 }
 
 // grant returns a token for a place under recovering key k's limit, or
-// past it for a waiter at its bound (lastChance), and paces the next.
+// past it for a waiter at its bound, and paces the next.
 func (a *Admission) grant(k *admKey, now time.Time) *admToken {
 	if k.pace > 0 {
 		// A limit's worth goes out over a round trip, not at once:
@@ -617,81 +466,328 @@ func (a *Admission) grant(k *admKey, now time.Time) *admToken {
 	return &admToken{a: a, k: k, granted: now}
 }
 
-// lastChance reports whether a waiter of k that has reached its deadline
-// less its reserve, the latest it may be sent, goes now: if k is
-// recovering, past its pace, its limit, its hold after 429s and the
-// waiters ahead, since the reserve is for this last attempt and the
-// upstream is answering; not past a server's not-before time, nor while
-// k is down. Not with a Fleet, whose place is waited for after the
-// grant, past the bound.
-func (a *Admission) lastChance(k *admKey, now time.Time) bool {
-	return a.Fleet == nil && k.state == Recovering && !now.Before(k.notBefore)
+// tooLate returns the error for waiter w if k's next chance to send comes
+// after its bound.
+func tooLate(k *admKey, w *admWaiter, now time.Time) error {
+	if w.bound.IsZero() {
+		return nil
+	}
+	next := k.nextChance(now)
+	if !next.After(w.bound) {
+		return nil
+	}
+	return downError(k.key, fmt.Sprintf("its next chance to send, in %v, comes after the request's deadline less its reserve", next.Sub(now).Round(time.Millisecond)), true, k.last)
 }
 
-// tooLate returns the error for waiter w, which cannot wait: the next
-// chance to send comes after its bound, a down key's next probe or a
-// server's not-before time for any key, and for a waiter behind the front
-// of a down key's queue, its turn after the probe's answer after a
-// server's not-before time at least ProbeTime away (turnAfterProbe).
-// ahead is how many wait ahead of w; joining says w is joining the queue,
-// not being checked again while it waits (see turnAfterProbe). For a
-// waiter at the front of the queue (ahead is 0), whose attempt the probe
-// is, and that may have it brought forward (early), a down key's next
-// probe is brought forward to its bound when it may be.
-func (a *Admission) tooLate(k *admKey, w *admWaiter, ahead int, now time.Time, joining bool) error {
-	bound := w.bound
-	if bound.IsZero() {
-		return nil
+// nextChance returns when k may next send: a down key's next probe, or
+// the not-before time a server set, whichever is later.
+func (k *admKey) nextChance(now time.Time) time.Time {
+	next := latest(now, k.notBefore)
+	if k.state == Down {
+		next = latest(next, k.nextProbe)
 	}
-	front := ahead == 0
-	next := k.nextChance(now) // a probing or recovering key's: a server's not-before time, if any
-	why := "its next chance to send"
-	if pt := a.probeTime(); !front && k.state == Down && pt > 0 && next.Equal(k.notBefore) && next.Sub(now) >= pt {
-		// The chance at a server's not-before time is the probe's, the
-		// front's attempt; this waiter's comes with the probe's answer,
-		// and then only after those between it and the front.
-		next = next.Add(a.turnAfterProbe(k, ahead-1, joining))
-		why = "its turn after the probe's answer after a server's not-before time"
-	}
-	if !next.After(bound) {
-		return nil
-	}
-	if front && w.early && k.state == Down && !now.After(bound) && !k.earliest.After(bound) && !k.notBefore.After(bound) {
-		// The probe, this request's attempt, is brought forward to
-		// bound, so that it has the upstream's answer before it must
-		// give up.
-		k.nextProbe = bound
-		return nil
-	}
-	return downError(k.key, fmt.Sprintf("%s, in %v, comes after the request's deadline less its reserve", why, next.Sub(now).Round(time.Millisecond)), true, k.last)
+	return next
 }
 
-// turnAfterProbe returns the soonest that a waiter with n others between
-// it and the front of down key k's queue can be sent, counted from the
-// probe's sending: ProbeTime for the probe's answer, then a turn for each
-// MaxLimit of the n, as if the limit were already at its ceiling. A turn
-// is k's round trip, or half ProbeTime before k has one, ProbeTime being
-// a long guess at an answer on purpose. For a request joining the queue
-// (joining: a new one or a retry rejoining), at a MaxLimit of 1 a turn
-// also counts the first probe wait: there a 429 holds the key for that
-// wait rather than halving its limit, and a key of one at a time is one
-// client among others that fill the upstream, whose 429s may come at any
-// turn. That guess is made only at the door, where a request sent away
-// loses nothing: one that joined on it is sent away later only when the
-// server's time or the queue moves its turn, counted by round trips,
-// past its bound, since by then it has waited and its last chance may
-// still come.
-func (a *Admission) turnAfterProbe(k *admKey, n int, joining bool) time.Duration {
-	pt := a.probeTime()
-	turn := k.rtt
-	if turn == 0 {
-		turn = pt / 2
+// position returns how many would wait ahead of w in k's queue: those
+// whose requests arrived before its own. A retry, whose request arrived
+// earlier, goes ahead of later arrivals.
+func (k *admKey) position(w *admWaiter) int {
+	i := len(k.q)
+	for i > 0 && w.arrived.before(k.q[i-1].arrived) {
+		i--
 	}
-	limit := a.maxLimit(k)
-	if limit == 1 && joining {
-		turn += a.probeGap()
+	return i
+}
+
+// enqueue puts w in k's queue by its arrival and returns how many wait
+// ahead of it.
+func (k *admKey) enqueue(w *admWaiter) int {
+	i := k.position(w)
+	k.q = append(k.q, nil)
+	copy(k.q[i+1:], k.q[i:])
+	k.q[i] = w
+	return i
+}
+
+// remove takes w out of k's queue, if it is there.
+func (k *admKey) remove(w *admWaiter) {
+	for i, x := range k.q {
+		if x == w {
+			k.q = append(k.q[:i], k.q[i+1:]...)
+			return
+		}
 	}
-	return pt + time.Duration(int64(turn)*int64(n)/int64(limit))
+}
+
+// arm sets k's timer for the next time a waiter may go: the probe of a
+// down key, the end of a not-before time, or a recovering key's next
+// paced grant.
+func (a *Admission) arm(k *admKey, now time.Time) {
+	if len(k.q) == 0 || k.asking {
+		return // askProbe arms it, if the probe is not granted
+	}
+	at := k.nextChance(now)
+	if k.state == Recovering && k.inFlight < int(k.limit) {
+		at = latest(at, k.nextGrant)
+	}
+	d := at.Sub(now)
+	if d <= 0 && k.state != Down {
+		return // a recovering key's waiters go as places free up
+	}
+	if k.timer == nil {
+		k.timer = time.AfterFunc(d, func() { a.wake(k) })
+		return
+	}
+	k.timer.Reset(d)
+}
+
+// wake runs when k's timer fires: it grants what may go now.
+func (a *Admission) wake(k *admKey) {
+	var changes []transition
+	a.mu.Lock()
+	a.grantQueued(k, time.Now(), &changes)
+	a.mu.Unlock()
+	a.notify(changes)
+}
+
+// grantQueued hands out what k allows now to the front of its queue, after
+// sending away the waiters that cannot wait for the next chance.
+func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition) {
+	if k.state == Down || now.Before(k.notBefore) {
+		a.sendAway(k, now)
+	}
+	for len(k.q) > 0 {
+		tok := a.take(k, now, changes)
+		if tok == nil {
+			a.arm(k, now) // for the next probe, the end of a not-before time, or the next grant
+			break
+		}
+		w := k.q[0]
+		k.q = k.q[1:]
+		w.tok = tok
+		close(w.ready)
+	}
+	a.forget(k)
+}
+
+// sendAway sends away the waiters of k that the next chance to send
+// comes too late for.
+func (a *Admission) sendAway(k *admKey, now time.Time) {
+	kept := k.q[:0]
+	for _, w := range k.q {
+		if err := tooLate(k, w, now); err != nil {
+			w.err = err
+			close(w.ready)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(k.q[len(kept):])
+	k.q = kept
+}
+
+// sending marks the token's attempt as sent now, past any wait at the
+// Fleet or the gate, so that the key's round trip is the upstream's. It
+// is called by the goroutine that sends, which alone reads it after.
+func (t *admToken) sending() {
+	if t != nil {
+		t.granted = time.Now()
+	}
+}
+
+// release ends a token's hold on its key: the probe or a place under the
+// limit passes to the next waiter. A probe released before report had its
+// answer was given up by its caller, and the next waiter may probe at
+// once. It reports whether the key is still troubled after it.
+func (t *admToken) release() (troubled bool) {
+	if t == nil {
+		return false
+	}
+	a, k := t.a, t.k
+	var changes []transition
+	var fleetDone func(FleetState)
+	var told FleetState
+	a.mu.Lock()
+	if !t.released {
+		t.released = true
+		k.inFlight--
+		now := time.Now()
+		if t == k.probe {
+			a.step(k, news{ev: evFailure, probe: true, class: ClassCanceled}, now, &changes)
+		}
+		a.grantQueued(k, now, &changes)
+		if fleetDone, t.fleetDone = t.fleetDone, nil; fleetDone != nil {
+			told = a.fleetState(k)
+		}
+	}
+	troubled = k.state != Healthy
+	a.mu.Unlock()
+	if fleetDone != nil {
+		fleetDone(told)
+	}
+	a.notify(changes)
+	return troubled
+}
+
+// outcome is what an attempt's result tells an Admission.
+type outcome struct {
+	class  Class
+	status int
+	delay  time.Duration // the delay its server asked for on a failed status, if any
+	pause  time.Duration // until the rate limit the response reports spent lets a request through
+	limit  time.Duration // the Transport's MaxRetryAfter, which delay and pause are within; 0 for none
+	err    error
+}
+
+// report tells a of an attempt's result at key, as the key's events. tok
+// is the attempt's token, or nil if it went while the key was healthy;
+// the caller releases it after report, so that a failed probe's end is
+// judged as a failure, not as a probe given up. spaces reports whether
+// the key answers the result and so spaces the retry while it stays
+// troubled: an outage failure, a 429 or a server's delay. held reports
+// whether a server's delay became the key's not-before time, which then
+// holds the retry as long as the server asked. troubled reports whether
+// the key is left not healthy.
+func (a *Admission) report(key string, ceiling int, tok *admToken, o outcome) (spaces, held, troubled bool) {
+	if o.class == ClassCanceled || o.class == ClassBusy || o.class == ClassDown {
+		return false, false, false // says nothing of the upstream
+	}
+	delay := max(o.delay, o.pause)
+	if o.delay > 0 && !(o.status == 429 || o.status == 503 || o.status == 529) {
+		delay = o.pause // a server's delay holds the key only on these
+	}
+	failed := isOutage(o.class) || o.class == ClassRateLimited
+	now := time.Now()
+	var changes []transition
+	a.mu.Lock()
+	k := a.keys[key]
+	if k == nil && !isOutage(o.class) && delay == 0 {
+		a.mu.Unlock()
+		return false, false, false // a healthy key's answer, or a 429 left to the request's policy
+	}
+	if k == nil {
+		k = a.troubledKey(key)
+	}
+	if ceiling > 0 {
+		k.ceiling = ceiling
+	}
+	probe := tok != nil && tok == k.probe
+	ns, n := a.newsOf(o, tok, probe, delay, now)
+	for _, e := range ns[:n] {
+		a.step(k, e, now, &changes)
+	}
+	var fleetDone func(FleetState)
+	var told FleetState
+	if probe && tok.fleetDone != nil {
+		// The probe's answer goes to the fleet with the probe's end,
+		// in one step, not as a change of its own.
+		fleetDone, tok.fleetDone, told = tok.fleetDone, nil, a.fleetState(k)
+		for i := range changes {
+			changes[i].learned = true
+		}
+	}
+	a.grantQueued(k, now, &changes)
+	troubled = k.state != Healthy
+	a.mu.Unlock()
+	if fleetDone != nil {
+		fleetDone(told)
+	}
+	a.notify(changes)
+	return failed || delay > 0, delay > 0, troubled
+}
+
+// newsOf translates an attempt's outcome into the events of its key: a
+// failure or an answer, then the not-before time of a server's delay.
+func (a *Admission) newsOf(o outcome, tok *admToken, probe bool, delay time.Duration, now time.Time) (ns [2]news, n int) {
+	switch {
+	case isOutage(o.class) || o.class == ClassRateLimited:
+		ns[0] = news{ev: evFailure, probe: probe, class: o.class, err: o.err}
+	case probe:
+		ns[0] = news{ev: evProbeAnswered, rtt: now.Sub(tok.granted), timed: true}
+	case tok != nil:
+		ns[0] = news{ev: evSuccess, rtt: now.Sub(tok.granted), timed: true}
+	default:
+		ns[0] = news{ev: evSuccess}
+	}
+	if delay > 0 {
+		// Jittered upward, never earlier, and never past the
+		// Transport's bound: the key is probed within it.
+		until := now.Add(delay + time.Duration(rand.Int64N(int64(a.delaySpread(delay))+1)))
+		if bound := now.Add(o.limit); o.limit > 0 && until.After(bound) {
+			until = bound
+		}
+		ns[1] = news{ev: evNotBefore, probe: probe, until: until, err: o.err}
+		return ns, 2
+	}
+	return ns, 1
+}
+
+// latest returns the latest of times.
+func latest(times ...time.Time) time.Time {
+	var t time.Time
+	for _, u := range times {
+		if u.After(t) {
+			t = u
+		}
+	}
+	return t
+}
+
+// isOutage reports whether an attempt's class says that the whole upstream
+// is failing, rather than this request.
+func isOutage(c Class) bool {
+	switch c {
+	case ClassStatus5xx, ClassOverloaded, ClassRefused, ClassReset, ClassStalled, ClassClosedEarly, ClassTimeout, ClassErrorEvent:
+		return true
+	}
+	return false
+}
+
+// troubledKey returns key's state, adding it as a healthy key.
+func (a *Admission) troubledKey(key string) *admKey {
+	if k := a.keys[key]; k != nil {
+		return k
+	}
+	if a.keys == nil {
+		a.keys = make(map[string]*admKey)
+	}
+	k := &admKey{key: key}
+	a.keys[key] = k
+	a.troubled.Add(1)
+	return k
+}
+
+// forget drops a healthy key with nothing left to track.
+func (a *Admission) forget(k *admKey) {
+	if k.state != Healthy || k.streak > 0 || len(k.q) > 0 || k.inFlight > 0 || time.Now().Before(k.notBefore) {
+		return
+	}
+	if a.keys[k.key] == k {
+		delete(a.keys, k.key)
+		a.troubled.Add(-1)
+	}
+	if k.timer != nil {
+		k.timer.Stop()
+	}
+}
+
+// notify calls OnState for each change of state, with no lock held, and
+// tells the key's peers of each key this process changed.
+func (a *Admission) notify(changes []transition) {
+	if a.OnState != nil {
+		for _, c := range changes {
+			if c.from != c.to { // not a limit's move, told to the Fleet alone
+				a.OnState(c.key, c.from, c.to, c.at)
+			}
+		}
+	}
+	p := a.peers()
+	for i, c := range changes {
+		if !c.learned && !slices.ContainsFunc(changes[:i], func(d transition) bool { return !d.learned && d.key == c.key }) {
+			p.tell(c.key)
+		}
+	}
 }
 
 // A DownError is the error of a request that an [Admission] sent away
@@ -746,471 +842,6 @@ func (e *DownError) Unwrap() []error {
 // the key was last healthy.
 func downError(key, reason string, late bool, last error) error {
 	return &DownError{Key: key, Reason: reason, Late: late, Last: last}
-}
-
-// nextChance returns when a down key may next send: its next probe, or
-// the not-before time a server set, whichever is later.
-func (k *admKey) nextChance(now time.Time) time.Time {
-	next := now
-	if k.state == Down && k.nextProbe.After(next) {
-		next = k.nextProbe
-	}
-	if k.notBefore.After(next) {
-		next = k.notBefore
-	}
-	return next
-}
-
-// position returns how many would wait ahead of w in k's queue: those
-// whose requests arrived before its own. A retry, whose request arrived
-// earlier, goes ahead of later arrivals.
-func (k *admKey) position(w *admWaiter) int {
-	i := len(k.q)
-	for i > 0 && w.arrived.before(k.q[i-1].arrived) {
-		i--
-	}
-	return i
-}
-
-// enqueue puts w in k's queue by its arrival and returns how many wait
-// ahead of it.
-func (k *admKey) enqueue(w *admWaiter) int {
-	i := k.position(w)
-	k.q = append(k.q, nil)
-	copy(k.q[i+1:], k.q[i:])
-	k.q[i] = w
-	return i
-}
-
-// remove takes w out of k's queue, if it is there.
-func (k *admKey) remove(w *admWaiter) {
-	for i, x := range k.q {
-		if x == w {
-			k.q = append(k.q[:i], k.q[i+1:]...)
-			return
-		}
-	}
-}
-
-// arm sets k's timer for the next time a waiter may go: the probe of a
-// down key, or the end of a not-before time of any key.
-func (a *Admission) arm(k *admKey, now time.Time) {
-	if len(k.q) == 0 || k.asking {
-		return // askProbe arms it, if the probe is not granted
-	}
-	at := k.nextChance(now)
-	if k.state == Recovering && k.inFlight < int(k.limit) {
-		at = latest(at, k.nextGrant, k.held)
-	}
-	d := at.Sub(now)
-	if d <= 0 && k.state != Down {
-		return // a recovering key's waiters go as places free up
-	}
-	if k.timer == nil {
-		k.timer = time.AfterFunc(d, func() { a.wake(k) })
-		return
-	}
-	k.timer.Reset(d)
-}
-
-// wake runs when k's timer fires: it grants what may go now.
-func (a *Admission) wake(k *admKey) {
-	var changes []transition
-	a.mu.Lock()
-	a.grantQueued(k, time.Now(), &changes)
-	a.mu.Unlock()
-	a.notify(changes)
-}
-
-// grantQueued hands out what k allows now to the front of its queue, after
-// sending away the waiters that cannot wait for the next chance.
-func (a *Admission) grantQueued(k *admKey, now time.Time, changes *[]transition) {
-	if k.state == Down || now.Before(k.notBefore) {
-		a.sendAway(k, now)
-	}
-	for len(k.q) > 0 {
-		tok := a.take(k, now, changes)
-		if tok == nil {
-			a.arm(k, now) // for the next probe or the end of a not-before time, if one is ahead
-			break
-		}
-		w := k.q[0]
-		k.q = k.q[1:]
-		w.tok = tok
-		close(w.ready)
-	}
-	if k.state == Recovering && len(k.q) == 0 && !now.Before(k.notBefore) && !now.Before(k.held) && (int(k.limit) >= a.maxLimit(k) || (a.Fleet == nil && k.inFlight < int(k.limit)/2)) {
-		// The limit is reached, or no longer needed: nobody waits,
-		// and less than half of it is in use. Not with a Fleet, for
-		// which this process's queue is not the fleet's: another
-		// process's backlog may still be going out under the limit,
-		// which "healthy" would lift for all of them.
-		a.setState(k, Healthy, changes)
-	}
-	if k.state == Healthy && k.streak == 0 {
-		a.forget(k)
-	}
-}
-
-// sendAway sends away the waiters of down key k that the next chance to
-// send comes too late for.
-func (a *Admission) sendAway(k *admKey, now time.Time) {
-	kept := k.q[:0]
-	for _, w := range k.q {
-		if err := a.tooLate(k, w, len(kept), now, false); err != nil {
-			w.err = err
-			close(w.ready)
-			continue
-		}
-		kept = append(kept, w)
-	}
-	clear(k.q[len(kept):])
-	k.q = kept
-}
-
-// sending marks the token's attempt as sent now, past any wait at the
-// Fleet or the gate, so that the key's round trip is the upstream's. It
-// is called by the goroutine that sends, which alone reads it after.
-func (t *admToken) sending() {
-	if t != nil {
-		t.granted = time.Now()
-	}
-}
-
-// release ends a token's hold on its key: the probe or a place under the
-// limit passes to the next waiter. It reports whether the key is still
-// troubled after it: a release can leave it healthy.
-func (t *admToken) release() (troubled bool) {
-	if t == nil {
-		return false
-	}
-	a := t.a
-	var changes []transition
-	var fleetDone func(FleetState)
-	var told FleetState
-	a.mu.Lock()
-	if !t.released {
-		t.released = true
-		k := t.k
-		k.inFlight--
-		fleetDone, t.fleetDone = t.fleetDone, nil
-		if t == k.probe && k.state == Probing {
-			// The probe ended without a result (its caller gave up):
-			// the next waiter may probe at once.
-			a.setState(k, Down, &changes)
-		}
-		a.grantQueued(k, time.Now(), &changes)
-		if fleetDone != nil {
-			told = a.fleetState(k)
-		}
-	}
-	troubled = t.k.state != Healthy
-	a.mu.Unlock()
-	if fleetDone != nil {
-		fleetDone(told)
-	}
-	a.notify(changes)
-	return troubled
-}
-
-// report tells a of an attempt's result at key. tok is the attempt's token,
-// or nil if it went while the key was healthy; the caller releases it after
-// report, so that a failed probe's end is judged as a failure, not as a
-// probe abandoned. delay is the delay its server asked for on a failed
-// status, if any; pause is how long until the rate limit that the
-// response reports spent lets a request through (RateLimitReset). It
-// reports whether the key's state answers the result, and so spaces what
-// follows it while the key stays troubled: an outage failure, a 429, or a
-// failure whose server set a delay (a probe schedule, a smaller limit, a
-// hold). Another failure, one that says the upstream is up, leaves the
-// request's retry to its own waits. held reports whether the delay, or
-// pause, became the key's not-before time (a delay counts only on a 429,
-// 503 or 529), which then holds the retry as long as the server asked.
-// troubled reports whether the key is left not healthy: a request whose
-// attempt went while it was healthy then follows the key's recovery too.
-func (a *Admission) report(key string, ceiling int, tok *admToken, o outcome) (spaces, held, troubled bool) {
-	class, status, delay, pause, err := o.class, o.status, o.delay, o.pause, o.err
-	if tok == nil && class == ClassNone && pause == 0 && a.troubled.Load() == 0 {
-		return false, false, false // the success path: nothing is troubled
-	}
-	if class == ClassCanceled || class == ClassBusy || class == ClassDown {
-		return false, false, false // says nothing of the upstream
-	}
-	now := time.Now()
-	var changes []transition
-	a.mu.Lock()
-	k := a.keys[key]
-	outage := isOutage(class)
-	if !(status == 429 || status == 503 || status == 529) {
-		delay = 0 // a delay paces the key only on these
-	}
-	delay = max(delay, pause)
-	paced := delay > 0
-	if k == nil {
-		if !outage && !paced {
-			a.mu.Unlock()
-			return false, false, false
-		}
-		k = a.troubledKey(key)
-	}
-	if ceiling > 0 {
-		k.ceiling = ceiling
-	}
-	if paced {
-		// Jittered upward, never earlier.
-		until := now.Add(delay + time.Duration(rand.Int64N(int64(a.delaySpread(delay))+1)))
-		if o.limit > 0 {
-			// The spread never takes a delay past the Transport's
-			// bound: the key is probed within it.
-			if bound := now.Add(o.limit); until.After(bound) {
-				until = bound
-			}
-		}
-		k.pause(until)
-	}
-	probe := tok != nil && tok == k.probe && k.state == Probing
-	first := len(changes)
-	limit := k.limit
-	switch {
-	case class == ClassNone || (!outage && !paced && class != ClassRateLimited):
-		// An answer: the upstream is up, whatever it thought of the
-		// request.
-		k.streak = 0
-		k.busy = 0
-		if tok != nil {
-			// The round trip that paces grants: a moving average, but
-			// never above the latest answer's, so that the pace follows
-			// an upstream that has become faster at once.
-			d := now.Sub(tok.granted)
-			if k.rtt == 0 {
-				k.rtt = d
-			} else {
-				k.rtt += (d - k.rtt) / 8
-			}
-			k.pace = min(k.rtt, d)
-		}
-		switch {
-		case probe:
-			// Only the probe's answer ends a down key: an answer to an
-			// attempt sent before the key went down was served before
-			// the failures that marked it down, and says nothing of
-			// whether it is back. A server's not-before time still
-			// holds.
-			k.probes = 0
-			k.limit = a.startLimit(k)
-			a.setState(k, Recovering, &changes)
-		case k.state == Recovering:
-			k.limit = min(k.limit+recoveryGrowth, float64(a.maxLimit(k)))
-		}
-	case class == ClassRateLimited && !paced:
-		// Rate limiting, not an outage: a recovering key halves its
-		// limit; a probe says the upstream is back, but busy.
-		k.streak = 0
-		switch {
-		case probe:
-			k.probes = 0
-			k.limit = 1
-			a.setState(k, Recovering, &changes)
-			fallthrough // and holds, as at a 429 at a limit of 1
-		case k.state == Recovering && k.limit < 2:
-			// Busy even at one at a time: others that share the
-			// upstream hold it. The key holds for the first probe
-			// wait, jittered, before the next one goes, so that
-			// many small clients, each at a limit of 1, do not
-			// keep it full of their 429s. A waiter at its bound
-			// goes past the hold, as past the limit; with a Fleet,
-			// which tells the others of it, it holds as a server's
-			// delay does.
-			until := now.Add(a.probeWait(k.busy))
-			if a.Fleet != nil {
-				k.pause(until)
-			} else {
-				k.held = latest(k.held, until)
-			}
-			k.busy++
-		case k.state == Recovering:
-			k.limit = max(1, k.limit/2)
-		}
-	default: // an outage failure, or a delay a server set
-		if outage {
-			k.streak++
-		}
-		if outage || k.last == nil { // a delay's failure stands in until an outage's
-			k.last = err
-		}
-		switch {
-		case probe:
-			k.probes++
-			k.busy = 0
-			k.nextProbe = now.Add(a.probeWait(k.probes))
-			k.earliest = now.Add(a.probeGap())
-			a.setState(k, Down, &changes)
-		case k.state == Recovering && class == ClassOverloaded:
-			k.limit = max(1, k.limit/2)
-			fallthrough
-		case k.state == Recovering || k.state == Healthy:
-			if k.streak >= a.downAfter() || paced {
-				k.probes = 0
-				k.nextProbe = k.notBefore // a server's delay, or the first probe wait
-				if !paced {
-					k.nextProbe = now.Add(a.probeWait(0))
-				}
-				k.earliest = now.Add(a.probeGap())
-				k.busy = 0
-				a.setState(k, Down, &changes)
-			}
-		}
-	}
-	if pause > 0 && class == ClassNone && k.state != Probing {
-		// Answered, but with no request left until the limit's reset:
-		// the key holds until then, and a probe goes first. A probe in
-		// flight stays the probe, and a down key's probe schedule holds.
-		if k.state != Down || k.nextProbe.Before(k.notBefore) {
-			k.nextProbe = k.notBefore
-		}
-		a.setState(k, Down, &changes)
-	}
-	if a.Fleet != nil && k.state == Recovering && k.limit != limit && len(changes) == first {
-		// The limit moved with no change of state: the fleet's
-		// follows it.
-		changes = append(changes, transition{key: k.key, from: Recovering, to: Recovering, at: now})
-	}
-	a.grantQueued(k, now, &changes)
-	spaces = outage || paced || class == ClassRateLimited
-	troubled = k.state != Healthy
-	var fleetDone func(FleetState)
-	var told FleetState
-	if probe && tok.fleetDone != nil {
-		// The probe's answer goes to the fleet with the probe's end,
-		// in one step, not as a change of its own.
-		fleetDone, tok.fleetDone, told = tok.fleetDone, nil, a.fleetState(k)
-		for i := first; i < len(changes); i++ {
-			changes[i].learned = true
-		}
-	}
-	a.mu.Unlock()
-	if fleetDone != nil {
-		fleetDone(told)
-	}
-	a.notify(changes)
-	return spaces, paced, troubled
-}
-
-// outcome is what an attempt's result tells an Admission.
-type outcome struct {
-	class  Class
-	status int
-	delay  time.Duration // the delay its server asked for on a failed status, if any
-	pause  time.Duration // until the rate limit the response reports spent lets a request through
-	limit  time.Duration // the Transport's MaxRetryAfter, which delay and pause are within; 0 for none
-	err    error
-}
-
-// latest returns the latest of times.
-func latest(times ...time.Time) time.Time {
-	var t time.Time
-	for _, u := range times {
-		if u.After(t) {
-			t = u
-		}
-	}
-	return t
-}
-
-// pause holds k until at least until: no request goes before it.
-func (k *admKey) pause(until time.Time) {
-	if until.After(k.notBefore) {
-		k.notBefore = until
-	}
-}
-
-// isOutage reports whether an attempt's class says that the whole upstream
-// is failing, rather than this request.
-func isOutage(c Class) bool {
-	switch c {
-	case ClassStatus5xx, ClassOverloaded, ClassRefused, ClassReset, ClassStalled, ClassClosedEarly, ClassTimeout, ClassErrorEvent:
-		return true
-	}
-	return false
-}
-
-// troubledKey returns key's state, adding it as a healthy key.
-func (a *Admission) troubledKey(key string) *admKey {
-	if k := a.keys[key]; k != nil {
-		return k
-	}
-	if a.keys == nil {
-		a.keys = make(map[string]*admKey)
-	}
-	k := &admKey{key: key}
-	a.keys[key] = k
-	a.troubled.Add(1)
-	return k
-}
-
-// forget drops a healthy key with nothing left to track.
-func (a *Admission) forget(k *admKey) {
-	if len(k.q) > 0 || k.inFlight > 0 || k.state != Healthy || k.streak > 0 || time.Now().Before(k.notBefore) {
-		return
-	}
-	if a.keys[k.key] == k {
-		delete(a.keys, k.key)
-		a.troubled.Add(-1)
-	}
-	if k.timer != nil {
-		k.timer.Stop()
-	}
-}
-
-// setState moves k to state s, noting the change for OnState.
-func (a *Admission) setState(k *admKey, s UpstreamState, changes *[]transition) {
-	if k.state == s {
-		return
-	}
-	if k.state == Probing {
-		k.probe = nil // the probe's answer, if it comes, is an ordinary one
-	}
-	if k.state == Recovering {
-		k.held = time.Time{} // a hold is the recovery's: a later one starts anew
-	}
-	if a.OnState != nil || a.Fleet != nil {
-		*changes = append(*changes, transition{key: k.key, from: k.state, to: s, at: time.Now()})
-	}
-	k.state = s
-}
-
-// notify calls OnState for each change, with no lock held, and tells the
-// Fleet, if any, of the state of each key that this process changed.
-func (a *Admission) notify(changes []transition) {
-	if len(changes) == 0 {
-		return
-	}
-	if a.OnState != nil {
-		for _, c := range changes {
-			if c.from != c.to { // not a limit's move, told to the Fleet alone
-				a.OnState(c.key, c.from, c.to, c.at)
-			}
-		}
-	}
-	if a.Fleet == nil {
-		return
-	}
-	var keys []string
-	for _, c := range changes {
-		if !c.learned && !slices.Contains(keys, c.key) {
-			keys = append(keys, c.key)
-		}
-	}
-	for _, key := range keys {
-		a.mu.Lock()
-		k := a.keys[key]
-		s := FleetState{} // forgotten: healthy
-		if k != nil {
-			s = a.fleetState(k)
-		}
-		a.mu.Unlock()
-		a.Fleet.Tell(key, s)
-	}
 }
 
 // rateLimitPause returns RateLimitReset's delay for h, or 0. It reads the

@@ -267,8 +267,8 @@ type sentAttempt struct {
 	end      time.Time     // when it stopped being in flight: answered, cut short or its body done
 }
 
-// paced reports whether its answer set a not-before time.
-func (x *sentAttempt) paced() bool { return x.delay > 0 }
+// delayed reports whether its answer set a not-before time.
+func (x *sentAttempt) delayed() bool { return x.delay > 0 }
 
 // outage reports whether its answer is an outage failure: one that
 // counts toward DownAfter.
@@ -628,10 +628,22 @@ func (m *model) probe(x *sentAttempt) bool {
 	return tr != nil && tr.probe
 }
 
-// pacedAt reports whether an answer at t set a not-before time.
-func (m *model) pacedAt(t time.Time) bool {
+// delayedAt reports whether an answer at t set a not-before time.
+func (m *model) delayedAt(t time.Time) bool {
 	for _, x := range m.answers {
-		if x.answered.Equal(t) && x.paced() {
+		if x.answered.Equal(t) && x.delayed() {
+			return true
+		}
+	}
+	return false
+}
+
+// fullAt reports whether an answer at t was a 429 without a delay: the
+// upstream answering that it is full. At a recovering key's limit of 1,
+// or to the probe, it puts the key down again.
+func (m *model) fullAt(t time.Time) bool {
+	for _, x := range m.answers {
+		if x.answered.Equal(t) && x.mode == mode429 {
 			return true
 		}
 	}
@@ -960,7 +972,7 @@ func (m *model) forgettable(t time.Time) time.Time {
 // the key keeps as its last.
 func (m *model) failedBetween(from, to time.Time) bool {
 	for _, x := range m.answers {
-		if x.answered.After(from) && x.answered.Before(to) && (x.outage() || x.paced() && x.mode != mode200Spent) {
+		if x.answered.After(from) && x.answered.Before(to) && (x.outage() || x.delayed() && x.mode != mode200Spent) {
 			return true
 		}
 	}
@@ -1022,7 +1034,7 @@ func (m *model) checkDown() {
 // waits, at least ProbeWaits[0].
 func (m *model) checkProbeWaits(since time.Time, xs []*sentAttempt) {
 	i, _ := m.tl.locate(since)
-	if in := m.tl[i]; in.upToDown && !in.probeToDown && !m.pacedAt(since) {
+	if in := m.tl[i]; in.upToDown && !in.probeToDown && !m.delayedAt(since) {
 		if first := xs[0]; first.at.Before(since.Add(m.probeWaits[0])) {
 			m.failf("the first probe after the key went down at %v went at %v, want ProbeWaits[0] %v later", m.rel(since), m.rel(first.at), m.probeWaits[0])
 		}
@@ -1032,7 +1044,7 @@ func (m *model) checkProbeWaits(since time.Time, xs []*sentAttempt) {
 		least = min(least, w)
 	}
 	for _, y := range xs {
-		failed := y.outage() || y.paced() && y.mode != mode200Spent
+		failed := y.outage() || y.delayed() && y.mode != mode200Spent
 		if s, ok := m.tl.downSince(y.answered); !failed || !ok || !s.Equal(since) {
 			continue
 		}
@@ -1069,7 +1081,7 @@ func (m *model) broughtForward(from, t time.Time) bool {
 // answer set (its jitter only adds to it).
 func (m *model) checkNotBefore() {
 	for _, y := range m.answers {
-		if !y.paced() {
+		if !y.delayed() {
 			continue
 		}
 		nb := y.answered.Add(y.delay)
@@ -1107,10 +1119,11 @@ func (m *model) checkRecovering() {
 }
 
 // checkDownAfter: a key goes down on DownAfter outage failures in a row
-// (or on a not-before time), not before and not after.
+// (or on a not-before time, or on a 429 when it cannot halve its limit),
+// not before and not after.
 func (m *model) checkDownAfter() {
 	for _, in := range m.tl {
-		if !in.upToDown || m.pacedAt(in.at) {
+		if !in.upToDown || m.delayedAt(in.at) || m.fullAt(in.at) {
 			continue
 		}
 		// The most outage failures in a row there can have been: those

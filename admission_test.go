@@ -567,38 +567,34 @@ func TestAdmissionPacesOnRateLimitHeaders(t *testing.T) {
 	}
 }
 
-// A recovering key at a limit of 1 that still gets a 429 holds for the
-// first probe wait, jittered up by as much as half, before its next
-// attempt, and for the next probe wait at a second 429 in a row: others
-// hold the upstream, and a client that kept one request at it would keep
-// it full of 429s. A probe's 429 recovers the key at a limit of 1 and
-// holds it so too: a paced retry has no wait of its own, and the
-// Admission, not the request, spaces it.
-func TestAdmissionRateLimitedAtOnePauses(t *testing.T) {
+// A 429 that the key cannot answer with a smaller limit puts it down
+// again: the probe's, which says the upstream is back but full, or one at
+// a limit of 1. The next probe waits as after a failed probe, so that a
+// client at one request at a time does not keep a full upstream full of
+// its 429s.
+func TestAdmissionFullAtOne(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		refused := step{err: errRefused}
 		busy := step{status: 429}
-		f := newFake(refused, refused, refused, busy, busy, busy, step{})
-		a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second, 4 * time.Second}}
+		f := newFake(refused, refused, refused, busy, step{}, busy, step{})
+		a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second, 4 * time.Second}, MaxLimit: 1}
 		markDown(t, f, a)
 		tr := &outlast.Transport{Base: f, Admission: a, Policy: patient()}
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		if err := send1(ctx, tr, "r"); err != nil {
-			t.Fatal(err)
-		}
+		// r is the probe; s waits behind it, and so keeps the key
+		// recovering at its limit of 1 once a probe is answered.
+		var wg sync.WaitGroup
+		goAndWait(t, &wg, tr, "r")
+		goAndWait(t, &wg, tr, "s")
+		wg.Wait()
 		at := f.attempts()
 		if len(at) != 7 {
-			t.Fatalf("%d attempts, want 7: 3 refused, the probe's 429, two 429s at a limit of 1, a success", len(at))
+			t.Fatalf("%d attempts, want 7: 3 refused, r's probe's 429, r's second probe, s's 429 at a limit of 1, s's probe", len(at))
 		}
-		if d := at[4].at.Sub(at[3].at); d < time.Second || d > 1500*time.Millisecond {
-			t.Errorf("the retry after the probe's 429 went %v after it, want the first probe wait, 1 s to 1.5 s", d)
+		if d := at[4].at.Sub(at[3].at); d < 4*time.Second || d > 6*time.Second {
+			t.Errorf("the probe after the probe's 429 went %v after it, want the second probe wait, 4 s to 6 s", d)
 		}
-		if d := at[5].at.Sub(at[4].at); d < 4*time.Second || d > 6*time.Second {
-			t.Errorf("the retry after a second 429 in a row went %v after it, want the second probe wait, 4 s to 6 s", d)
-		}
-		if d := at[6].at.Sub(at[5].at); d < 4*time.Second || d > 6*time.Second {
-			t.Errorf("the retry after a third 429 in a row went %v after it, want the last probe wait again, 4 s to 6 s", d)
+		if d := at[6].at.Sub(at[5].at); d < time.Second || d > 1500*time.Millisecond {
+			t.Errorf("the probe after a 429 at a limit of 1 went %v after it, want the first probe wait, 1 s to 1.5 s", d)
 		}
 	})
 }
@@ -629,83 +625,6 @@ func TestAdmissionRetryBudget(t *testing.T) {
 		if refused != 19 {
 			t.Errorf("%d requests refused a retry, want 19", refused)
 		}
-	})
-}
-
-// A request whose deadline less its reserve comes before a down key's
-// next probe, but no sooner than the first probe wait after the last
-// failure, is not sent away: the probe is brought forward to its bound,
-// so that it has the upstream's answer before it must give up. Sooner than
-// that, it is sent away at once.
-func TestAdmissionProbeBroughtForward(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		start := time.Now()
-		u := &upstream{up: start.Add(time.Hour), service: time.Second}
-		a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second, time.Minute}}
-		tr := &outlast.Transport{Base: u, Admission: a} // one attempt each: the bound is the deadline
-		for i := range 3 {
-			send1(t.Context(), tr, "mark"+strconv.Itoa(i))
-		}
-		// The first probe, 1 s to 1.5 s after the marking, fails; the
-		// next is a minute away.
-		if err := send1(t.Context(), tr, "first probe"); !errors.Is(err, syscall.ECONNREFUSED) {
-			t.Fatalf("the first probe: %v, want refused", err)
-		}
-		failed := time.Now()
-		if s := a.State("model.test"); s.State != outlast.Down || time.Until(s.NextProbe) < time.Minute {
-			t.Fatalf("after the failed probe: %+v, want down with the next probe a minute or more away", s)
-		}
-		// Half a second is sooner than the first probe wait: sent away.
-		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
-		err := send1(ctx, tr, "too soon")
-		cancel()
-		if !errors.Is(err, outlast.ErrUpstreamDown) || time.Since(failed) != 0 {
-			t.Errorf("a 0.5 s deadline: %v after %v, want ErrUpstreamDown at once", err, time.Since(failed))
-		}
-		// Without a reserve the bound is the deadline, with no time left
-		// for an attempt at it: sent away.
-		ctx, cancel = context.WithTimeout(t.Context(), 3*time.Second)
-		err = send1(ctx, tr, "no reserve")
-		cancel()
-		if !errors.Is(err, outlast.ErrUpstreamDown) || time.Since(failed) != 0 {
-			t.Errorf("a 3 s deadline without a reserve: %v after %v, want ErrUpstreamDown at once", err, time.Since(failed))
-		}
-		// 3 s less a 1 s reserve: the probe is brought forward to then.
-		ctx, cancel = context.WithTimeout(t.Context(), 4*time.Second)
-		p := &outlast.Policy{Waits: []time.Duration{time.Second}, Reserve: time.Second}
-		err = send1(ctx, &outlast.Transport{Base: u, Admission: a, Policy: p}, "brought forward")
-		cancel()
-		if !errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, outlast.ErrUpstreamDown) {
-			t.Errorf("a 4 s deadline with a 1 s reserve: %v, want the refused connection of its own probe", err)
-		}
-		u.mu.Lock()
-		last := u.sent[len(u.sent)-1]
-		n := len(u.sent)
-		u.mu.Unlock()
-		if n != 5 || last != failed.Add(3*time.Second) {
-			t.Errorf("%d attempts, the last %v after the failed probe, want 5, the last at 3 s, the deadline less the reserve", n, last.Sub(failed))
-		}
-		// The probe is the front waiter's attempt: behind a waiter with
-		// a long deadline, a short one is sent away at once, not left to
-		// idle to a bound that the front's probe cannot serve.
-		failed = time.Now()
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-			defer cancel()
-			send1(ctx, &outlast.Transport{Base: u, Admission: a, Policy: p}, "front")
-		})
-		synctest.Wait()
-		ctx, cancel = context.WithTimeout(t.Context(), 4*time.Second)
-		err = send1(ctx, &outlast.Transport{Base: u, Admission: a, Policy: p}, "behind")
-		cancel()
-		if !errors.Is(err, outlast.ErrUpstreamDown) || time.Since(failed) != 0 {
-			t.Errorf("a 4 s deadline behind a waiter: %v after %v, want ErrUpstreamDown at once", err, time.Since(failed))
-		}
-		u.mu.Lock()
-		u.up = time.Now() // let the front waiter through at its next probe
-		u.mu.Unlock()
-		wg.Wait()
 	})
 }
 
@@ -864,32 +783,31 @@ func TestAdmissionLastChance(t *testing.T) {
 			wg.Wait()
 		})
 	})
-	t.Run("past the hold and the queue", func(t *testing.T) {
+	t.Run("past the queue", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			// The probe's 429 recovers the key at a limit of 1 and
-			// holds it for 4 s to 6 s.
-			f := newFake(refused, refused, refused, step{status: 429}, step{})
+			// The two sent under the first limit, 2, take 10 s; front
+			// waits behind them with a minute's deadline.
+			f := newFake(refused, refused, refused, step{delay: time.Second}, step{delay: 10 * time.Second}, step{delay: 10 * time.Second}, step{}, step{})
 			onState, recovering := firstChange(outlast.Recovering)
-			a := &outlast.Admission{ProbeWaits: []time.Duration{4 * time.Second}, OnState: onState}
+			a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}, MaxLimit: 8, OnState: onState}
 			markDown(t, f, a)
 			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
 			var wg sync.WaitGroup
-			goAndWait(t, &wg, tr, "front") // the probe, then first in the queue
-			held := <-recovering
-			synctest.Wait()
-			ctx, cancel := context.WithDeadline(t.Context(), held.Add(2*time.Second))
-			defer cancel()
-			if err := send1(ctx, tr, "last"); err != nil {
-				t.Errorf("a waiter at its bound behind another, in the hold: %v, want sent at its bound", err)
+			for _, id := range []string{"probe", "a", "b"} {
+				goAndWait(t, &wg, tr, id)
 			}
-			at := f.attempts()
-			if len(at) != 5 || !at[4].at.Equal(held.Add(time.Second)) {
-				t.Errorf("attempts %v, want the fifth at its bound, 1 s after the 429", at)
+			<-recovering
+			goAndWait(t, &wg, tr, "front")
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+			defer cancel()
+			bound := time.Now().Add(2 * time.Second)
+			if err := send1(ctx, tr, "last"); err != nil {
+				t.Errorf("a waiter at its bound behind another: %v, want sent at its bound", err)
+			}
+			if at := f.attempts(); len(at) != 7 || !at[6].at.Equal(bound) {
+				t.Errorf("attempts %v, want the seventh, last's, at its bound %v, ahead of front", at, bound)
 			}
 			wg.Wait()
-			if at = f.attempts(); len(at) != 6 || at[5].at.Before(held.Add(4*time.Second)) {
-				t.Errorf("attempts %v, want the front waiter's retry after the hold, 4 s or more after the 429", at)
-			}
 		})
 	})
 	t.Run("not while probing", func(t *testing.T) {
@@ -946,241 +864,6 @@ func TestAdmissionQueuedOnce(t *testing.T) {
 				t.Errorf("request %s was told %v, want once: [%d]", id, got, i)
 			}
 		}
-	})
-}
-
-// behindProbe sends a first request through a, which a server's 503
-// answers with a 10 s delay, then queues two behind that not-before time,
-// each to succeed: the front, its bound (its deadline less patient's 1 s
-// reserve) 3 s after it, whose attempt is the probe, answered 2 s after
-// it; and "long", its bound 6 s after it. Last it sends one more, its
-// bound the given time after the not-before time, and returns how long
-// that one waited and its error.
-func behindProbe(t *testing.T, a *outlast.Admission, bound time.Duration) (waited time.Duration, err error) {
-	t.Helper()
-	f := newFake(step{status: 503, header: map[string]string{"Retry-After": "10"}}, step{delay: 2 * time.Second}, step{})
-	if err := send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "first"); err == nil {
-		t.Fatal("the first request succeeded, want its 503")
-	}
-	nb := a.State("model.test").NotBefore
-	if nb.IsZero() {
-		t.Fatalf("state %+v, want a not-before time", a.State("model.test"))
-	}
-	tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
-	var wg sync.WaitGroup
-	for _, w := range []struct {
-		id    string
-		bound time.Duration
-	}{{"front", 3 * time.Second}, {"long", 6 * time.Second}} {
-		wg.Go(func() {
-			if err := sendBy(t, tr, w.id, nb.Add(w.bound+time.Second)); err != nil {
-				t.Errorf("%s, bound %v after the not-before time: %v, want success", w.id, w.bound, err)
-			}
-		})
-		synctest.Wait()
-	}
-	before := time.Now()
-	err = sendBy(t, tr, "last", nb.Add(bound+time.Second))
-	waited = time.Since(before)
-	wg.Wait()
-	return waited, err
-}
-
-// Behind a server's not-before time, a waiter's turn comes after the
-// probe's answer and after those between it and the front, at most
-// MaxLimit a round trip: a waiter that the limit cannot reach before its
-// bound leaves at once, where it would have idled through the server's
-// delay to be sent at its bound, behind the others, into an upstream
-// that its fellow processes fill. With room under the limit it waits.
-func TestAdmissionProbeTimeTurn(t *testing.T) {
-	// At a limit of 1, "long" is between it and the front: its turn is
-	// counted at ProbeTime's 5 s and a round trip (half ProbeTime, none
-	// being known) over MaxLimit; as it joins, a 429 holding the key for
-	// the first probe wait (1 s) is counted too, since other clients may
-	// fill the upstream at any turn. A bound of 6 s, "long"'s own, comes
-	// before the end of the round trip alone; one of 8 s comes after it,
-	// where the round trip alone would have let the waiter wait (and,
-	// with nothing else filling the upstream, succeed), but before the
-	// hold's end.
-	for _, c := range []struct {
-		name  string
-		bound time.Duration
-	}{
-		{"at a limit of 1", 6 * time.Second},               // 5 s + 2.5 s, and the hold
-		{"at a limit of 1, a 429's hold", 8 * time.Second}, // 5 s + 2.5 s + 1 s
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				waited, err := behindProbe(t, &outlast.Admission{MaxLimit: 1}, c.bound)
-				if !errors.Is(err, outlast.ErrUpstreamDown) || !strings.Contains(err.Error(), "its turn") || waited != 0 {
-					t.Errorf("one waiter between it and the front at a limit of 1, bound %v after the not-before time: %v after %v, want ErrUpstreamDown naming its turn, at once", c.bound, err, waited)
-				}
-			})
-		})
-	}
-	t.Run("at a limit of 4", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			if _, err := behindProbe(t, &outlast.Admission{MaxLimit: 4}, 6*time.Second); err != nil { // 5 s + 625 ms: before its bound
-				t.Errorf("one waiter between it and the front at a limit of 4: %v, want it to wait and succeed", err)
-			}
-		})
-	})
-	// The hold is counted only at the door. A request that joined with
-	// one waiter ahead, the front (its turn 5 s after the not-before
-	// time, its bound 8 s after it), is not sent away when a retry that
-	// arrived before both goes ahead of them: its turn by round trips,
-	// 7.5 s, still comes before its bound, though 8.5 s with the hold
-	// would not; it is sent after the probe's answer and succeeds.
-	t.Run("at a limit of 1, the hold only at the door", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			f := newFake(step{status: 503, delay: 3 * time.Second}, step{status: 503, header: map[string]string{"Retry-After": "10"}}, step{delay: 2 * time.Second}, step{})
-			a := &outlast.Admission{MaxLimit: 1}
-			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				// In flight when the key goes down; its retry, at 3 s,
-				// goes ahead of those that arrived after it.
-				if err := sendBy(t, tr, "early", time.Now().Add(30*time.Second)); err != nil {
-					t.Errorf("early: %v, want success", err)
-				}
-			})
-			time.Sleep(time.Millisecond) // after it, in the queue's order
-			if err := send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "first"); err == nil {
-				t.Fatal("the first request succeeded, want its 503")
-			}
-			nb := a.State("model.test").NotBefore
-			wg.Go(func() {
-				// Its bound 6 s after the not-before time: displaced,
-				// its turn, 5 s, still comes before it.
-				if err := sendBy(t, tr, "front", nb.Add(7*time.Second)); err != nil {
-					t.Errorf("front: %v, want success", err)
-				}
-			})
-			synctest.Wait()
-			if err := sendBy(t, tr, "joined", nb.Add(9*time.Second)); err != nil {
-				t.Errorf("joined with only the front ahead, bound 8 s after the not-before time, then a retry ahead of it: %v, want it to stay and succeed", err)
-			}
-			wg.Wait()
-		})
-	})
-	// From a limit of 2 a 429 halves the limit first: no hold is counted
-	// (5 s + 1.25 s, before a bound of 6.5 s; with the hold, 6.75 s).
-	t.Run("at a limit of 2, no hold", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			if _, err := behindProbe(t, &outlast.Admission{MaxLimit: 2}, 6500*time.Millisecond); err != nil {
-				t.Errorf("one waiter between it and the front at a limit of 2, bound 6.5 s after the not-before time: %v, want it to wait and succeed", err)
-			}
-		})
-	})
-}
-
-// Until the probe sent at a server's not-before time is answered, only
-// the front of the queue, whose attempt the probe is, may go: a request
-// behind it whose bound comes less than ProbeTime after that time leaves
-// at once, where it would have idled through the server's delay to fail
-// at its bound unless the probe were answered sooner. The front is not
-// sent away, nor is a waiter on the key's own probe schedule.
-func TestAdmissionProbeTime(t *testing.T) {
-	t.Run("behind the front", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			waited, err := behindProbe(t, &outlast.Admission{}, 3*time.Second) // behind the front, its bound 3 s after the not-before time
-			if !errors.Is(err, outlast.ErrUpstreamDown) || !strings.Contains(err.Error(), "probe's answer") || waited != 0 {
-				t.Errorf("bound 3 s after the not-before time, behind the front: %v after %v, want ErrUpstreamDown naming the probe's answer, at once", err, waited)
-			}
-		})
-	})
-	t.Run("below zero waits", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			// What ProbeTime gives up: here the probe is answered
-			// before this waiter's bound, and it is sent then.
-			if _, err := behindProbe(t, &outlast.Admission{ProbeTime: -1}, 3*time.Second); err != nil {
-				t.Errorf("with ProbeTime below zero: %v, want it to wait and succeed", err)
-			}
-		})
-	})
-	t.Run("not for a short delay", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			// 500 ms is less than ProbeTime: a waiter idles little, so
-			// it waits for the probe's answer.
-			f := newFake(step{status: 429, header: map[string]string{"Retry-After-Ms": "500"}}, step{})
-			a := &outlast.Admission{}
-			send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "first")
-			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
-			var wg sync.WaitGroup
-			goAndWait(t, &wg, tr, "front")
-			if err := sendBy(t, tr, "behind", time.Now().Add(3*time.Second)); err != nil {
-				t.Errorf("behind the front, bound 2 s away, after a 500 ms delay: %v, want success", err)
-			}
-			wg.Wait()
-		})
-	})
-	t.Run("not while probing", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			// A request sent while the key was healthy answers with a
-			// server's delay while the probe is out, its answer due at
-			// 9 s to 9.5 s: the probe is not this rule's to count on,
-			// and is answered before the not-before time.
-			f := newFake(step{delay: 5 * time.Second, status: 503, header: map[string]string{"Retry-After": "10"}},
-				step{err: errRefused}, step{err: errRefused}, step{err: errRefused}, step{delay: 8 * time.Second}, step{})
-			onState, probing := firstChange(outlast.Probing)
-			a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}, OnState: onState}
-			start := time.Now()
-			var wg sync.WaitGroup
-			wg.Go(func() { send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "slow") })
-			synctest.Wait()
-			markDown(t, f, a)
-			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
-			goAndWait(t, &wg, tr, "probe")
-			<-probing
-			time.Sleep(time.Until(start.Add(5 * time.Second))) // the slow request's answer
-			synctest.Wait()
-			s := a.State("model.test")
-			if s.State != outlast.Probing || s.NotBefore.IsZero() {
-				t.Fatalf("state %+v, want probing with a not-before time", s)
-			}
-			goAndWait(t, &wg, tr, "front") // the front of the queue, with the probe out
-			if err := sendBy(t, tr, "behind", s.NotBefore.Add(3*time.Second)); err != nil {
-				t.Errorf("behind the front, the probe in flight, bound 2 s after the not-before time: %v, want success", err)
-			}
-			wg.Wait()
-		})
-	})
-	t.Run("the front displaced by a retry", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			// The probe is answered in 1 s with another 10 s delay; its
-			// retry, whose request arrived first, takes the front's
-			// place from a waiter whose bound is 2 s to 3 s after the
-			// new not-before time.
-			ra := map[string]string{"Retry-After": "10"}
-			f := newFake(step{status: 503, header: ra}, step{delay: time.Second, status: 503, header: ra}, step{})
-			onState, probing := firstChange(outlast.Probing)
-			a := &outlast.Admission{OnState: onState}
-			send1(t.Context(), &outlast.Transport{Base: f, Admission: a}, "first")
-			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
-			var wg sync.WaitGroup
-			goAndWait(t, &wg, tr, "probe")
-			sent := <-probing
-			err := sendBy(t, tr, "displaced", sent.Add(15*time.Second))
-			if !errors.Is(err, outlast.ErrUpstreamDown) || !time.Now().Equal(sent.Add(time.Second)) {
-				t.Errorf("displaced from the front: %v at %v, want ErrUpstreamDown at the probe's answer, %v", err, time.Now(), sent.Add(time.Second))
-			}
-			wg.Wait()
-		})
-	})
-	t.Run("not on the probe schedule", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			f := newFake(step{err: errRefused}, step{err: errRefused}, step{err: errRefused}, step{delay: time.Second}, step{})
-			a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}}
-			markDown(t, f, a)
-			next := a.State("model.test").NextProbe
-			tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
-			var wg sync.WaitGroup
-			goAndWait(t, &wg, tr, "front")
-			if err := sendBy(t, tr, "behind", next.Add(3*time.Second)); err != nil {
-				t.Errorf("behind the front, bound 2 s after a scheduled probe answered in 1 s: %v, want success", err)
-			}
-			wg.Wait()
-		})
 	})
 }
 
@@ -1248,7 +931,7 @@ func TestAdmissionAnswerKeepsOwnWait(t *testing.T) {
 		// The probe's answer in 10 ms paces grants 5 ms apart: far
 		// less than the policy's wait.
 		f := newFake(refused, refused, refused, step{delay: 10 * time.Millisecond}, step{delay: 10 * time.Second}, step{status: http.StatusRequestTimeout}, step{})
-		a, tr, recovered, wg := recoverWithLong(t, f)
+		a, tr, recovered, wg := recoverWithLong(t, f, 8)
 		time.Sleep(time.Until(recovered.Add(time.Second)))
 		if s := a.State("model.test"); s.State != outlast.Recovering {
 			t.Errorf("state %+v, want recovering, with the long request in flight", s)
@@ -1263,18 +946,18 @@ func TestAdmissionAnswerKeepsOwnWait(t *testing.T) {
 	})
 }
 
-// An outage failure on a recovering key whose release leaves the key
-// healthy (nobody waits, and less than half the limit is in use) is
-// retried after the policy's wait: nothing is left to space the retry.
+// An outage failure on a key that an answer has left healthy (its limit
+// at MaxLimit, nobody waiting) is retried after the policy's wait:
+// nothing is left to space the retry.
 func TestAdmissionNoWaitOnlyWhileTroubled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		refused := step{err: errRefused}
 		f := newFake(refused, refused, refused,
 			step{delay: 10 * time.Millisecond},               // the probe
-			step{delay: 100 * time.Millisecond},              // long, which keeps the key recovering
+			step{delay: 100 * time.Millisecond},              // long, whose answer leaves the key healthy
 			step{status: 500, delay: 200 * time.Millisecond}, // r, answered after long is done
 			step{}) // r's retry
-		_, tr, recovered, wg := recoverWithLong(t, f)
+		_, tr, recovered, wg := recoverWithLong(t, f, 2)
 		time.Sleep(time.Until(recovered.Add(50 * time.Millisecond)))
 		if err := send1(t.Context(), tr, "r"); err != nil {
 			t.Errorf("r: %v", err)
@@ -1286,49 +969,9 @@ func TestAdmissionNoWaitOnlyWhileTroubled(t *testing.T) {
 	})
 }
 
-// The hold after a 429 at a limit of 1 belongs to that recovery: once the
-// key has gone down and a probe is answered, the new recovery is not held
-// by it.
-func TestAdmissionHoldEndsWithRecovery(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		refused := step{err: errRefused}
-		f := newFake(refused, refused, refused,
-			step{status: 429}, // the probe: recovering at a limit of 1, held 4 s to 6 s
-			step{status: 503, header: map[string]string{"Retry-After": "1"}}, // last, at its bound: down for 1 s
-			step{}, // the probe after the delay: the key recovers again
-			step{}) // after
-		onState, recovering := firstChange(outlast.Recovering)
-		a := &outlast.Admission{ProbeWaits: []time.Duration{4 * time.Second}, MaxLimit: 8, OnState: onState}
-		markDown(t, f, a)
-		tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
-		var wg sync.WaitGroup
-		goAndWait(t, &wg, tr, "front")
-		held := <-recovering
-		synctest.Wait()
-		ctx, cancel := context.WithDeadline(t.Context(), held.Add(2*time.Second))
-		if err := send1(ctx, tr, "last"); err == nil {
-			t.Error("last: nil, want the 503 it was sent into at its bound")
-		}
-		cancel()
-		time.Sleep(time.Until(held.Add(2500 * time.Millisecond)))
-		synctest.Wait()
-		if s := a.State("model.test"); s.State != outlast.Recovering && s.State != outlast.Healthy {
-			t.Errorf("state %+v 2.5 s after the first 429, want recovered again", s)
-		}
-		start := time.Now()
-		if err := send1(t.Context(), tr, "after"); err != nil {
-			t.Errorf("after: %v", err)
-		}
-		if d := time.Since(start); d != 0 {
-			t.Errorf("a request after the key recovered again waited %v, for the hold of the recovery before", d)
-		}
-		wg.Wait()
-	})
-}
-
-// At MaxLimit 1 the probe's 429 holds the key: its request's retry, with
-// nobody else waiting, waits out the hold rather than finding the key
-// healthy.
+// At MaxLimit 1 the probe's 429 keeps the key down: its request's retry,
+// with nobody else waiting, waits for the next probe rather than finding
+// the key healthy.
 func TestAdmissionHoldAtMaxLimitOne(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		refused := step{err: errRefused}
@@ -1340,20 +983,20 @@ func TestAdmissionHoldAtMaxLimitOne(t *testing.T) {
 			t.Fatal(err)
 		}
 		if at := f.attempts(); len(at) != 5 || at[4].at.Sub(at[3].at) < 4*time.Second {
-			t.Errorf("attempts %v, want the retry after the probe's 429 held 4 s or more", at)
+			t.Errorf("attempts %v, want the retry after the probe's 429 to wait for the next probe, 4 s or more", at)
 		}
 	})
 }
 
-// recoverWithLong marks f's key down for an Admission with MaxLimit 8 and
-// probe waits of 1 s, then starts two requests, which f's script must
-// answer: the probe, whose answer recovers the key at a limit of 2, and
-// "long", sent under it, which keeps the key recovering while it is in
-// flight. It returns when the key recovered; the caller waits on wg.
-func recoverWithLong(t *testing.T, f *fakeRT) (*outlast.Admission, *outlast.Transport, time.Time, *sync.WaitGroup) {
+// recoverWithLong marks f's key down for an Admission with maxLimit (at
+// least 2) and probe waits of 1 s, then starts two requests, which f's
+// script must answer: the probe, whose answer recovers the key at a limit
+// of 2, and "long", sent under it, which keeps the key recovering while it
+// is in flight. It returns when the key recovered; the caller waits on wg.
+func recoverWithLong(t *testing.T, f *fakeRT, maxLimit int) (*outlast.Admission, *outlast.Transport, time.Time, *sync.WaitGroup) {
 	t.Helper()
 	onState, recovering := firstChange(outlast.Recovering)
-	a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}, MaxLimit: 8, OnState: onState}
+	a := &outlast.Admission{ProbeWaits: []time.Duration{time.Second}, MaxLimit: maxLimit, OnState: onState}
 	markDown(t, f, a)
 	tr := &outlast.Transport{Base: f, Policy: patient(), Admission: a}
 	wg := &sync.WaitGroup{}

@@ -58,7 +58,8 @@ type Attempt struct {
 	RetryIn time.Duration
 }
 
-// Hooks are told of every attempt. Any of them may be nil. They are called
+// Hooks are told of every attempt, so that a host can keep its own record
+// of each try and each wait. Any of them may be nil. They are called
 // synchronously, in order, in the goroutine that made the request, and the
 // last attempt's end is reported before RoundTrip or Do returns. A Hooks
 // value used by several requests at once is called concurrently for

@@ -213,7 +213,7 @@ func (f *Fallback) leaveRoom(r *http.Request, t, next *Transport) *http.Request 
 	}
 	q := *p
 	if np != nil {
-		q.Reserve = p.reserve() + np.reserve()
+		q.Reserve = p.ReserveInForce() + np.ReserveInForce()
 	}
 	if f.Prefer == PreferAvailable {
 		n := cmpOr(f.MaxAttempts, DefaultFallbackAttempts)
@@ -295,14 +295,7 @@ func (f *Fallback) fits(ctx context.Context, t *Transport) bool {
 		return false
 	}
 	deadline, ok := ctx.Deadline()
-	if !ok {
-		return true
-	}
-	var reserve time.Duration
-	if p := t.policy(ctx); p != nil {
-		reserve = p.reserve()
-	}
-	return time.Until(deadline) >= reserve-fallbackSlack
+	return !ok || time.Until(t.policy(ctx).Bound(deadline)) >= -fallbackSlack
 }
 
 // fallbackReason says why a result lets a request move on, if it does.

@@ -26,11 +26,8 @@ import (
 // send in the background), and Probe and Send must return within a
 // bound of their own, even when the store behind them is unreachable.
 // When it is, a Fleet should let the process act alone, granting its
-// probes and places, rather than hold its requests. The Admission keeps
-// the rules it follows with a Fleet meanwhile: a recovering key is
-// healthy only at MaxLimit, and no waiter brings a probe forward or is
-// sent past the limit at its bound. The package redisgate has one,
-// through Redis.
+// probes and places, rather than hold its requests. The package
+// redisgate has one, through Redis.
 type Fleet interface {
 	// Tell shares key's state as this process has just changed it.
 	Tell(key string, s FleetState)
@@ -76,63 +73,22 @@ func (a *Admission) fleetState(k *admKey) FleetState {
 }
 
 // Learn merges a state that another process of a.Fleet told of key into
-// a's own. A key another process found down is down here too, unless a
-// probe of this process's is in flight; its next probe and not-before
-// time are never brought earlier (with a Fleet, no waiter brings a probe
-// forward). A recovering key takes the limit told, the last told winning
-// (it is told in whole requests, so a key already recovering keeps the
-// fraction its own successes grew while the whole number told is its own);
-// a key told healthy releases its waiters under MaxLimit, and is healthy
-// only once they have gone and its not-before time has passed. Changes
-// that Learn makes, and those that follow from them, are told to OnState,
-// not back to the Fleet.
+// a's own, as the key's event evFleet (see step). Changes that Learn
+// makes, and those that follow from them, are told to OnState, not back
+// to the Fleet.
 func (a *Admission) Learn(key string, s FleetState) {
 	now := time.Now()
 	var changes []transition
 	a.mu.Lock()
 	k := a.keys[key]
+	if k == nil && s.State == Healthy {
+		a.mu.Unlock()
+		return
+	}
 	if k == nil {
-		if s.State == Healthy {
-			a.mu.Unlock()
-			return
-		}
 		k = a.troubledKey(key)
 	}
-	k.pause(s.NotBefore)
-	switch s.State {
-	case Down, Probing:
-		if k.state == Probing {
-			break // ours is the probe: its answer will tell
-		}
-		if k.state != Down || s.NextProbe.After(k.nextProbe) {
-			k.nextProbe = s.NextProbe
-		}
-		k.earliest = now.Add(a.probeGap()) // as after a failure of its own
-		a.setState(k, Down, &changes)
-	case Recovering:
-		if k.state == Probing {
-			break
-		}
-		if told := min(max(s.Limit, 1), a.maxLimit(k)); k.state != Recovering || int(k.limit) != told {
-			k.limit = float64(told)
-		}
-		a.setState(k, Recovering, &changes)
-	case Healthy:
-		if k.state == Probing {
-			break
-		}
-		k.streak = 0
-		if len(k.q) > 0 || now.Before(k.notBefore) {
-			// Waiters go under MaxLimit; a server's not-before time
-			// that this process was told holds all the same, so the
-			// key is not healthy, which sends without asking, before
-			// it.
-			k.limit = float64(a.maxLimit(k))
-			a.setState(k, Recovering, &changes)
-		} else {
-			a.setState(k, Healthy, &changes)
-		}
-	}
+	a.step(k, news{ev: evFleet, told: s}, now, &changes)
 	a.grantQueued(k, now, &changes)
 	for i := range changes {
 		// What follows from the state told is the fleet's already:
@@ -141,6 +97,74 @@ func (a *Admission) Learn(key string, s FleetState) {
 	}
 	a.mu.Unlock()
 	a.notify(changes)
+}
+
+// peers is whom an Admission shares its keys with: no one, for a process
+// alone, or the other processes of its Fleet. It is the one place where
+// the two differ.
+type peers interface {
+	// probe grants down key k's probe, which is due, or asks for it.
+	// It is called with the lock held.
+	probe(k *admKey, now time.Time, changes *[]transition) *admToken
+	// send waits, until bound, for a place for tok, a request granted a
+	// place under a recovering key's limit.
+	send(ctx context.Context, tok *admToken, bound time.Time) error
+	// tell shares key's state, as this process has just changed it.
+	tell(key string)
+	// ownsDemand reports whether this process's queue is all of a
+	// key's demand, so that a recovering key whose queue is empty may
+	// be healthy before its limit reaches MaxLimit.
+	ownsDemand() bool
+}
+
+func (a *Admission) peers() peers {
+	if a.Fleet == nil {
+		return alone{a}
+	}
+	return inFleet{a}
+}
+
+// alone is a process alone: its probe is granted at once, and its limit
+// is the only one.
+type alone struct{ a *Admission }
+
+func (p alone) probe(k *admKey, now time.Time, changes *[]transition) *admToken {
+	return p.a.sendProbe(k, now, changes, nil)
+}
+func (alone) send(context.Context, *admToken, time.Time) error { return nil }
+func (alone) tell(string)                                      {}
+func (alone) ownsDemand() bool                                 { return true }
+
+// inFleet is a process of a Fleet: its probe is the fleet's one, asked
+// for away from the lock, and a place under its limit is one under the
+// fleet's too.
+type inFleet struct{ a *Admission }
+
+func (p inFleet) probe(k *admKey, _ time.Time, _ *[]transition) *admToken {
+	if !k.asking {
+		k.asking = true
+		go p.a.askProbe(k)
+	}
+	return nil
+}
+
+func (p inFleet) send(ctx context.Context, tok *admToken, bound time.Time) error {
+	return p.a.fleetSend(ctx, tok, bound)
+}
+
+// ownsDemand is false: another process's backlog may still be going out
+// under the fleet's limit, which "healthy" would lift for all of them.
+func (inFleet) ownsDemand() bool { return false }
+
+func (p inFleet) tell(key string) {
+	a := p.a
+	a.mu.Lock()
+	s := FleetState{} // forgotten: healthy
+	if k := a.keys[key]; k != nil {
+		s = a.fleetState(k)
+	}
+	a.mu.Unlock()
+	a.Fleet.Tell(key, s)
 }
 
 // askProbe asks the Fleet for k's probe, in a goroutine of its own, since
@@ -155,13 +179,9 @@ func (a *Admission) askProbe(k *admKey) {
 	k.asking = false
 	switch {
 	case ok && k.state == Down && len(k.q) > 0 && !now.Before(k.nextChance(now)):
-		a.setState(k, Probing, &changes)
-		tok := &admToken{a: a, k: k, probe: true, fleetDone: done, granted: now}
-		k.probe = tok
-		k.inFlight++
 		w := k.q[0]
 		k.q = k.q[1:]
-		w.tok = tok
+		w.tok = a.sendProbe(k, now, &changes, done)
 		close(w.ready)
 	case ok:
 		// Nothing to probe with any more: let another process probe.

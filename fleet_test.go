@@ -275,40 +275,47 @@ func TestFleetSendBound(t *testing.T) {
 	})
 }
 
-// With a Fleet, the hold after a 429 at a limit of 1 reaches the other
-// processes as a not-before time: none of them sends into the upstream
-// that is full of others' requests before the hold ends.
-func TestFleetSharesHold(t *testing.T) {
+// With a Fleet, a probe's 429, which puts the key down again, reaches the
+// other processes with its next probe: none of them sends into the
+// upstream that is full of others' requests before then.
+func TestFleetSharesFull(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		refused := step{err: errRefused}
 		f := newFake(refused, refused, refused, step{status: 429}, step{})
-		onState, recovering := firstChange(outlast.Recovering)
+		full := make(chan time.Time, 1)
 		first := true
 		_, members := newMemFleet(2, func() *outlast.Admission {
 			a := &outlast.Admission{ProbeWaits: []time.Duration{4 * time.Second}}
 			if first {
-				a.OnState, first = onState, false
+				first = false
+				a.OnState = func(_ string, from, to outlast.UpstreamState, at time.Time) {
+					if from == outlast.Probing && to == outlast.Down {
+						select {
+						case full <- at:
+						default:
+						}
+					}
+				}
 			}
 			return a
 		})
 		markDown(t, f, members[0])
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			// The probe, whose 429 recovers the key at a limit of 1
-			// and holds it.
+			// The probe, whose 429 puts the key down again.
 			if err := send1(t.Context(), &outlast.Transport{Base: f, Policy: patient(), Admission: members[0]}, "front"); err != nil {
 				t.Errorf("front: %v", err)
 			}
 		})
-		held := <-recovering
+		answered := <-full
 		synctest.Wait()
 		if err := send1(t.Context(), &outlast.Transport{Base: f, Policy: patient(), Admission: members[1]}, "other"); err != nil {
 			t.Errorf("other: %v", err)
 		}
 		wg.Wait()
 		for _, x := range f.attempts()[4:] {
-			if x.at.Before(held.Add(4 * time.Second)) {
-				t.Errorf("attempts %v: one went %v after the 429 that held the fleet, want 4 s or more", f.attempts(), x.at.Sub(held))
+			if x.at.Before(answered.Add(4 * time.Second)) {
+				t.Errorf("attempts %v: one went %v after the probe's 429, want 4 s or more", f.attempts(), x.at.Sub(answered))
 				break
 			}
 		}

@@ -162,8 +162,31 @@ func (p *Policy) Validate() error {
 	return nil
 }
 
-// reserve returns the reserve in force.
-func (p *Policy) reserve() time.Duration { return inForce(p.Reserve, DefaultReserve) }
+// ReserveInForce returns the reserve p keeps: Reserve, DefaultReserve if
+// Reserve is zero, or none if it is negative or p is nil.
+func (p *Policy) ReserveInForce() time.Duration {
+	if p == nil {
+		return 0
+	}
+	return inForce(p.Reserve, DefaultReserve)
+}
+
+// Bound returns how long a request with deadline still has for waits and
+// retries under p: the latest a wait may end, its deadline less p's
+// reserve in force. A zero deadline has no bound, and Bound returns the
+// zero time. Retries, a gate's queue, an Admission's queue, a Fallback's
+// moves and the gateway's continuations all stop at this instant.
+func (p *Policy) Bound(deadline time.Time) time.Time {
+	return boundOf(deadline, p.ReserveInForce())
+}
+
+// boundOf is Bound for a reserve known already, such as an outer layer's.
+func boundOf(deadline time.Time, reserve time.Duration) time.Time {
+	if deadline.IsZero() {
+		return time.Time{}
+	}
+	return deadline.Add(-reserve)
+}
 
 // inForce returns the duration a setting of v means, where zero means def
 // and a negative value means none (0).

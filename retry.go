@@ -45,7 +45,7 @@ func marked(ctx context.Context) bool { return markOf(ctx) != nil }
 
 // mark marks ctx for a layer that retries under p.
 func mark(ctx context.Context, p *Policy) *markCtx {
-	return &markCtx{Context: ctx, reserve: p.reserve()}
+	return &markCtx{Context: ctx, reserve: p.ReserveInForce()}
 }
 
 // Do calls attempt until it succeeds, p says to stop, or ctx ends, waiting
@@ -137,17 +137,17 @@ func errDelay(err error) (time.Duration, bool) {
 // schedule decides, failure by failure, whether a request is tried again.
 // Its zero value never retries.
 type schedule struct {
-	p     *Policy   // nil: no retries
-	once  bool      // the request's body cannot be sent again
-	first time.Time // the first attempt's start, for Window
-	n     int       // the failures decided on so far
-	paced int       // of those, attempts that an Admission let through a troubled key
+	p        *Policy   // nil: no retries
+	once     bool      // the request's body cannot be sent again
+	first    time.Time // the first attempt's start, for Window
+	n        int       // the failures decided on so far
+	admitted int       // of those, attempts that an Admission let through a troubled key
 }
 
 // decide reports whether a request whose latest attempt, sent at start,
 // failed with err is tried again, and after how long a wait. The policy
 // is read only now that a request has failed: the first call checks it,
-// and a policy that fails Validate is an error wrapping err. paced says
+// and a policy that fails Validate is an error wrapping err. admitted says
 // that the attempt went through a troubled key of an Admission: its
 // failure counts against MaxAttempts but does not advance the waits, since
 // the Admission, not the request's backoff, spaces the key's attempts.
@@ -156,7 +156,7 @@ type schedule struct {
 // no wait of its own. held says that the failure's server delay is the
 // key's not-before time, which holds the retry until then: the delay is
 // not slept either, but still ends retrying when it breaks a bound.
-func (s *schedule) decide(ctx context.Context, err error, start time.Time, paced, spaced, held bool) (time.Duration, bool, error) {
+func (s *schedule) decide(ctx context.Context, err error, start time.Time, admitted, spaced, held bool) (time.Duration, bool, error) {
 	if s.p == nil || s.once {
 		return 0, false, nil
 	}
@@ -167,8 +167,8 @@ func (s *schedule) decide(ctx context.Context, err error, start time.Time, paced
 		s.first = start
 	}
 	s.n++
-	if paced {
-		s.paced++
+	if admitted {
+		s.admitted++
 	}
 	if ctx.Err() != nil || !s.p.retryable(err) {
 		return 0, false, nil
@@ -198,7 +198,7 @@ func (s *schedule) waitFor(ctx context.Context, err error, spaced, held bool) (t
 	// which the Admission does not take as one) is slept as before.
 	var w time.Duration
 	if !spaced {
-		w = p.Waits[min(max(s.n-s.paced, 1), len(p.Waits))-1]
+		w = p.Waits[min(max(s.n-s.admitted, 1), len(p.Waits))-1]
 	}
 	limit := s.limit(deadline, hasDeadline)
 	serverSet := false
@@ -221,7 +221,7 @@ func (s *schedule) waitFor(ctx context.Context, err error, spaced, held bool) (t
 		// Never sleep into a retry that cannot leave the reserve; this
 		// also ends retrying when the server's delay breaks a bound. At
 		// the bound itself nothing is left to retry in, not even with
-		// no wait: a paced retry would be let go there at once, and
+		// no wait: a spaced retry would be let go there at once, and
 		// again, at the same instant.
 		return 0, false
 	}
@@ -234,7 +234,7 @@ func (s *schedule) limit(deadline time.Time, hasDeadline bool) time.Duration {
 	limit := forever
 	now := time.Now()
 	if hasDeadline {
-		limit = deadline.Sub(now) - s.p.reserve()
+		limit = s.p.Bound(deadline).Sub(now)
 	}
 	if s.p.Window > 0 {
 		limit = min(limit, s.first.Add(s.p.Window).Sub(now))

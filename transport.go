@@ -280,37 +280,42 @@ func (c *call) attempt() (result, error) {
 		c.hooks.start(res.at)
 	}
 	resp, err := c.send(r, release)
+	c.judge(r, resp, err, &res, active)
+	c.admitted(r, tok, &res)
+	if active && res.fail == nil {
+		c.hooks.end(res.at)
+	}
+	return res, nil
+}
+
+// judge fills res with an attempt's response or error: a failure, with
+// its status, the server's delay and its class, or an answer to return.
+// active says that hooks will read the attempt's end.
+func (c *call) judge(r *http.Request, resp *http.Response, err error, res *result, active bool) {
 	// time.Now is a measurable part of a success's cost: the end is read
 	// only when someone will look at it.
 	if active || err != nil || isFailure(resp.StatusCode) {
 		res.at.End = time.Now()
 	}
+	res.resp = resp
 	switch {
 	case err != nil:
 		// resp, if any, is a stream that opened with an error event.
-		res.resp, res.fail = resp, err
+		res.fail = err
 		var se *StatusError
 		if errors.As(err, &se) {
 			res.at.Status = se.StatusCode
 		}
 	case isFailure(resp.StatusCode):
-		res.resp = resp
 		d, _ := RetryAfter(resp.Header, res.at.End)
 		d, res.at.RetryAfterCut = c.capDelay(r, d)
 		res.fail = &StatusError{StatusCode: resp.StatusCode, Header: resp.Header, RetryAfter: d}
 		res.at.Status, res.at.RetryAfter = resp.StatusCode, d
 	default:
-		res.resp = resp
 		res.at.Status = resp.StatusCode
-		c.admitted(r, tok, &res)
-		if active {
-			c.hooks.end(res.at)
-		}
-		return res, nil
+		return
 	}
 	res.at.Err, res.at.Class = res.fail, Classify(res.fail)
-	c.admitted(r, tok, &res)
-	return res, nil
 }
 
 // closeBody closes r's body: RoundTrip must, even on an error
@@ -337,14 +342,10 @@ func (c *call) admit(r *http.Request, at *Attempt) (*admToken, error) {
 	if a.troubled.Load() == 0 {
 		return nil, nil // every key healthy: the success path's one atomic load
 	}
-	_, reserve := c.retrying()
 	key := c.t.admissionKey(r)
 	// Every wait here, the first attempt's too, counts against the
 	// deadline less the reserve of the layer that retries.
-	bound, ok := c.ctx.Deadline()
-	if ok {
-		bound = bound.Add(-reserve)
-	}
+	bound := c.bound()
 	hooks := c.hooks
 	tok, waited, err := a.admit(c.ctx, key, &c.arrived, bound, func(n int) { hooks.queued(key, n) })
 	at.AdmissionWait, at.Probe = waited, tok != nil && tok.probe
@@ -357,7 +358,7 @@ func (c *call) admit(r *http.Request, at *Attempt) (*admToken, error) {
 // Without either, there is no retry and no reserve.
 func (c *call) retrying() (retry bool, reserve time.Duration) {
 	if c.retry {
-		return c.n > 1, c.sched.p.reserve()
+		return c.n > 1, c.sched.p.ReserveInForce()
 	}
 	if m := markOf(c.ctx); m != nil {
 		return m.n.Load() > 1, m.reserve
@@ -509,12 +510,22 @@ func (c *call) acquire(r *http.Request, at *Attempt) (release func(), err error)
 // The first attempt, like the first attempt without a gate, may use the
 // whole deadline.
 func (c *call) gateContext() (context.Context, context.CancelFunc) {
-	deadline, ok := c.ctx.Deadline()
-	retry, reserve := c.retrying()
-	if !ok || !retry {
+	if retry, _ := c.retrying(); !retry {
 		return c.ctx, func() {}
 	}
-	return context.WithDeadline(c.ctx, deadline.Add(-reserve))
+	bound := c.bound()
+	if bound.IsZero() {
+		return c.ctx, func() {}
+	}
+	return context.WithDeadline(c.ctx, bound)
+}
+
+// bound is the request's deadline less the reserve of the layer that
+// retries it (see Policy.Bound), or zero without a deadline.
+func (c *call) bound() time.Time {
+	deadline, _ := c.ctx.Deadline()
+	_, reserve := c.retrying()
+	return boundOf(deadline, reserve)
 }
 
 // errBusyGate wraps a gate's refusal so that its text names the key.

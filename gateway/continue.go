@@ -152,14 +152,8 @@ func (x *exchange) copyContinuing(ctx context.Context, resp *http.Response, canc
 // pastBound reports whether the request's deadline less its reserve has
 // come: a continuation, like a retry, is not started past it.
 func (x *exchange) pastBound() bool {
-	if x.opts.deadline.IsZero() {
-		return false
-	}
-	var reserve time.Duration
-	if x.opts.policy != nil {
-		reserve = reserveOf(x.opts.policy)
-	}
-	return !time.Now().Before(x.opts.deadline.Add(-reserve))
+	bound := x.opts.policy.Bound(x.opts.deadline)
+	return !bound.IsZero() && !time.Now().Before(bound)
 }
 
 // continueStream sends the continuation of s's stream where and when the

@@ -629,7 +629,7 @@ func (x *exchange) downMessage(err error) string {
 	}
 	if de.Late && !x.opts.deadline.IsZero() && x.opts.policy != nil {
 		fmt.Fprintf(&b, ": a deadline %v after its arrival (%s), less a reserve of %v. To wait for the upstream, give the request a later deadline (Outlast-Timeout) or a smaller reserve (Outlast-Reserve; the gateway's is --reserve)",
-			x.opts.deadline.Sub(x.rec.Start).Round(time.Millisecond), deadlineFrom(x.opts.source), reserveOf(x.opts.policy))
+			x.opts.deadline.Sub(x.rec.Start).Round(time.Millisecond), deadlineFrom(x.opts.source), x.opts.policy.ReserveInForce())
 	}
 	if de.Last != nil {
 		fmt.Fprintf(&b, ". The last failure: %s", redact.Text(de.Last.Error()))

@@ -194,7 +194,8 @@ type Upstream struct {
 	StatusPaths []string
 }
 
-// Config configures a Gateway.
+// Config is what New needs to make a Gateway: its upstreams, and the
+// observers, logger and endpoints it reports to.
 type Config struct {
 	// Upstreams are the APIs to forward to. At least one is needed.
 	Upstreams []Upstream
@@ -274,7 +275,9 @@ type Gate interface {
 	Keys() []string
 }
 
-// Gateway is the proxy. It is safe for concurrent use.
+// Gateway is the proxy: an http.Handler that forwards LLM API requests to
+// its upstreams, retrying, gating and recording each one. It is safe for
+// concurrent use.
 type Gateway struct {
 	cfg       Config
 	logger    *slog.Logger

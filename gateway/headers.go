@@ -194,7 +194,7 @@ func (o *options) parsePolicy(h http.Header, u *Upstream, now time.Time) error {
 	// The reserve in force is at most the share of the deadline, so
 	// that a short deadline still leaves room for retries.
 	share := time.Duration(u.ReserveShare * float64(o.deadline.Sub(now)))
-	if share >= reserveOf(o.policy) {
+	if share >= o.policy.ReserveInForce() {
 		return nil
 	}
 	if o.policy != &o.own {
@@ -206,17 +206,6 @@ func (o *options) parsePolicy(h http.Header, u *Upstream, now time.Time) error {
 		o.own.Reserve = -1 // none: Policy's zero is the default
 	}
 	return nil
-}
-
-// reserveOf returns p's reserve in force, as Policy.Reserve documents it.
-func reserveOf(p *outlast.Policy) time.Duration {
-	switch {
-	case p.Reserve == 0:
-		return outlast.DefaultReserve
-	case p.Reserve < 0:
-		return 0
-	}
-	return p.Reserve
 }
 
 // parseAsked reads what the policy headers ask for. Its errors name the

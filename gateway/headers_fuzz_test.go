@@ -229,7 +229,7 @@ func checkPolicy(t *testing.T, h http.Header, u *Upstream, o options) {
 		}
 		return
 	case !asked && p == base:
-		if share := shareOf(u, o); share >= 0 && share < reserveOf(base) {
+		if share := shareOf(u, o); share >= 0 && share < base.ReserveInForce() {
 			t.Fatalf("parseOptions(%q): got the operator's policy, reserve %v, want a reserve held to %v of the deadline: %v", h, base.Reserve, u.ReserveShare, share)
 		}
 		return
@@ -265,7 +265,7 @@ func checkPolicy(t *testing.T, h http.Header, u *Upstream, o options) {
 	}
 	// Reserve: the request's own, or without one the operator's in
 	// force, held to the share of the deadline.
-	wantReserve := reserveOf(base)
+	wantReserve := base.ReserveInForce()
 	if v := h.Get(HeaderReserve); v != "" {
 		d, err := parse.Duration(v)
 		if err != nil {
@@ -275,7 +275,7 @@ func checkPolicy(t *testing.T, h http.Header, u *Upstream, o options) {
 	} else if share := shareOf(u, o); share >= 0 {
 		wantReserve = min(wantReserve, share)
 	}
-	if got := reserveOf(p); got != wantReserve {
+	if got := p.ReserveInForce(); got != wantReserve {
 		t.Fatalf("parseOptions(%q) under reserve %v: got reserve %v in force, want %v", h, base.Reserve, got, wantReserve)
 	}
 	// MaxAttempts: the smaller cap of the request's and the operator's,

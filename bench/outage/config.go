@@ -29,7 +29,6 @@ type scenario struct {
 	AttemptLimit time.Duration // per-attempt timeout for the hang shape's tuned configurations
 	Reserve      time.Duration // outlast's reserve, overriding the rule when positive
 	Fallback     bool          // a second provider of K/2 slots at fallbackHost, never down, and the rows that use it
-	ProbeTime    time.Duration // outlast.Admission.ProbeTime in every admission row; 0: the library's default
 }
 
 // shapes are the failure shapes, with what each does during the outage.
@@ -149,7 +148,6 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&s.Shape, "shape", s.Shape, "failure shape: "+shapeNames()+"; storm makes each rejection cost a slot for 0.25 × median service, so that retries can keep the provider saturated after the outage (see Shapes below)")
 	fs.DurationVar(&s.Reserve, "reserve", 0, "outlast's reserve, and so the tuned peers' attempt budget (default 5 × median service, at most half the deadline)")
 	fs.BoolVar(&s.Fallback, "fallback", false, "add a second provider of K/2 slots at "+fallbackHost+", same service time, never down, beside the primary and its outage, and the rows that use it (outlast's Fallback and LiteLLM's rule); the other rows use the primary alone")
-	fs.DurationVar(&s.ProbeTime, "probe-time", 0, "outlast.Admission.ProbeTime in every admission row (default 0: the library's 5 s; below zero: off)")
 	fs.DurationVar(&s.AttemptLimit, "attempt-timeout", 0, "per-attempt timeout of the tuned configurations in the hang shape (default 5 × median service)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -72,10 +72,10 @@ func newBuild(sc *scenario) build {
 	j.RetryAfter = outlast.RetryAfterAtLeast
 	b.jittered = &j
 	b.attempts = attemptBudget(sc, b.outlast)
-	b.shared.admission = &outlast.Admission{MaxLimit: sc.Slots, ProbeTime: sc.ProbeTime}
+	b.shared.admission = &outlast.Admission{MaxLimit: sc.Slots}
 	b.shared.gate = gate.New(sc.Slots, 1<<20)
 	if k := sc.FallbackSlots(); k > 0 {
-		b.shared.fallbackAdmission = &outlast.Admission{MaxLimit: k, ProbeTime: sc.ProbeTime}
+		b.shared.fallbackAdmission = &outlast.Admission{MaxLimit: k}
 		b.shared.fallbackGate = gate.New(k, 1<<20)
 	}
 	return b
@@ -520,7 +520,6 @@ const fleetAdmissionConfig = "probe waits 2 s, 4 s, 8 s, a server's delay spread
 func fleetAdmission(sc *scenario, limit int) *outlast.Admission {
 	return &outlast.Admission{
 		MaxLimit:    limit,
-		ProbeTime:   sc.ProbeTime,
 		ProbeWaits:  []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second},
 		DelaySpread: 8 * time.Second,
 	}
