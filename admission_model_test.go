@@ -898,9 +898,6 @@ func (m *model) checkSentAway(r *reqRecord) {
 		if e.to != outlast.Down || !down || !next.After(r.bound) {
 			continue
 		}
-		if r.bound.Before(r.deadline) && !e.at.Add(m.probeWaits[0]).After(r.bound) && !e.after.NotBefore.After(r.bound) {
-			continue // the probe is brought forward to its bound
-		}
 		for _, w := range r.queued() {
 			if w.holds(e.at) {
 				m.failf("request %d waited from %v to %v, though at %v the key went down with its next chance at %v, after the request's deadline less its reserve at %v: want it sent away then",
@@ -1029,9 +1026,7 @@ func (m *model) checkDown() {
 
 // checkProbeWaits checks the probes xs of the down period since: the first
 // waits ProbeWaits[0] after a key marked down by outage failures, and each
-// after a failed probe waits at least the shortest of the later waits, or,
-// brought forward to the deadline less the reserve of a request that
-// waits, at least ProbeWaits[0].
+// after a failed probe waits at least the shortest of the later waits.
 func (m *model) checkProbeWaits(since time.Time, xs []*sentAttempt) {
 	i, _ := m.tl.locate(since)
 	if in := m.tl[i]; in.upToDown && !in.probeToDown && !m.delayedAt(since) {
@@ -1049,32 +1044,12 @@ func (m *model) checkProbeWaits(since time.Time, xs []*sentAttempt) {
 			continue
 		}
 		for _, z := range xs {
-			if z.at.After(y.answered) && m.broughtForward(y.answered.Add(m.probeWaits[0]), z.at) {
-				continue
-			}
 			if z.at.After(y.answered) && z.at.Before(y.answered.Add(least)) {
 				m.failf("a probe went at %v, %v after the probe that failed (%s) at %v, want at least %v (ProbeWaits %v)",
 					m.rel(z.at), z.at.Sub(y.answered), modeNames[y.mode], m.rel(y.answered), least, m.probeWaits)
 			}
 		}
 	}
-}
-
-// broughtForward reports whether a probe at t may have been brought
-// forward, no sooner than from, for a request under way: one with a
-// reserve whose deadline less it lies in [from, t], and that had not
-// returned before from. The probe stays brought forward when that request leaves
-// first.
-func (m *model) broughtForward(from, t time.Time) bool {
-	for _, r := range m.reqs {
-		if r.bound.Before(from) || r.bound.After(t) || r.arrival.After(t) || !r.bound.Before(r.deadline) {
-			continue
-		}
-		if r.ret.IsZero() || !r.ret.Before(from) {
-			return true
-		}
-	}
-	return false
 }
 
 // checkNotBefore: no attempt is sent before the not-before time that an

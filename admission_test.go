@@ -746,8 +746,8 @@ func TestAdmissionBoundAheadOfPace(t *testing.T) {
 }
 
 // At its deadline less its reserve, the latest it may be sent, a waiter
-// of a recovering key goes: past the limit, past the hold after a 429 at
-// a limit of 1, and ahead of waiters that have time left, since its
+// of a recovering key goes: past the limit and ahead of waiters that
+// have time left, since its
 // reserve is for this last attempt and the upstream is answering. A down
 // or probing key, whose one attempt in flight is the probe, sends it
 // away instead.
