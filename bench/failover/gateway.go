@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/outlast-llm/outlast/bench/internal/proc"
@@ -37,36 +36,36 @@ const stopWait = 10 * time.Second
 
 // A gateway is one outlast serve process.
 type gateway struct {
-	url string
-	cmd *exec.Cmd
-	log string // its stdout and stderr
+	url   string
+	child *proc.Child
+	log   string   // its stdout and stderr
+	out   *os.File // log, open while the child runs
 }
 
 // startGateway writes the config for the two upstreams into dir, starts
-// bin serve on a free port with it and flags, and waits until it answers.
+// bin serve with it and flags on a port it picks, and waits until it
+// answers.
 func startGateway(ctx context.Context, bin, dir, primary, fallback string, flags []string) (*gateway, error) {
 	cfg := filepath.Join(dir, "outlast.yaml")
 	text := fmt.Sprintf(serveConfig, filepath.Join(dir, "journal.db"), primary, fallback, fallbackName)
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		return nil, err
 	}
-	addr, err := proc.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	g := &gateway{url: "http://" + addr, log: filepath.Join(dir, "serve.log")}
+	g := &gateway{log: filepath.Join(dir, "serve.log")}
 	out, err := os.Create(g.log)
 	if err != nil {
 		return nil, err
 	}
-	defer out.Close() // the child has its own copy
-	args := append([]string{"serve", "--config", cfg, "--listen", addr}, flags...)
-	g.cmd = exec.Command(bin, args...)
-	g.cmd.Dir = dir
-	g.cmd.Stdout, g.cmd.Stderr = out, out
-	if err := g.cmd.Start(); err != nil {
-		return nil, err
+	g.out = out
+	args := append([]string{"serve", "--config", cfg, "--listen", "127.0.0.1:0"}, flags...)
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	g.child, err = proc.Start(ctx, cmd, out, "serving on")
+	if err != nil {
+		out.Close()
+		return nil, fmt.Errorf("outlast serve %v: %w; its log: %s", args, err, g.tail())
 	}
+	g.url = "http://" + g.child.Addr
 	if err := proc.Ready(ctx, g.url+"/outlast/health"); err != nil {
 		g.stop()
 		return nil, fmt.Errorf("outlast serve %v: %w; its log: %s", args, err, g.tail())
@@ -77,18 +76,8 @@ func startGateway(ctx context.Context, bin, dir, primary, fallback string, flags
 // stop stops the gateway as an operator would, with SIGTERM, and kills it
 // if it has not stopped within stopWait.
 func (g *gateway) stop() {
-	g.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		g.cmd.Wait()
-	}()
-	select {
-	case <-done:
-	case <-time.After(stopWait):
-		g.cmd.Process.Kill()
-		<-done
-	}
+	g.child.Stop(stopWait)
+	g.out.Close() // the child's output is copied to it until it exits
 }
 
 // tail returns the end of the gateway's log, for an error.

@@ -137,27 +137,22 @@ type mockStats struct {
 func once(ctx context.Context, bin string, c config, admission bool, seed uint64) (result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	mockAddr, err := proc.FreeAddr()
-	if err != nil {
-		return result{}, err
-	}
-	gwAddr, err := proc.FreeAddr()
-	if err != nil {
-		return result{}, err
-	}
-	mock := exec.CommandContext(ctx, bin, "mock", "--listen", mockAddr, "--quiet", "--from-first-request",
+	mock, err := proc.Start(ctx, exec.CommandContext(ctx, bin, "mock", "--listen", "127.0.0.1:0", "--quiet", "--from-first-request",
 		"--script", fmt.Sprintf("503 for %v,ok", c.outage), "--capacity", strconv.Itoa(c.capacity),
-		"--slots", "0", "--chunks", "4", "--chunk-delay", "50ms")
-	serve := exec.CommandContext(ctx, bin, "serve", "--listen", gwAddr, "--upstream", "http://"+mockAddr,
-		"--journal", "off", "--waits", "1s,2s,4s", "--reserve", "5s", "--max-conns", strconv.Itoa(c.callers+64),
-		"--admission="+strconv.FormatBool(admission))
-	for _, p := range []*exec.Cmd{mock, serve} {
-		p.Stdout, p.Stderr = io.Discard, io.Discard
-		if err := p.Start(); err != nil {
-			return result{}, err
-		}
-		defer func() { cancel(); p.Wait() }()
+		"--slots", "0", "--chunks", "4", "--chunk-delay", "50ms"), io.Discard, "listening on")
+	if err != nil {
+		return result{}, err
 	}
+	defer func() { cancel(); mock.Wait() }()
+	mockAddr := mock.Addr
+	serve, err := proc.Start(ctx, exec.CommandContext(ctx, bin, "serve", "--listen", "127.0.0.1:0", "--upstream", "http://"+mockAddr,
+		"--journal", "off", "--waits", "1s,2s,4s", "--reserve", "5s", "--max-conns", strconv.Itoa(c.callers+64),
+		"--admission="+strconv.FormatBool(admission)), io.Discard, "serving on")
+	if err != nil {
+		return result{}, err
+	}
+	defer func() { cancel(); serve.Wait() }()
+	gwAddr := serve.Addr
 	for _, u := range []string{"http://" + mockAddr + "/health", "http://" + gwAddr + "/outlast/health"} {
 		if err := proc.Ready(ctx, u); err != nil {
 			return result{}, err
