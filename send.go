@@ -60,8 +60,8 @@ func (c *call) send(r *http.Request, release func()) (*http.Response, error) {
 // attempt while nothing has reached the caller. Such a failure comes with
 // the response, its body intact, for the caller if it is not retried.
 func firstByte(resp *http.Response, timer *time.Timer, ctx, parent context.Context, release func(), cancel context.CancelCauseFunc) (*http.Response, error) {
-	b := &body{rc: resp.Body, release: release, cancel: cancel}
 	stream := sse.IsStream(resp.Header)
+	b := &body{rc: resp.Body, release: release, cancel: cancel, stream: stream}
 	err := b.peek(stream)
 	if !timer.Stop() {
 		// The timer fired, so ctx is or will be cancelled: whatever was
@@ -196,18 +196,27 @@ type body struct {
 	one     [1]byte // storage for head
 	release func()
 	cancel  context.CancelCauseFunc
+	stream  bool // an event stream, whose head is its first event
 
 	released  atomic.Bool // release has been called
 	cancelled atomic.Bool // cancel has been called
 }
 
 func (b *body) Read(p []byte) (int, error) {
+	n := 0
 	if len(b.head) > 0 {
-		n := copy(p, b.head)
+		n = copy(p, b.head)
 		b.head = b.head[n:]
-		return n, nil
+		if b.stream || len(b.head) > 0 || n == len(p) {
+			// A stream's first event goes alone, at once.
+			return n, nil
+		}
+		// The byte read ahead of a body that is not a stream comes with
+		// what follows it, so that the caller gets them in one read, as
+		// it would without the read ahead.
 	}
-	n, err := b.rc.Read(p)
+	m, err := b.rc.Read(p[n:])
+	n += m
 	if err == io.EOF && b.release != nil {
 		// The server's slot is free once the response has ended, even if
 		// the caller is slow to close the body.

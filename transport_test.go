@@ -783,3 +783,76 @@ func TestTransportFirstEventError(t *testing.T) {
 		})
 	}
 }
+
+// TestTransportFirstReadWhole checks that the byte the Transport reads
+// ahead of a body (for FirstByteTimeout) comes with what follows it in
+// the caller's first read, as it would without the read ahead, while a
+// stream's first event comes at once, without a wait for what follows.
+func TestTransportFirstReadWhole(t *testing.T) {
+	for _, c := range []struct {
+		name, ctype, body string
+	}{
+		{"json", "application/json", `{"id":"chatcmpl-1","choices":[]}`},
+		{"stream", "text/event-stream", "data: 1\n\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := &pausingBody{first: c.body, closed: make(chan struct{})}
+			tr := &outlast.Transport{
+				Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {c.ctype}}, Body: body, Request: r}, nil
+				}),
+				Policy:           &outlast.Policy{Waits: ms(10)},
+				FirstByteTimeout: time.Minute,
+				Logger:           discardLogger(),
+			}
+			req, _ := http.NewRequest(http.MethodPost, "http://upstream.test/v1/chat/completions", nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan string, 1)
+			go func() {
+				buf := make([]byte, 1024)
+				n, _ := resp.Body.Read(buf)
+				got <- string(buf[:n])
+			}()
+			select {
+			case g := <-got:
+				if g != c.body {
+					t.Errorf("the first read got %q; want %q", g, c.body)
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("the first read waited for more than what had come")
+			}
+			resp.Body.Close()
+		})
+	}
+}
+
+// pausingBody gives the first byte of first, then the rest of it, then
+// nothing until it is closed, as a connection whose peer pauses.
+type pausingBody struct {
+	first  string
+	began  bool
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (b *pausingBody) Read(p []byte) (int, error) {
+	if b.first != "" {
+		n := copy(p, b.first)
+		if !b.began {
+			n = copy(p[:1], b.first)
+			b.began = true
+		}
+		b.first = b.first[n:]
+		return n, nil
+	}
+	<-b.closed
+	return 0, io.EOF
+}
+
+func (b *pausingBody) Close() error {
+	b.once.Do(func() { close(b.closed) })
+	return nil
+}

@@ -176,9 +176,7 @@ func (x *exchange) readBody() ([]byte, bool) {
 	if x.r.Body == nil || x.r.Body == http.NoBody {
 		return nil, true
 	}
-	// Memory follows the bytes received: the buffer grows as they come,
-	// whatever Content-Length announced.
-	body, err := io.ReadAll(io.LimitReader(x.out.slowBodyReader(x.r.Body, x.g.cfg.BodyTimeout), limit+1))
+	body, err := readBody(x.out.slowBodyReader(x.r.Body, x.g.cfg.BodyTimeout), x.r.ContentLength, limit+1)
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		x.out.closeAfter()
@@ -199,6 +197,36 @@ func (x *exchange) readBody() ([]byte, bool) {
 	}
 	return body, true
 }
+
+// readBody reads a request body of size bytes (-1 if unknown) from r,
+// or up to limit bytes of one of unknown size, and lifts r's deadline
+// unless the body was too slow.
+// Memory follows the bytes received: a buffer of size is made only for a
+// body small enough to be read in one go; a larger one grows as it comes,
+// whatever Content-Length announced. net/http ends a body at its
+// declared size, or fails it short of it.
+func readBody(r *deadlineReader, size, limit int64) ([]byte, error) {
+	if size < 0 || size > wholeRead {
+		b, err := io.ReadAll(io.LimitReader(r, limit))
+		if err == nil {
+			r.lift() // a body cut at limit has not ended
+		}
+		return b, err
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(r, b); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	r.lift()
+	return b, nil
+}
+
+// wholeRead is the largest request body read into a buffer of its
+// declared size.
+const wholeRead = 64 << 10
 
 // inspect reads what the record and the gate need from a JSON body: the
 // model, whether it streams, and llama.cpp's id_slot (-1 means any slot),
@@ -469,6 +497,11 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 	}
 	setHeader := func(h http.Header) {
 		copyHeader(h, resp.Header)
+		if !stream && resp.ContentLength > 0 && h.Get("Content-Length") == "" && x.r.Method != http.MethodHead {
+			// A whole answer that came chunked goes with its length, so
+			// that the caller has it all once its last byte is sent.
+			h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+		}
 		x.ownHeaders(h)
 		if (resp.StatusCode >= 400 || errorEvent) && x.retried() {
 			// The gateway has applied its policy to this failure: a
@@ -679,9 +712,11 @@ func (x *exchange) fail(status int, kind, msg string, extra http.Header) {
 	x.out.write(append(apierr.Body(kind, msg, nil), '\n'))
 }
 
-// done finishes the record and tells the observer and the log.
+// done finishes the record and tells the observer and the log, once the
+// caller has the answer.
 func (x *exchange) done() {
 	x.rec.End = time.Now()
+	x.out.finish()
 	if x.forwarder < len(x.rec.Attempts) && x.rec.Committed {
 		// The bytes forwarded since the last splice are the attempt's
 		// being forwarded: those of the attempts before it were
@@ -691,7 +726,19 @@ func (x *exchange) done() {
 	if o := x.g.cfg.Observer.Done; o != nil {
 		o(&x.rec)
 	}
-	x.g.logger.LogAttrs(x.r.Context(), slog.LevelInfo, "outlast: request",
+	x.logLine()
+}
+
+// logLine writes the request's info line, if the logger takes it. It
+// hands the handler its record itself, without the caller's program
+// counter, which slog.Logger would look up for every line.
+func (x *exchange) logLine() {
+	ctx, h := x.r.Context(), x.g.logger.Handler()
+	if !h.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	r := slog.NewRecord(x.rec.End, slog.LevelInfo, "outlast: request", 0)
+	r.AddAttrs(
 		slog.String("id", x.rec.ID),
 		slog.String("run", x.rec.Run),
 		slog.String("method", x.rec.Method),
@@ -702,4 +749,5 @@ func (x *exchange) done() {
 		slog.Duration("took", x.rec.End.Sub(x.rec.Start)),
 		slog.String("error", x.rec.Error),
 	)
+	h.Handle(ctx, r)
 }

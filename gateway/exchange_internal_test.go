@@ -2,7 +2,11 @@ package gateway
 
 import (
 	"log/slog"
+	"maps"
+	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -34,5 +38,66 @@ func TestBodyFor(t *testing.T) {
 		if n := testing.AllocsPerRun(100, func() { x.bodyFor(u) }); n > 1 {
 			t.Errorf("%s: got %v allocations, want at most 1", c.body, n)
 		}
+	}
+}
+
+// TestReadUpTo checks the read of a whole answer: one of its declared
+// size, one cut short of it, one longer than it said, one past the limit,
+// and one of unknown size.
+func TestReadUpTo(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		body        string
+		size, limit int64
+		want        string
+		wantErr     bool
+	}{
+		{"declared", "hello", 5, 100, "hello", false},
+		{"empty", "", 0, 100, "", false},
+		{"cut short", "hel", 5, 100, "hel", true},
+		{"longer than declared", "hello world", 5, 100, "hello world", false},
+		{"past the limit", "hello world", 5, 8, "hello wo", false},
+		{"unknown size", "hello", -1, 100, "hello", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := readUpTo(strings.NewReader(c.body), c.size, c.limit)
+			if string(got) != c.want || (err != nil) != c.wantErr {
+				t.Errorf("readUpTo(%q, %d, %d) = %q, %v; want %q, error %v", c.body, c.size, c.limit, got, err, c.want, c.wantErr)
+			}
+		})
+	}
+}
+
+// TestForwardHeader checks what goes upstream: the caller's headers less
+// hop-by-hop ones, those Connection names and the gateway's own, with
+// Outlast-Attempt kept; and, where the upstream's credential is to be
+// set, a map of its own, so that the caller's request is never changed.
+func TestForwardHeader(t *testing.T) {
+	in := http.Header{
+		"Authorization":   {"Bearer sk-caller"},
+		"Content-Type":    {"application/json"},
+		"Outlast-Attempt": {"1"},
+	}
+	if got := forwardHeader(in, false); !maps.EqualFunc(got, in, slices.Equal) {
+		t.Errorf("clean headers: got %v, want %v", got, in)
+	}
+	own := forwardHeader(in, true)
+	own.Set("Authorization", "Bearer sk-upstream")
+	if in.Get("Authorization") != "Bearer sk-caller" {
+		t.Errorf("a change to the upstream's copy reached the caller's headers: %v", in)
+	}
+	dirty := in.Clone()
+	dirty["Connection"] = []string{"X-Hop"}
+	dirty["X-Hop"] = []string{"1"}
+	dirty["Keep-Alive"] = []string{"timeout=5"}
+	dirty["Outlast-Timeout"] = []string{"30s"}
+	got := forwardHeader(dirty, false)
+	for _, k := range []string{"Connection", "X-Hop", "Keep-Alive", "Outlast-Timeout"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("%s was forwarded", k)
+		}
+	}
+	if got.Get("Outlast-Attempt") != "1" || got.Get("Authorization") != "Bearer sk-caller" || len(dirty) != 7 {
+		t.Errorf("got %v from %v; want Outlast-Attempt and Authorization kept, the caller's headers unchanged", got, dirty)
 	}
 }

@@ -925,3 +925,49 @@ func TestTokenByBasicAuthForThePage(t *testing.T) {
 		t.Errorf("the upstream got %d requests, want none", up.attempts())
 	}
 }
+
+// TestGatewayAnswerBeforeRecord checks that the caller has the whole
+// answer before the record is finished: the observers and the log line
+// cost the caller nothing, whether the answer is JSON or an error. (A
+// stream's last chunk is net/http's to write, once the handler returns.)
+func TestGatewayAnswerBeforeRecord(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		answer http.HandlerFunc
+		accept string
+	}{
+		// Larger than one read of the body, so that its end is not
+		// flushed with its first bytes.
+		{"json", status(200, `{"id":"x","pad":"`+strings.Repeat("p", 97<<10)+`"}`), ""},
+		{"error", status(400, `{"error":{"message":"no"}}`), ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			read := make(chan struct{})
+			recorded := make(chan struct{})
+			up := newUpstream(t, c.answer)
+			url, _ := gwObserved(t, up, nil, record.Observer{Done: func(*record.Request) {
+				defer close(recorded)
+				select {
+				case <-read:
+				case <-time.After(10 * time.Second):
+					t.Error("the record was finished before the caller had the whole answer")
+				}
+			}})
+			req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+			if c.accept != "" {
+				req.Header.Set("Accept", c.accept)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || !strings.Contains(string(b), "x") && c.name != "error" {
+				t.Fatalf("read %q, %v; want the whole answer", b, err)
+			}
+			close(read)
+			<-recorded
+		})
+	}
+}

@@ -315,7 +315,13 @@ var hopHeaders = []string{
 // forwardHeader returns the headers to send upstream: the caller's, less
 // hop-by-hop headers and the gateway's own, but keeping Outlast-Attempt
 // (see HeaderTimeout's group). Authorization and x-api-key pass through.
-func forwardHeader(in http.Header) http.Header {
+// When nothing is to be left out and fresh is false, it returns in
+// itself, which no one changes: the upstream's Transport copies it for
+// each attempt. fresh asks for a map of the caller's own, to change.
+func forwardHeader(in http.Header, fresh bool) http.Header {
+	if !fresh && !hasLeftOut(in) {
+		return in
+	}
 	out := make(http.Header, len(in))
 	for k, v := range in {
 		if strings.HasPrefix(k, "Outlast-") && k != outlast.AttemptHeader {
@@ -327,16 +333,32 @@ func forwardHeader(in http.Header) http.Header {
 	return out
 }
 
-// copyHeader copies an upstream response's headers to the caller's,
-// less hop-by-hop headers; the caller's own hop-by-hop headers, such as
-// the gateway's Connection: close, stay.
-func copyHeader(dst, src http.Header) {
-	h := make(http.Header, len(src))
-	for k, v := range src {
-		h[k] = append([]string(nil), v...)
+// hasLeftOut reports whether h has a header that forwardHeader leaves
+// out.
+func hasLeftOut(h http.Header) bool {
+	if _, ok := h["Connection"]; ok {
+		return true // and what it names
 	}
-	removeHop(h)
-	for k, v := range h {
+	for k := range h {
+		if strings.HasPrefix(k, "Outlast-") && k != outlast.AttemptHeader {
+			return true
+		}
+	}
+	for _, k := range hopHeaders {
+		if _, ok := h[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// copyHeader copies an upstream response's headers to the caller's,
+// less hop-by-hop headers, which it removes from src; the caller's own
+// hop-by-hop headers, such as the gateway's Connection: close, stay. The
+// values are shared with src, which nothing changes afterwards.
+func copyHeader(dst, src http.Header) {
+	removeHop(src) // an upstream response's header is the gateway's to change
+	for k, v := range src {
 		dst[k] = v
 	}
 }

@@ -23,6 +23,9 @@ func resolvePath(escaped string) (string, error) {
 	if escaped[0] != '/' {
 		return "", errors.New("outlast: the request's path does not start with /")
 	}
+	if !strings.ContainsAny(escaped, `%\`) && !strings.Contains(escaped, "/.") {
+		return escaped, nil // nothing to decode, refuse or remove, as most paths
+	}
 	if lower := strings.ToLower(escaped); strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") || strings.Contains(escaped, `\`) {
 		return "", errors.New("outlast: the request's path holds an encoded slash or a backslash, which servers split differently")
 	}

@@ -74,6 +74,18 @@ func (o *response) release() {
 	}
 }
 
+// finish sends what the caller's response has buffered, if it is
+// committed, so that the caller has the whole answer at once: what is
+// left to do (the record, the log line) no longer delays it until the
+// handler returns.
+func (o *response) finish() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.committed {
+		o.rc.Flush()
+	}
+}
+
 // retract drops the status line and headers that hold keeps, and reports
 // whether it did: nothing has been sent, and an error can take their
 // place.
@@ -121,16 +133,13 @@ func (o *response) errorEvent(kind, msg string, upstream []byte) {
 // slowBodyReader returns body read with a deadline of timeout (none if it
 // is not positive) before each read, so that a body whose bytes stop
 // coming ends with os.ErrDeadlineExceeded rather than holding its
-// connection. The deadline is lifted at the body's end or failure: a
-// read deadline left on the connection would cut the response, which may
-// stream for an hour. It stays, passed, after a body that was too slow:
-// that connection is closed after its 408, and net/http, which reads
-// what is left of a short body before it closes, must not wait for the
-// rest of the trickle.
-func (o *response) slowBodyReader(body io.Reader, timeout time.Duration) io.Reader {
-	if timeout <= 0 {
-		return body
-	}
+// connection. The deadline is lifted at the body's end or failure, or by
+// lift: a read deadline left on the connection would cut the response,
+// which may stream for an hour. It stays, passed, after a body that was
+// too slow: that connection is closed after its 408, and net/http, which
+// reads what is left of a short body before it closes, must not wait for
+// the rest of the trickle.
+func (o *response) slowBodyReader(body io.Reader, timeout time.Duration) *deadlineReader {
 	return &deadlineReader{r: body, rc: o.rc, timeout: timeout}
 }
 
@@ -138,17 +147,28 @@ type deadlineReader struct {
 	r       io.Reader
 	rc      *http.ResponseController
 	timeout time.Duration
+	set     bool // a deadline is on the connection
 }
 
 func (d *deadlineReader) Read(p []byte) (int, error) {
-	// An error here means the connection cannot take deadlines (a test's
-	// recorder): the body is read without one.
-	d.rc.SetReadDeadline(time.Now().Add(d.timeout))
+	if d.timeout > 0 {
+		// An error here means the connection cannot take deadlines (a
+		// test's recorder): the body is read without one.
+		d.set = d.rc.SetReadDeadline(time.Now().Add(d.timeout)) == nil
+	}
 	n, err := d.r.Read(p)
 	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-		d.rc.SetReadDeadline(time.Time{})
+		d.lift()
 	}
 	return n, err
+}
+
+// lift takes the deadline off the connection, if one is on it.
+func (d *deadlineReader) lift() {
+	if d.set {
+		d.rc.SetReadDeadline(time.Time{})
+		d.set = false
+	}
 }
 
 // closeAfter asks that the connection be closed once the response is

@@ -29,7 +29,7 @@ func (w wholeBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 		resp.StatusCode == http.StatusSwitchingProtocols || r.Method == http.MethodHead || resp.ContentLength > w.max {
 		return resp, err
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, w.max+1))
+	body, err := readUpTo(resp.Body, resp.ContentLength, w.max+1)
 	if int64(len(body)) > w.max {
 		// Too long to hold: the rest goes as it comes.
 		resp.Body = readCloser{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
@@ -74,4 +74,33 @@ func (e *brokeOff) Unwrap() []error { return []error{outlast.ErrClosedEarly, e.e
 type readCloser struct {
 	io.Reader
 	io.Closer
+}
+
+// readUpTo reads r to its end, or to limit bytes. A body of known length
+// (size, 0 or more) is read into one buffer of its size, which its end is
+// checked past: a server that sends more than it declared is read as
+// io.ReadAll would.
+func readUpTo(r io.Reader, size, limit int64) ([]byte, error) {
+	if size < 0 || size >= limit {
+		return io.ReadAll(io.LimitReader(r, limit))
+	}
+	b := make([]byte, size, size+1)
+	n, err := io.ReadFull(r, b)
+	switch {
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+		return b[:n], io.ErrUnexpectedEOF
+	case err != nil:
+		return b[:n], err
+	}
+	// Its end: net/http's body reports io.EOF at the declared length.
+	var one [1]byte
+	m, err := r.Read(one[:])
+	if m > 0 {
+		rest, err := io.ReadAll(io.LimitReader(r, limit-size-1))
+		return append(append(b, one[0]), rest...), err
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	return b, err
 }

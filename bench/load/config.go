@@ -30,7 +30,6 @@ type config struct {
 	MaxOther    float64       // a round in which other processes used more of the machine is run again
 	RedoBudget  time.Duration // the most time each phase spends on rounds run again
 	Late        time.Duration // a send this far behind its schedule is late
-	Slots       int           // the gateway's Slots
 	GateSlots   int           // Slots of the gateway+gate target
 	Journal     bool          // add the gateway+journal target
 	Redis       string        // add the gateway+redis target, its gate kept in this Redis
@@ -65,7 +64,6 @@ func defaults() config {
 		MaxOther:    0.25,
 		RedoBudget:  12 * time.Second,
 		Late:        2 * time.Millisecond,
-		Slots:       0,
 		GateSlots:   1024,
 		Journal:     true,
 		JournalProc: true,
@@ -116,8 +114,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.MaxOther, "max-other", c.MaxOther, "run a latency round again if other processes used more than this share of the machine's CPU meanwhile\n(Linux only; 0: never)")
 	fs.DurationVar(&c.RedoBudget, "redo-budget", c.RedoBudget, "the most time each of the five phases spends on rounds run again")
 	fs.DurationVar(&c.Late, "late", c.Late, "an open-loop send this far behind its schedule counts as late")
-	fs.IntVar(&c.Slots, "slots", c.Slots, "Slots of the gateway target (0: no gate)")
-	fs.IntVar(&c.GateSlots, "gate-slots", c.GateSlots, "Slots of the gateway+gate target (0: leave the target out)")
+	fs.IntVar(&c.GateSlots, "gate-slots", c.GateSlots, "the gateway+gate target's --slots (0: leave the target out)")
 	fs.StringVar(&c.Redis, "redis", c.Redis, "add the gateway+redis target: the gateway+gate target's gate and admission kept in this Redis (a redis:// URL), as outlast serve --redis keeps them (empty: leave the target out)")
 	fs.BoolVar(&c.Journal, "journal", c.Journal, "add the gateway+journal target: the gateway writing its record to SQLite, as outlast serve does by default")
 	fs.BoolVar(&c.JournalProc, "journal-child", c.JournalProc, "write the gateway+journal target's SQLite from a child process at the lowest CPU priority, fed batches through a pipe,\nas outlast serve does by default (false: in this process, as serve --journal-writer inline)")
@@ -168,8 +165,8 @@ func (c config) validate() error {
 		return usageError{Err: fmt.Errorf("--max-time %v: want more than 0", c.MaxDur)}
 	case c.InFlight < 1:
 		return usageError{Err: fmt.Errorf("--inflight %d: want 1 or more", c.InFlight)}
-	case c.Slots < 0 || c.GateSlots < 0:
-		return usageError{Err: fmt.Errorf("--slots %d, --gate-slots %d: want 0 or more", c.Slots, c.GateSlots)}
+	case c.GateSlots < 0:
+		return usageError{Err: fmt.Errorf("--gate-slots %d: want 0 or more", c.GateSlots)}
 	case c.UpIdle < 1:
 		return usageError{Err: fmt.Errorf("--upstream-idle %d: want 1 or more", c.UpIdle)}
 	case c.ProfileDur <= 0:

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -20,8 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outlast-llm/outlast"
-	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/internal/cli"
 	"github.com/outlast-llm/outlast/record"
 	"github.com/outlast-llm/outlast/server"
 )
@@ -193,65 +191,88 @@ func (b *bufferPool) Put(buf []byte) {
 	}
 }
 
-// waits is the realistic retry policy the gateway runs with. On this
-// upstream nothing fails, so only its fixed costs show.
-var waits = []time.Duration{15 * time.Second, 45 * time.Second, 120 * time.Second, 240 * time.Second}
-
-// newGateway returns the gateway as outlast serve assembles it
-// (server.New), with the retry policy the docs suggest, long first-byte
-// and idle timeouts, its metrics and page, a logger that drops its lines,
-// and the journal that spec names ("off" for none), written as
-// journalWriter says.
-func newGateway(up *url.URL, slots, idle int, spec, journalWriter, redis string, obs record.Observer) (*server.Server, error) {
-	return server.New(context.Background(), server.Config{
-		Gateway: gateway.Config{
-			Upstreams: []gateway.Upstream{{
-				URL:              up,
-				Policy:           &outlast.Policy{Waits: waits},
-				Slots:            slots,
-				FirstByteTimeout: 5 * time.Minute,
-				IdleTimeout:      2 * time.Minute,
-			}},
-			Transport: upstreamTransport(idle),
-			Logger:    slog.New(slog.DiscardHandler),
-		},
-		Journal:       spec,
-		JournalWriter: journalWriter,
-		Redis:         redis,
-		Observer:      obs,
-	})
+// newGateway returns the gateway as outlast serve runs it with args and
+// its defaults for the rest (server.New with cli.ServeConfig): the retry
+// policy, the admission, the deadline, the metrics and page, and its log
+// line per request, written as JSON to a pipe that a goroutine drains, as
+// serve's stderr goes to a log collector. The transport is the one the
+// bare proxy has, which is serve's default with --upstream-idle
+// connections per host; obs, if set, is told of each request.
+func newGateway(up *url.URL, idle int, obs record.Observer, args ...string) (_ *server.Server, closeLog func(), err error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		io.Copy(io.Discard, pr)
+	}()
+	closePipe := func() {
+		pw.Close()
+		<-drained
+		pr.Close()
+	}
+	defer func() {
+		if err != nil {
+			closePipe()
+		}
+	}()
+	cfg, flushLog, err := cli.ServeConfig(append([]string{"--upstream", up.String()}, args...), pw)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Gateway.Transport = upstreamTransport(idle)
+	cfg.Observer = obs
+	srv, err := server.New(context.Background(), cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return srv, func() { flushLog(); closePipe() }, nil
 }
 
-// loopback is one handler on its own loopback listener and http.Server.
+// loopback is one handler on its own loopback listener.
 type loopback struct {
-	srv  *http.Server
 	url  *url.URL
+	stop func()
 	errc chan error
 }
 
+// selfServer is a handler that serves a listener itself, as outlast serve
+// serves the gateway: with its connection bound and timeouts.
+type selfServer interface {
+	Serve(ctx context.Context, l net.Listener) error
+}
+
+// serveLoopback serves h on a loopback port: by h's own Serve if it has
+// one, or else by an http.Server.
 func serveLoopback(h http.Handler) (*loopback, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listening on loopback: %w", err)
 	}
-	s := &loopback{
-		srv: &http.Server{
-			Handler:           h,
-			ReadHeaderTimeout: 30 * time.Second,
-			ErrorLog:          log.New(io.Discard, "", 0),
-		},
-		url:  &url.URL{Scheme: "http", Host: l.Addr().String()},
-		errc: make(chan error, 1),
+	s := &loopback{url: &url.URL{Scheme: "http", Host: l.Addr().String()}, errc: make(chan error, 1)}
+	if own, ok := h.(selfServer); ok {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stop = cancel
+		go func() { s.errc <- own.Serve(ctx, l) }()
+		return s, nil
 	}
-	go func() { s.errc <- s.srv.Serve(l) }()
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	s.stop = func() { srv.Close() }
+	go func() { s.errc <- srv.Serve(l) }()
 	return s, nil
 }
 
-// close stops the server at once: every request has ended by the time the
+// close stops the server: every request has ended by the time the
 // benchmark closes its servers.
 func (s *loopback) close() error {
-	s.srv.Close()
-	if err := <-s.errc; !errors.Is(err, http.ErrServerClosed) {
+	s.stop()
+	if err := <-s.errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
@@ -280,23 +301,22 @@ func newStack(c config) (_ *stack, err error) {
 		return nil, err
 	}
 	type variant struct {
-		name  string
-		slots int
-		redis string
+		name string
+		args []string
 	}
-	gws := []variant{{"gateway", c.Slots, ""}}
+	gws := []variant{{"gateway", []string{"--journal", "off"}}}
 	if c.GateSlots > 0 {
-		gws = append(gws, variant{"gateway+gate", c.GateSlots, ""})
+		gws = append(gws, variant{"gateway+gate", []string{"--journal", "off", "--slots", strconv.Itoa(c.GateSlots)}})
 	}
 	if c.Redis != "" {
-		gws = append(gws, variant{"gateway+redis", max(c.GateSlots, 1), c.Redis})
+		gws = append(gws, variant{"gateway+redis", []string{"--journal", "off", "--slots", strconv.Itoa(max(c.GateSlots, 1)), "--redis", c.Redis}})
 	}
 	for _, gw := range gws {
-		g, err := newGateway(up.url, gw.slots, c.UpIdle, "off", "", gw.redis, record.Observer{})
+		g, closeLog, err := newGateway(up.url, c.UpIdle, record.Observer{}, gw.args...)
 		if err != nil {
 			return nil, err
 		}
-		s.cleanup = append(s.cleanup, func() { g.Close(context.Background()) })
+		s.cleanup = append(s.cleanup, func() { g.Close(context.Background()); closeLog() })
 		if _, err := s.add(gw.name, g, c); err != nil {
 			return nil, err
 		}
@@ -334,13 +354,13 @@ func (s *stack) addJournal(up *url.URL, c config) error {
 		default:
 		}
 	}}
-	g, err := newGateway(up, c.Slots, c.UpIdle, "sqlite:"+filepath.Join(dir, "journal.db"), writer, "", counter)
+	g, closeLog, err := newGateway(up, c.UpIdle, counter, "--journal", "sqlite:"+filepath.Join(dir, "journal.db"), "--journal-writer", writer)
 	if err != nil {
 		return err
 	}
 	// Cleanups run in order: the gateway's journal closes before its
 	// folder goes.
-	s.cleanup = append([]func(){func() { g.Close(context.Background()) }}, s.cleanup...)
+	s.cleanup = append([]func(){func() { g.Close(context.Background()); closeLog() }}, s.cleanup...)
 	if _, err := s.add("gateway+journal", g, c); err != nil {
 		return err
 	}

@@ -380,9 +380,11 @@ func TestReplicasRedisRestart(t *testing.T) {
 	}
 	sendAll("redis back")
 	for i, p := range ps {
-		if !strings.Contains(p.log.String(), "redis is unreachable") || !strings.Contains(p.log.String(), "redis is back") {
-			t.Errorf("replica %d's log does not say that redis went and came back:\n%s", i, p.log.String())
+		// An info line waits up to logFlushAfter in serve's log buffer.
+		said := func() bool {
+			return strings.Contains(p.log.String(), "redis is unreachable") && strings.Contains(p.log.String(), "redis is back")
 		}
+		waitUntil(t, 10*time.Second, fmt.Sprintf("replica %d's log to say that redis went and came back", i), said)
 	}
 }
 

@@ -37,7 +37,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if done {
 		return err
 	}
-	cfg.Gateway.Logger = newLogger(stderr)
+	var flushLog func()
+	cfg.Gateway.Logger, flushLog = newLogger(stderr, cfg.LogLevel)
+	defer flushLog()
 	if cfg.Tracer, err = tracing.FromEnv(ctx); err != nil {
 		return &usageError{err}
 	}
@@ -59,6 +61,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// ServeConfig returns the configuration outlast serve runs with for
+// args, with serve's logger writing to logw, as serve writes to its
+// stderr, and the func that writes the lines the logger holds. It is for
+// a benchmark that measures the gateway as a user runs it, in its own
+// process.
+func ServeConfig(args []string, logw io.Writer) (cfg server.Config, flushLog func(), err error) {
+	cfg, done, err := serveConfigFrom(args, io.Discard)
+	if done && err == nil {
+		err = errors.New("serve: nothing to serve (--help)")
+	}
+	cfg.Gateway.Logger, flushLog = newLogger(logw, cfg.LogLevel)
+	return cfg, flushLog, err
 }
 
 // closeServer flushes the journal and the traces, for up to 10 s, and
@@ -121,20 +137,18 @@ func (sc scope) where() string {
 	return ""
 }
 
-// newLogger logs JSON lines, for a log collector, unless w is a terminal.
-// Durations are written as Go writes them ("1.5s"), in text and JSON alike,
-// not as a count of nanoseconds.
-func newLogger(w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-		if a.Value.Kind() == slog.KindDuration {
-			a.Value = slog.StringValue(a.Value.Duration().String())
-		}
-		return a
-	}}
+// newLogger logs lines of level or more: JSON lines, for a log
+// collector, unless w is a terminal. Durations are written as Go writes
+// them ("1.5s"), in text and JSON alike, not as a count of nanoseconds.
+// Lines to anything but a terminal are buffered (see logWriter) but for
+// warnings and errors; flush writes what waits.
+func newLogger(w io.Writer, level slog.Level) (logger *slog.Logger, flush func()) {
+	opts := &slog.HandlerOptions{Level: level}
 	if isTerminal(w) {
-		return slog.New(slog.NewTextHandler(w, opts))
+		return slog.New(slog.NewTextHandler(w, opts)), func() {}
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	lw := newLogWriter(w)
+	return slog.New(jsonLog{slog.NewJSONHandler(lw, opts), lw}), lw.Flush
 }
 
 // describeUpstreams lists the upstreams as "name (url) at /prefix", each

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -330,6 +331,16 @@ var settings = []setting{
 	{flag: "max-conns", key: "max_conns", scope: global, def: strconv.Itoa(gateway.DefaultMaxConns), arg: "N", example: "100",
 		help: "the connections open at once; one more gets 503 and is closed. 0 means no bound",
 		set:  count(func(t target, n int) { t.cfg.HTTP.MaxConns = parse.ZeroIsNone(n) })},
+	{flag: "log-level", key: "log_level", scope: global, def: "info", arg: "LEVEL", example: "warn",
+		help: "the least level of the log's lines: debug, info (a line per request), warn (retries, fallbacks, upstreams going down) or error",
+		set: func(t target, s string) error {
+			var l slog.Level
+			if err := l.UnmarshalText([]byte(s)); err != nil || strings.ContainsAny(s, "+-") {
+				return errors.New("want debug, info, warn or error")
+			}
+			t.cfg.LogLevel = l
+			return nil
+		}},
 	{flag: "journal", key: "journal", scope: global, def: journal.DefaultSpec, arg: "SPEC", example: "off",
 		help: "where the record is kept: sqlite:PATH, a postgres:// URL for several replicas, or off",
 		set: func(t target, s string) error {

@@ -1,0 +1,29 @@
+package timeline
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/record"
+)
+
+// BenchmarkObserver is what the feed costs a request that succeeds at
+// its first attempt, with no page open: the three calls the gateway
+// makes on its way.
+func BenchmarkObserver(b *testing.B) {
+	f := New(0, 0)
+	o := f.Observer()
+	start := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		r := &record.Request{ID: outlast.NewCallID(), Method: "POST", Path: "/v1/chat/completions", Upstream: "api", Model: "gpt-4o", Start: start}
+		a := record.Attempt{N: 1, Start: start}
+		o.AttemptStart(r, a)
+		a.End, a.Status = start, 200
+		r.Attempts = append(r.Attempts, a)
+		o.AttemptEnd(r, a)
+		r.Status, r.End = 200, start
+		o.Done(r)
+	}
+}
