@@ -84,11 +84,14 @@ type jsonLog struct {
 
 func (h jsonLog) Handle(ctx context.Context, r slog.Record) error {
 	if hasDuration(r) {
-		r2 := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+		var buf [16]slog.Attr
+		as := buf[:0]
 		r.Attrs(func(a slog.Attr) bool {
-			r2.AddAttrs(durationText(a))
+			as = append(as, durationText(a))
 			return true
 		})
+		r2 := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+		r2.AddAttrs(as...) // at once: one allocation at most
 		r = r2
 	}
 	err := h.Handler.Handle(ctx, r)
