@@ -231,6 +231,13 @@ func newGateway(up *url.URL, idle int, obs record.Observer, args ...string) (_ *
 	return srv, func() { flushLog(); closePipe() }, nil
 }
 
+// maxConns is the gateway's --max-conns: above the connections the load
+// generator may hold, --inflight and as many closing, as an operator
+// sizes it for the callers (serve's default is 1,024).
+func maxConns(c config) []string {
+	return []string{"--max-conns", strconv.Itoa(2*c.InFlight + 64)}
+}
+
 // loopback is one handler on its own loopback listener.
 type loopback struct {
 	url  *url.URL
@@ -312,7 +319,7 @@ func newStack(c config) (_ *stack, err error) {
 		gws = append(gws, variant{"gateway+redis", []string{"--journal", "off", "--slots", strconv.Itoa(max(c.GateSlots, 1)), "--redis", c.Redis}})
 	}
 	for _, gw := range gws {
-		g, closeLog, err := newGateway(up.url, c.UpIdle, record.Observer{}, gw.args...)
+		g, closeLog, err := newGateway(up.url, c.UpIdle, record.Observer{}, append(gw.args, maxConns(c)...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -354,7 +361,7 @@ func (s *stack) addJournal(up *url.URL, c config) error {
 		default:
 		}
 	}}
-	g, closeLog, err := newGateway(up, c.UpIdle, counter, "--journal", "sqlite:"+filepath.Join(dir, "journal.db"), "--journal-writer", writer)
+	g, closeLog, err := newGateway(up, c.UpIdle, counter, append([]string{"--journal", "sqlite:" + filepath.Join(dir, "journal.db"), "--journal-writer", writer}, maxConns(c)...)...)
 	if err != nil {
 		return err
 	}
