@@ -200,18 +200,16 @@ func (x *exchange) readBody() ([]byte, bool) {
 
 // readBody reads a request body of size bytes (-1 if unknown) from r,
 // or up to limit bytes of one of unknown size, and lifts r's deadline
-// unless the body was too slow.
+// once the body has ended.
 // Memory follows the bytes received: a buffer of size is made only for a
 // body small enough to be read in one go; a larger one grows as it comes,
 // whatever Content-Length announced. net/http ends a body at its
 // declared size, or fails it short of it.
 func readBody(r *deadlineReader, size, limit int64) ([]byte, error) {
 	if size < 0 || size > wholeRead {
-		b, err := io.ReadAll(io.LimitReader(r, limit))
-		if err == nil {
-			r.lift() // a body cut at limit has not ended
-		}
-		return b, err
+		// r lifts its deadline at the body's end; one cut at limit has
+		// not ended, and keeps it for what net/http reads of the rest.
+		return io.ReadAll(io.LimitReader(r, limit))
 	}
 	b := make([]byte, size)
 	if _, err := io.ReadFull(r, b); err != nil {
@@ -225,8 +223,9 @@ func readBody(r *deadlineReader, size, limit int64) ([]byte, error) {
 }
 
 // wholeRead is the largest request body read into a buffer of its
-// declared size.
-const wholeRead = 64 << 10
+// declared size: a chat request is usually smaller, and a caller who
+// declares this much and sends nothing holds no more than this.
+const wholeRead = 16 << 10
 
 // inspect reads what the record and the gate need from a JSON body: the
 // model, whether it streams, and llama.cpp's id_slot (-1 means any slot),

@@ -76,12 +76,17 @@ type readCloser struct {
 	io.Closer
 }
 
+// wholeAnswer is the longest answer of known length read into one
+// buffer of its size.
+const wholeAnswer = 1 << 20
+
 // readUpTo reads r to its end, or to limit bytes. A body of known length
-// (size, 0 or more) is read into one buffer of its size, which its end is
-// checked past: a server that sends more than it declared is read as
-// io.ReadAll would.
+// (size, 0 to wholeAnswer) is read into one buffer of its size, which its
+// end is checked past: a server that sends more than it declared is read
+// as io.ReadAll would. A longer one grows as its bytes come, so that an
+// upstream that declares much and sends little holds little.
 func readUpTo(r io.Reader, size, limit int64) ([]byte, error) {
-	if size < 0 || size >= limit {
+	if size < 0 || size >= limit || size > wholeAnswer {
 		return io.ReadAll(io.LimitReader(r, limit))
 	}
 	b := make([]byte, size, size+1)
