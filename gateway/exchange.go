@@ -533,7 +533,11 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 	if stream && x.cur.Continuation == ContinuePrefill {
 		ctx, err = x.copyContinuing(ctx, resp, cancel)
 	} else {
-		err = x.out.copyBody(resp.Body, stream, x.cur.IdleTimeout, cancel, &x.rec.Committed, &x.rec.Bytes)
+		idle := x.cur.IdleTimeout
+		if !stream && x.whole(resp) {
+			idle = 0 // in memory already: it cannot fall silent
+		}
+		err = x.out.copyBody(resp.Body, stream, idle, cancel, &x.rec.Committed, &x.rec.Bytes)
 	}
 	switch {
 	case err == nil:
@@ -563,6 +567,14 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		x.out.rc.Flush()
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// whole reports whether resp, which is not a stream, was read whole by
+// wholeBodies before it came here: its length is known and within
+// MaxBody.
+func (x *exchange) whole(resp *http.Response) bool {
+	return resp.ContentLength >= 0 && resp.ContentLength <= x.g.cfg.MaxBody &&
+		x.r.Method != http.MethodHead && resp.StatusCode != http.StatusSwitchingProtocols
 }
 
 // failedBeforeBody answers for a response that is not a stream whose body

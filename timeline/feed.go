@@ -188,13 +188,15 @@ func (f *Feed) queued(r *record.Request, key string, ahead int) {
 }
 
 func (f *Feed) attemptStart(r *record.Request, a record.Attempt) {
-	ended, cur := attemptsOf(r), attemptOf(a)
+	// The attempt in flight goes in the room attemptsOf leaves, where the
+	// view's own copy of it will be: one allocation for both.
+	all := append(attemptsOf(r), attemptOf(a))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e := f.entry(r)
 	f.dequeue(e)
-	e.current = &cur
-	f.update(eventAttemptStart, e, r, ended)
+	e.current = &all[len(all)-1]
+	f.update(eventAttemptStart, e, r, all[:len(all)-1])
 }
 
 func (f *Feed) attemptEnd(r *record.Request, _ record.Attempt) {
