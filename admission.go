@@ -333,10 +333,13 @@ func (a *Admission) admit(ctx context.Context, key string, arrived *arrival, bou
 		}
 		tok, err = a.wait(ctx, w)
 	}
+	viaFleet := err == nil && tok != nil && !tok.probe && a.Fleet != nil
 	if err == nil && tok != nil && !tok.probe {
-		err = a.peers().send(ctx, tok, bound)
+		if err = a.peers().send(ctx, tok, bound); err != nil {
+			tok = nil // the refusal released it
+		}
 	}
-	if w != nil || tok != nil && tok.fleetDone != nil {
+	if w != nil || viaFleet {
 		waited = time.Since(start)
 	}
 	return tok, waited, err
@@ -710,17 +713,20 @@ func (a *Admission) newsOf(o outcome, tok *admToken, probe bool, delay time.Dura
 	default:
 		ns[0] = news{ev: evSuccess}
 	}
-	if delay > 0 {
-		// Jittered upward, never earlier, and never past the
-		// Transport's bound: the key is probed within it.
-		until := now.Add(delay + time.Duration(rand.Int64N(int64(a.delaySpread(delay))+1)))
-		if bound := now.Add(o.limit); o.limit > 0 && until.After(bound) {
-			until = bound
-		}
-		ns[1] = news{ev: evNotBefore, probe: probe, until: until, err: o.err}
-		return ns, 2
+	if delay <= 0 {
+		return ns, 1
 	}
-	return ns, 1
+	// Jittered upward, never earlier, and never past the Transport's
+	// bound: the key is probed within it.
+	until := now.Add(delay + time.Duration(rand.Int64N(int64(a.delaySpread(delay))+1)))
+	if bound := now.Add(o.limit); o.limit > 0 && until.After(bound) {
+		until = bound
+	}
+	// The answer carries it too, so that it does not settle a recovery
+	// that the not-before time, coming next, holds.
+	ns[0].until = until
+	ns[1] = news{ev: evNotBefore, probe: probe, until: until, err: o.err}
+	return ns, 2
 }
 
 // latest returns the latest of times.

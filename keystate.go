@@ -70,7 +70,7 @@ type news struct {
 	err   error         // evFailure, evNotBefore: the failure, the key's last
 	rtt   time.Duration // evSuccess, evProbeAnswered: from the grant to the answer, if timed
 	timed bool          // the attempt held a token, whose grant times its round trip
-	until time.Time     // evNotBefore: the not-before time, jittered
+	until time.Time     // evNotBefore: the not-before time, jittered; an answer's: the one that follows it, if any
 	told  FleetState    // evFleet
 }
 
@@ -140,21 +140,25 @@ func (a *Admission) step(k *admKey, n news, now time.Time, changes *[]transition
 	case evFleet:
 		next = a.onFleet(k, n.told, now)
 	}
-	for {
-		if next != from || next == Recovering && int(k.limit) != limit {
-			if from == Probing {
-				k.probe = nil // the probe's answer, if it comes, is an ordinary one
-			}
-			k.state = next
-			// A move of the limit alone is a change too: the Fleet
-			// follows it.
-			*changes = append(*changes, transition{key: k.key, from: from, to: next, at: now, learned: n.ev == evFleet})
-		}
-		if k.state != Recovering || n.ev != evSuccess && n.ev != evProbeAnswered || !a.settled(k, now) {
-			return send
-		}
-		from, next = Recovering, Healthy // an answer that settles the recovery
+	a.record(k, from, next, limit, n, now, changes)
+	if next == Recovering && (n.ev == evSuccess || n.ev == evProbeAnswered) && a.settled(k, n, now) {
+		a.record(k, Recovering, Healthy, int(k.limit), n, now, changes) // an answer that settles the recovery
 	}
+	return send
+}
+
+// record moves k from one state to the next, and appends the change to
+// changes if there is one: a move of state, or, for the Fleet to follow,
+// of a recovering key's limit alone (limit is the one before).
+func (a *Admission) record(k *admKey, from, next UpstreamState, limit int, n news, now time.Time, changes *[]transition) {
+	if next == from && (next != Recovering || a.Fleet == nil || int(k.limit) == limit) {
+		return
+	}
+	if from == Probing {
+		k.probe = nil // the probe's answer, if it comes, is an ordinary one
+	}
+	k.state = next
+	*changes = append(*changes, transition{key: k.key, from: from, to: next, at: now, learned: n.ev == evFleet})
 }
 
 // onFailure returns the state that failure n leaves k in.
@@ -222,8 +226,8 @@ func (a *Admission) onAnswer(k *admKey, n news, now time.Time) UpstreamState {
 // MaxLimit, or at most half of it is in flight, the answered attempt
 // among them, since demand is then under the limit. Not in a Fleet, where
 // this process's queue is not the fleet's demand.
-func (a *Admission) settled(k *admKey, now time.Time) bool {
-	if len(k.q) > 0 || now.Before(k.notBefore) {
+func (a *Admission) settled(k *admKey, n news, now time.Time) bool {
+	if len(k.q) > 0 || now.Before(latest(k.notBefore, n.until)) {
 		return false
 	}
 	return int(k.limit) >= a.maxLimit(k) || a.peers().ownsDemand() && k.inFlight <= int(k.limit)/2

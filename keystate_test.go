@@ -119,6 +119,7 @@ func TestStepTable(t *testing.T) {
 		{name: "one probe at a time", from: Probing, n: news{ev: evProbe}, want: Probing},
 		{name: "the probe's answer starts the recovery", from: Probing, n: news{ev: evProbeAnswered}, prep: func(k *admKey) { k.q = []*admWaiter{{k: k}} }, want: Recovering, check: limitIs(2)},
 		{name: "the probe's answer with nobody waiting settles it", from: Probing, n: news{ev: evProbeAnswered}, want: Healthy},
+		{name: "but not an answer that spent the rate limit", from: Probing, n: news{ev: evProbeAnswered, until: until}, want: Recovering},
 		{name: "the probe's delay", from: Probing, n: news{ev: evNotBefore, probe: true, until: until}, want: Down, check: nextProbeIn(30*time.Second, 30*time.Second)},
 		{name: "another's delay waits for the probe", from: Probing, n: news{ev: evNotBefore, until: until}, want: Probing, check: func(t *testing.T, k *admKey) {
 			if !k.notBefore.Equal(until) {
@@ -141,6 +142,7 @@ func TestStepTable(t *testing.T) {
 		{name: "half the limit in flight, nobody waiting", from: Recovering, n: news{ev: evSuccess}, prep: emptyQueue, want: Healthy},
 		{name: "in a fleet, not before MaxLimit", from: Recovering, n: news{ev: evSuccess}, fleet: true, prep: emptyQueue, want: Recovering},
 		{name: "a not-before time holds it", from: Recovering, n: news{ev: evSuccess}, prep: func(k *admKey) { k.q, k.notBefore = nil, until }, want: Recovering},
+		{name: "so does the answer's own", from: Recovering, n: news{ev: evSuccess, until: until}, prep: emptyQueue, want: Recovering},
 		{name: "no probe to send", from: Recovering, n: news{ev: evProbe}, want: Recovering},
 		{name: "a late probe's answer is an answer", from: Recovering, n: news{ev: evProbeAnswered}, want: Recovering, check: limitIs(4.5)},
 		{name: "a not-before time marks it down", from: Recovering, n: news{ev: evNotBefore, until: until}, want: Down, check: nextProbeIn(30*time.Second, 30*time.Second)},
@@ -190,3 +192,19 @@ type nopFleet struct{}
 func (nopFleet) Tell(string, FleetState)                           {}
 func (nopFleet) Probe(string) (func(FleetState), bool)             { return nil, false }
 func (nopFleet) Send(context.Context, string, int) (func(), error) { return nil, nil }
+
+// TestNewsOfNotBefore checks that an answer which spent the rate limit
+// carries its not-before time, which comes as the next event, so that
+// step does not settle the key healthy for a moment before it goes down.
+func TestNewsOfNotBefore(t *testing.T) {
+	a := &Admission{}
+	k := &admKey{key: "k"}
+	tok := &admToken{a: a, k: k, probe: true, granted: stepNow}
+	ns, n := a.newsOf(outcome{pause: 5 * time.Second}, tok, true, 5*time.Second, stepNow)
+	if n != 2 || ns[0].ev != evProbeAnswered || ns[1].ev != evNotBefore {
+		t.Fatalf("got %d events %+v, want the probe's answer, then the not-before time", n, ns[:n])
+	}
+	if ns[0].until.IsZero() || !ns[0].until.Equal(ns[1].until) {
+		t.Errorf("the answer's not-before time %v, the event's %v: want the same", ns[0].until, ns[1].until)
+	}
+}

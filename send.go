@@ -62,7 +62,7 @@ func (c *call) send(r *http.Request, release func()) (*http.Response, error) {
 func firstByte(resp *http.Response, timer *time.Timer, ctx, parent context.Context, release func(), cancel context.CancelCauseFunc) (*http.Response, error) {
 	stream := sse.IsStream(resp.Header)
 	b := &body{rc: resp.Body, release: release, cancel: cancel, stream: stream}
-	err := b.peek(stream)
+	err := b.peek()
 	if !timer.Stop() {
 		// The timer fired, so ctx is or will be cancelled: whatever was
 		// read, the rest of the body is lost.
@@ -103,14 +103,14 @@ func closedEarly(err error) error {
 // included.
 const maxFirstEvent = 64 << 10
 
-// peek reads the first byte of the body into head, and with sse the rest
+// peek reads the first byte of the body into head, and for a stream the rest
 // of the first event, up to maxFirstEvent. The first event is the one
 // eventEnded looks for. The scan keeps its place between reads, so that a
 // stream that comes a byte a read is scanned once, not once a read.
-func (b *body) peek(sse bool) error {
+func (b *body) peek() error {
 	n, err := readSome(b.rc, b.one[:])
 	b.head = b.one[:n]
-	if n == 0 || !sse || err != nil {
+	if n == 0 || !b.stream || err != nil {
 		return err
 	}
 	buf := append(make([]byte, 0, 512), b.head...)
@@ -212,8 +212,9 @@ func (b *body) Read(p []byte) (int, error) {
 			return n, nil
 		}
 		// The byte read ahead of a body that is not a stream comes with
-		// what follows it, so that the caller gets them in one read, as
-		// it would without the read ahead.
+		// what follows it, so that the caller gets them in one read. If
+		// nothing follows yet, the read waits for it: harmless for an
+		// answer that is read to its end anyway.
 	}
 	m, err := b.rc.Read(p[n:])
 	n += m

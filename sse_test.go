@@ -125,8 +125,8 @@ func TestPeekFirstEvent(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			b := &body{rc: io.NopCloser(iotest.OneByteReader(strings.NewReader(c.stream)))}
-			err := b.peek(true)
+			b := &body{rc: io.NopCloser(iotest.OneByteReader(strings.NewReader(c.stream))), stream: true}
+			err := b.peek()
 			if err != c.wantErr {
 				t.Fatalf("peek: got error %v, want %v", err, c.wantErr)
 			}

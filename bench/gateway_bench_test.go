@@ -11,9 +11,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/outlast-llm/outlast/bench/internal/bufpool"
 	"github.com/outlast-llm/outlast/internal/cli"
 	"github.com/outlast-llm/outlast/server"
 )
@@ -46,23 +46,6 @@ func (cannedUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
 	}, nil
 }
 
-// bufferPool is an httputil.BufferPool of 32 KiB buffers, the size the
-// gateway copies through.
-type bufferPool struct{ p sync.Pool }
-
-func (b *bufferPool) Get() []byte {
-	if a, ok := b.p.Get().(*[32 << 10]byte); ok {
-		return a[:]
-	}
-	return new([32 << 10]byte)[:]
-}
-
-func (b *bufferPool) Put(buf []byte) {
-	if len(buf) == 32<<10 {
-		b.p.Put((*[32 << 10]byte)(buf))
-	}
-}
-
 // BenchmarkServe measures one non-streaming chat completion with the
 // OpenAI SDK's headers through a loopback server in front of an
 // in-memory upstream: a bare httputil.ReverseProxy, and the gateway as
@@ -76,7 +59,7 @@ func BenchmarkServe(b *testing.B) {
 		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(up) },
 		Transport:  cannedUpstream{},
 		ErrorLog:   log.New(io.Discard, "", 0),
-		BufferPool: &bufferPool{}, // the gateway pools its buffers too
+		BufferPool: &bufpool.Pool{}, // the gateway pools its buffers too
 	}
 	// serve's log goes to a pipe, drained, as its stderr goes to a log
 	// collector.
@@ -87,7 +70,7 @@ func BenchmarkServe(b *testing.B) {
 	go io.Copy(io.Discard, pr)
 	defer pr.Close()
 	defer pw.Close()
-	cfg, flushLog, err := cli.ServeConfig(append([]string{"--upstream", up.String(), "--journal", "off"}, strings.Fields(os.Getenv("SERVE_ARGS"))...), pw)
+	cfg, flushLog, err := cli.ServeConfig([]string{"--upstream", up.String(), "--journal", "off"}, pw)
 	if err != nil {
 		b.Fatal(err)
 	}

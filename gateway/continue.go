@@ -175,9 +175,6 @@ func (x *exchange) continueStream(s *splice) (*http.Response, context.Context, c
 	x.body = body
 	x.fields, _ = scanBody(body)
 	x.continued, x.prefill = true, prefill
-	// The bytes forwarded so far were the attempt's that broke.
-	x.rec.Attempts[x.forwarder].Bytes = x.rec.Bytes - x.spliced
-	x.spliced = x.rec.Bytes
 	ctx, cancel := x.context()
 	if p := x.opts.policy; p != nil {
 		// The break was the stream's failure: the continuation's first
@@ -212,6 +209,10 @@ func (x *exchange) continueStream(s *splice) (*http.Response, context.Context, c
 		return nil, nil, nil, fmt.Errorf("its continuation got %d, not a stream", resp.StatusCode)
 	}
 	x.noteContinuation(record.ContinuationOK, "", prefill)
+	// The bytes forwarded so far were the attempt's that broke; done
+	// counts them so if the continuation fails instead.
+	x.rec.Attempts[x.forwarder].Bytes = x.rec.Bytes - x.spliced
+	x.spliced = x.rec.Bytes
 	x.forwarder, x.streaming = len(x.rec.Attempts)-1, x.cur // the caller reads its stream now
 	s.begin(cut)
 	return resp, ctx, cancel, nil
@@ -263,7 +264,9 @@ func (x *exchange) noteContinuation(outcome, reason string, prefill int64) {
 // discardBody drains a little of a response that is thrown away and
 // closes it.
 func discardBody(resp *http.Response) {
-	io.CopyN(io.Discard, resp.Body, 64<<10)
+	if !sse.IsStream(resp.Header) { // a stream's end may never come
+		io.CopyN(io.Discard, resp.Body, 64<<10)
+	}
 	resp.Body.Close()
 }
 

@@ -298,9 +298,21 @@ func TestContinuationRefused(t *testing.T) {
 	if last.name != "error" || done != 0 || strings.Contains(last.data, "prefill") || !strings.Contains(last.data, "refused its continuation") {
 		t.Errorf("ended with %+v, %d [DONE]; want an error event saying the continuation was refused, without the 400's text", last, done)
 	}
-	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationRefused || r.Error != record.ErrorUpstreamBroke {
+	r := <-records
+	if len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationRefused || r.Error != record.ErrorUpstreamBroke {
 		t.Errorf("recorded %+v, %q; want one continuation, refused, and upstream-broke", r.Continuations, r.Error)
 	}
+	if len(r.Attempts) == 0 || r.Attempts[0].Bytes == 0 || r.Attempts[0].Bytes != r.Bytes {
+		t.Errorf("the broken attempt forwarded %d bytes of the request's %d: want all of them, none being the refused continuation's", attemptBytes(&r), r.Bytes)
+	}
+}
+
+// attemptBytes returns the bytes r's first attempt forwarded, or -1.
+func attemptBytes(r *record.Request) int64 {
+	if len(r.Attempts) == 0 {
+		return -1
+	}
+	return r.Attempts[0].Bytes
 }
 
 // Without continuation nothing changes: the stream ends with an error

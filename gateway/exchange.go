@@ -534,7 +534,7 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		ctx, err = x.copyContinuing(ctx, resp, cancel)
 	} else {
 		idle := x.cur.IdleTimeout
-		if !stream && x.whole(resp) {
+		if !stream && wasReadWhole(resp, x.r.Method, x.g.cfg.MaxBody) {
 			idle = 0 // in memory already: it cannot fall silent
 		}
 		err = x.out.copyBody(resp.Body, stream, idle, cancel, &x.rec.Committed, &x.rec.Bytes)
@@ -567,14 +567,6 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		x.out.rc.Flush()
 		panic(http.ErrAbortHandler)
 	}
-}
-
-// whole reports whether resp, which is not a stream, was read whole by
-// wholeBodies before it came here: its length is known and within
-// MaxBody.
-func (x *exchange) whole(resp *http.Response) bool {
-	return resp.ContentLength >= 0 && resp.ContentLength <= x.g.cfg.MaxBody &&
-		x.r.Method != http.MethodHead && resp.StatusCode != http.StatusSwitchingProtocols
 }
 
 // failedBeforeBody answers for a response that is not a stream whose body
@@ -706,6 +698,7 @@ func (x *exchange) noRetryIfRetried() http.Header {
 // the status either way: the failure is what the caller got.
 func (x *exchange) fail(status int, kind, msg string, extra http.Header) {
 	x.rec.Error = kind
+	body := append(apierr.Body(kind, msg, nil), '\n')
 	progressed := x.out.commit(status, func(h http.Header) {
 		for k, v := range extra {
 			h[k] = v
@@ -713,14 +706,16 @@ func (x *exchange) fail(status int, kind, msg string, extra http.Header) {
 		x.ownHeaders(h)
 		h.Set(HeaderError, kind)
 		h.Set("Content-Type", "application/json")
-		h.Del("Content-Length")
+		// Its own length: the answer is flushed before the handler
+		// returns (see finish), too soon for net/http to count it.
+		h.Set("Content-Length", strconv.Itoa(len(body)))
 	})
 	x.rec.Status = status
 	if progressed {
 		x.out.errorEvent(kind, msg, nil)
 		return
 	}
-	x.out.write(append(apierr.Body(kind, msg, nil), '\n'))
+	x.out.write(body)
 }
 
 // done finishes the record and tells the observer and the log, once the

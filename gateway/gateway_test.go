@@ -934,12 +934,11 @@ func TestGatewayAnswerBeforeRecord(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		answer http.HandlerFunc
-		accept string
 	}{
 		// Larger than one read of the body, so that its end is not
 		// flushed with its first bytes.
-		{"json", status(200, `{"id":"x","pad":"`+strings.Repeat("p", 97<<10)+`"}`), ""},
-		{"error", status(400, `{"error":{"message":"no"}}`), ""},
+		{"json", status(200, `{"id":"x","pad":"`+strings.Repeat("p", 97<<10)+`"}`)},
+		{"error", status(400, `{"error":{"message":"no"}}`)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			read := make(chan struct{})
@@ -954,9 +953,6 @@ func TestGatewayAnswerBeforeRecord(t *testing.T) {
 				}
 			}})
 			req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
-			if c.accept != "" {
-				req.Header.Set("Accept", c.accept)
-			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -1015,5 +1011,24 @@ func TestGatewayIdleBeyondMaxBody(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("an answer over MaxBody that fell silent was not cut at the idle timeout")
+	}
+}
+
+// TestGatewayErrorLength checks that an error the gateway makes goes with
+// its length, not chunked, though it is flushed before the handler
+// returns.
+func TestGatewayErrorLength(t *testing.T) {
+	up := newUpstream(t, status(200, `{}`))
+	url, _ := gw(t, up, nil)
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+	req.Header.Set("Outlast-Timeout", "bogus")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || resp.ContentLength != int64(len(b)) || len(resp.TransferEncoding) > 0 {
+		t.Errorf("got %d, length %d, %v for a %d-byte body; want 400 with its length, not chunked", resp.StatusCode, resp.ContentLength, resp.TransferEncoding, len(b))
 	}
 }

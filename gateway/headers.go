@@ -336,9 +336,6 @@ func forwardHeader(in http.Header, fresh bool) http.Header {
 // hasLeftOut reports whether h has a header that forwardHeader leaves
 // out.
 func hasLeftOut(h http.Header) bool {
-	if _, ok := h["Connection"]; ok {
-		return true // and what it names
-	}
 	for k := range h {
 		if strings.HasPrefix(k, "Outlast-") && k != outlast.AttemptHeader {
 			return true
@@ -346,7 +343,7 @@ func hasLeftOut(h http.Header) bool {
 	}
 	for _, k := range hopHeaders {
 		if _, ok := h[k]; ok {
-			return true
+			return true // Connection among them, with what it names
 		}
 	}
 	return false

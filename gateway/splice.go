@@ -224,7 +224,7 @@ func present(v json.RawMessage) bool { return len(v) > 0 && string(v) != "null" 
 // and no role. Every other field is kept as it came.
 func rewriteChunk(data []byte, id, content string) []byte {
 	var chunk map[string]json.RawMessage
-	if json.Unmarshal(data, &chunk) != nil {
+	if json.Unmarshal(data, &chunk) != nil || chunk == nil { // null is JSON too
 		return eventOf("", data)
 	}
 	chunk["id"], _ = json.Marshal(id)

@@ -167,6 +167,7 @@ func FuzzSplice(f *testing.F) {
 	f.Add([]byte("data: {\"id\":\"a\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]\n\n"), []byte("data: {\"id\":\"b\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\" y\"}}]}\n\n"))
 	f.Add([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\"}}\n\n"), []byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" z\"}}\n\n"))
 	f.Add([]byte("data: {\"error\":{}}\r\n\r\n: comment\r\rdata:"), []byte("\n\n\n"))
+	f.Add([]byte("data: {\"id\":\"a\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n"), []byte("data: null\n\n"))
 	f.Fuzz(func(t *testing.T, first, second []byte) {
 		s := &splice{}
 		check := func(stream []byte) {
@@ -185,4 +186,12 @@ func FuzzSplice(f *testing.F) {
 		s.begin(" ")
 		check(second)
 	})
+}
+
+// TestRewriteChunkNull checks that a continuation's chunk that is JSON
+// null, which parses into no map, passes as it came rather than panic.
+func TestRewriteChunkNull(t *testing.T) {
+	if got := string(rewriteChunk([]byte("null"), "a", "x")); got != "data: null\n\n" {
+		t.Errorf("rewriteChunk(null) = %q, want the event as it came", got)
+	}
 }

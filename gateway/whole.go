@@ -25,14 +25,15 @@ type wholeBodies struct {
 
 func (w wholeBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := w.base.RoundTrip(r)
-	if err != nil || resp.Body == nil || resp.Body == http.NoBody || sse.IsStream(resp.Header) ||
-		resp.StatusCode == http.StatusSwitchingProtocols || r.Method == http.MethodHead || resp.ContentLength > w.max {
+	if err != nil || resp.Body == nil || resp.Body == http.NoBody || sse.IsStream(resp.Header) || !holds(resp, r.Method, w.max) {
 		return resp, err
 	}
 	body, err := readUpTo(resp.Body, resp.ContentLength, w.max+1)
 	if int64(len(body)) > w.max {
-		// Too long to hold: the rest goes as it comes.
+		// Too long to hold: the rest goes as it comes, for as long as it
+		// takes (see wasReadWhole).
 		resp.Body = readCloser{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+		resp.ContentLength = -1 // past what was declared, if anything was
 		return resp, nil
 	}
 	resp.Body.Close()
@@ -48,6 +49,21 @@ func (w wholeBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
 	return resp, nil
+}
+
+// holds reports whether an answer that is not a stream, to a request of
+// method, is one a wholeBodies of max reads whole: one with a body,
+// whose declared length, if any, is within max.
+func holds(resp *http.Response, method string, max int64) bool {
+	return method != http.MethodHead && resp.StatusCode != http.StatusSwitchingProtocols && resp.ContentLength <= max
+}
+
+// wasReadWhole reports whether resp, an answer to a request of method
+// that is not a stream, was read whole by a wholeBodies of max: its
+// length is known, since the read set it, and within max. Such an
+// answer is in memory, and cannot fall silent.
+func wasReadWhole(resp *http.Response, method string, max int64) bool {
+	return resp.ContentLength >= 0 && holds(resp, method, max)
 }
 
 // CloseIdleConnections closes the base's idle connections, if it can.

@@ -52,12 +52,6 @@ type Config struct {
 	// Logger, slog.Default() if nil, also gets the journal's lines.
 	Gateway gateway.Config
 
-	// LogLevel is the least level of the lines in the log that outlast
-	// serve makes for Gateway.Logger: at the zero value, info, a line per
-	// request; at slog.LevelWarn, only retries, fallbacks and upstreams
-	// going down. New does not read it.
-	LogLevel slog.Level
-
 	// Listen is the address ListenAndServe listens on. Empty means
 	// DefaultListen, on loopback. Any other host needs Gateway.Token, or
 	// InsecureNoAuth.

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outlast-llm/outlast/bench/internal/bufpool"
 	"github.com/outlast-llm/outlast/internal/cli"
 	"github.com/outlast-llm/outlast/record"
 	"github.com/outlast-llm/outlast/server"
@@ -133,7 +134,7 @@ func newProxy(up *url.URL, idle int, pool bool) http.Handler {
 		ErrorLog:  log.New(io.Discard, "", 0),
 	}
 	if pool {
-		rp.BufferPool = &bufferPool{}
+		rp.BufferPool = &bufpool.Pool{}
 	}
 	return rp
 }
@@ -170,26 +171,6 @@ func (b *sizedBody) Read(p []byte) (int, error) {
 }
 
 func (b *sizedBody) Close() error { return b.rc.Close() }
-
-// bufferPool is an httputil.BufferPool of 32 KiB buffers, the size the
-// gateway copies through. It pools array pointers, so that Put does not
-// allocate a slice header.
-type bufferPool struct{ p sync.Pool }
-
-const copyBuf = 32 << 10
-
-func (b *bufferPool) Get() []byte {
-	if a, ok := b.p.Get().(*[copyBuf]byte); ok {
-		return a[:]
-	}
-	return new([copyBuf]byte)[:]
-}
-
-func (b *bufferPool) Put(buf []byte) {
-	if len(buf) == copyBuf {
-		b.p.Put((*[copyBuf]byte)(buf))
-	}
-}
 
 // newGateway returns the gateway as outlast serve runs it with args and
 // its defaults for the rest (server.New with cli.ServeConfig): the retry

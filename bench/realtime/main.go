@@ -153,11 +153,6 @@ func once(ctx context.Context, bin string, c config, admission bool, seed uint64
 	}
 	defer func() { cancel(); serve.Wait() }()
 	gwAddr := serve.Addr
-	for _, u := range []string{"http://" + mockAddr + "/health", "http://" + gwAddr + "/outlast/health"} {
-		if err := proc.Ready(ctx, u); err != nil {
-			return result{}, err
-		}
-	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.callers}}
 	rng := rand.New(rand.NewPCG(seed, 0))
 	var ok atomic.Int64

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -40,6 +41,13 @@ type flagValue struct {
 func (v *flagValue) String() string     { return v.text }
 func (v *flagValue) Set(s string) error { v.text, v.set = s, true; return nil }
 func (v *flagValue) IsBoolFlag() bool   { return v.s.bool }
+
+// serveConfig is what serve's settings make: the server's config, and
+// what only the command uses, the least level of its log's lines.
+type serveConfig struct {
+	server.Config
+	logLevel slog.Level
+}
 
 // serveFlags are serve's flags as given: --config, and one per setting.
 type serveFlags struct {
@@ -112,8 +120,8 @@ func apply(s *setting, v value, t target) error {
 // load checks the flags and reads the config file they name into the
 // server's config. A flag given on the command line wins over the file,
 // for every upstream; a key the file leaves out takes the flag's default.
-func (f *serveFlags) load() (server.Config, error) {
-	var cfg server.Config
+func (f *serveFlags) load() (serveConfig, error) {
+	var cfg serveConfig
 	file, err := f.readFile()
 	if err != nil {
 		return cfg, err

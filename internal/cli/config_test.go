@@ -21,7 +21,7 @@ import (
 const exampleConfig = "testdata/outlast.example.yaml"
 
 // loadServe parses args as serve does, failing the test on an error.
-func loadServe(t *testing.T, args ...string) server.Config {
+func loadServe(t *testing.T, args ...string) serveConfig {
 	t.Helper()
 	cfg, done, err := serveConfigFrom(args, io.Discard)
 	if err != nil || done {
@@ -161,7 +161,7 @@ func TestSettingsTable(t *testing.T) {
 				flag = append([]string{"--" + n.flag + "=" + n.example}, flag...)
 				entry += fmt.Sprintf("    %s: %q\n", n.key, n.example)
 			}
-			var byFlag, byFile server.Config
+			var byFlag, byFile serveConfig
 			switch {
 			case s.key == "url":
 				byFlag = loadServe(t, flag...)
@@ -269,7 +269,7 @@ func TestServeConfigFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, want := tt.check(loadServe(t, tt.args...))
+			got, want := tt.check(loadServe(t, tt.args...).Config)
 			if got != want {
 				t.Errorf("got %s, want %s", got, want)
 			}

@@ -22,8 +22,7 @@ type logWriter struct {
 	w     io.Writer
 	mu    sync.Mutex
 	buf   []byte
-	timer *time.Timer // armed while lines wait
-	armed bool
+	timer *time.Timer // armed while lines wait: while buf holds any
 }
 
 func newLogWriter(w io.Writer) *logWriter {
@@ -38,12 +37,12 @@ func newLogWriter(w io.Writer) *logWriter {
 func (l *logWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	first := len(l.buf) == 0
 	l.buf = append(l.buf, p...)
 	if len(l.buf) >= logBuffer {
 		return len(p), l.flushLocked()
 	}
-	if !l.armed {
-		l.armed = true
+	if first {
 		l.timer.Reset(logFlushAfter)
 	}
 	return len(p), nil
@@ -57,10 +56,7 @@ func (l *logWriter) Flush() {
 }
 
 func (l *logWriter) flushLocked() error {
-	if l.armed {
-		l.timer.Stop()
-		l.armed = false
-	}
+	l.timer.Stop()
 	if len(l.buf) == 0 {
 		return nil
 	}

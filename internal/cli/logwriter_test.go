@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -67,12 +68,17 @@ func TestLogBufferFull(t *testing.T) {
 // TestLogLevel checks --log-level: warn leaves the request lines out,
 // and a level that is not one of the four is refused by name.
 func TestLogLevel(t *testing.T) {
-	cfg, _, err := ServeConfig([]string{"--upstream", "http://127.0.0.1:9", "--journal", "off", "--log-level", "warn"}, &bytes.Buffer{})
+	args := []string{"--upstream", "http://127.0.0.1:9", "--journal", "off", "--log-level", "warn"}
+	sc, _, err := serveConfigFrom(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.LogLevel != slog.LevelWarn {
-		t.Errorf("--log-level warn: LogLevel %v, want WARN", cfg.LogLevel)
+	if sc.logLevel != slog.LevelWarn {
+		t.Errorf("--log-level warn: level %v, want WARN", sc.logLevel)
+	}
+	cfg, _, err := ServeConfig(args, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if cfg.Gateway.Logger.Enabled(t.Context(), slog.LevelInfo) {
 		t.Error("--log-level warn: the logger takes info lines, the request lines")

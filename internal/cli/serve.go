@@ -38,12 +38,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	var flushLog func()
-	cfg.Gateway.Logger, flushLog = newLogger(stderr, cfg.LogLevel)
+	cfg.Gateway.Logger, flushLog = newLogger(stderr, cfg.logLevel)
 	defer flushLog()
 	if cfg.Tracer, err = tracing.FromEnv(ctx); err != nil {
 		return &usageError{err}
 	}
-	srv, err := server.New(ctx, cfg)
+	srv, err := server.New(ctx, cfg.Config)
 	if err != nil {
 		if _, ok := errors.AsType[*server.ConfigError](err); ok {
 			return &usageError{err}
@@ -68,13 +68,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // stderr, and the func that writes the lines the logger holds. It is for
 // a benchmark that measures the gateway as a user runs it, in its own
 // process.
-func ServeConfig(args []string, logw io.Writer) (cfg server.Config, flushLog func(), err error) {
+func ServeConfig(args []string, logw io.Writer) (_ server.Config, flushLog func(), err error) {
 	cfg, done, err := serveConfigFrom(args, io.Discard)
 	if done && err == nil {
 		err = errors.New("serve: nothing to serve (--help)")
 	}
-	cfg.Gateway.Logger, flushLog = newLogger(logw, cfg.LogLevel)
-	return cfg, flushLog, err
+	cfg.Gateway.Logger, flushLog = newLogger(logw, cfg.logLevel)
+	return cfg.Config, flushLog, err
 }
 
 // closeServer flushes the journal and the traces, for up to 10 s, and
@@ -89,7 +89,7 @@ func closeServer(srv *server.Server, stderr io.Writer) {
 
 // serveConfigFrom parses args and the config file they name. done is set
 // when there is nothing to serve: --help was asked for, or err says why.
-func serveConfigFrom(args []string, stderr io.Writer) (cfg server.Config, done bool, err error) {
+func serveConfigFrom(args []string, stderr io.Writer) (cfg serveConfig, done bool, err error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	f := newServeFlags(fs)
 	fs.Usage = func() { serveHelp(stderr, fs) }

@@ -67,7 +67,7 @@ const (
 // target is where a setting's value goes: the server's config, for a
 // global setting, or one upstream, for the others.
 type target struct {
-	cfg *server.Config
+	cfg *serveConfig
 	up  *gateway.Upstream
 }
 
@@ -338,7 +338,7 @@ var settings = []setting{
 			if err := l.UnmarshalText([]byte(s)); err != nil || strings.ContainsAny(s, "+-") {
 				return errors.New("want debug, info, warn or error")
 			}
-			t.cfg.LogLevel = l
+			t.cfg.logLevel = l
 			return nil
 		}},
 	{flag: "journal", key: "journal", scope: global, def: journal.DefaultSpec, arg: "SPEC", example: "off",

@@ -1,6 +1,7 @@
 // Package proc holds what the bench programs that run outlast as a
-// child process (realtime, failover) share: building the binary,
-// starting it on a port it picks itself, and waiting until it answers.
+// child process (realtime, failover) share: building the binary, and
+// starting it on a port it picks itself. The child says where it listens
+// once it does, so it answers from then on.
 package proc
 
 import (
@@ -9,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -61,6 +61,11 @@ func Start(ctx context.Context, cmd *exec.Cmd, out io.Writer, marker string) (*C
 	case c.Addr = <-w.found:
 		return c, nil
 	case <-c.done:
+		select {
+		case c.Addr = <-w.found: // said, and then exited
+			return c, nil
+		default:
+		}
 		return nil, fmt.Errorf("%s exited before it said where it listens: %v", cmd.Path, c.err)
 	case <-t.C:
 		c.Stop(0)
@@ -138,45 +143,5 @@ func addrIn(line, marker []byte) (string, bool) {
 	return string(rest), true
 }
 
-// readyFor bounds Ready's wait, and readyTry one of its tries: a child
-// that accepted the connection but hangs is tried again, not waited on
-// for the whole of readyFor.
-const (
-	readyFor   = 30 * time.Second
-	readyTry   = 2 * time.Second
-	readyEvery = 50 * time.Millisecond
-)
-
-// Ready waits until a GET of url gets an answer, whatever its status, for
-// at most 30 s. A child process's readiness has no event to wait on but
-// its answer.
-func Ready(ctx context.Context, url string) error {
-	deadline := time.Now().Add(readyFor)
-	for time.Now().Before(deadline) {
-		if answered(ctx, url) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(readyEvery):
-		}
-	}
-	return fmt.Errorf("%s did not answer within %v", url, readyFor)
-}
-
-// answered reports whether a GET of url got an answer within readyTry.
-func answered(ctx context.Context, url string) bool {
-	ctx, cancel := context.WithTimeout(ctx, readyTry)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return false
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return true
-}
+// readyFor bounds Start's wait for the child to say where it listens.
+const readyFor = 30 * time.Second
