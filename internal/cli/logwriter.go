@@ -48,6 +48,22 @@ func (l *logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// writeLine is Write(appendLine(nil, r)) without the copy: r is
+// encoded in place, after what waits.
+func (l *logWriter) writeLine(r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	first := len(l.buf) == 0
+	l.buf = appendLine(l.buf, r)
+	if len(l.buf) >= logBuffer {
+		return l.flushLocked()
+	}
+	if first {
+		l.timer.Reset(logFlushAfter)
+	}
+	return nil
+}
+
 // Flush writes what waits.
 func (l *logWriter) Flush() {
 	l.mu.Lock()
@@ -72,13 +88,22 @@ func (l *logWriter) flushLocked() error {
 // them ("1.5s"), not as a count of nanoseconds, and writes what waits in
 // w after each line of level warn or more, so that trouble is seen at
 // once. It converts durations itself rather than with ReplaceAttr, which
-// would make every line's level go through encoding/json.
+// would make every line's level go through encoding/json, and writes
+// plain lines (see plainLine), the request lines among them, itself.
 type jsonLog struct {
 	slog.Handler
-	w *logWriter
+	w       *logWriter
+	derived bool // by WithAttrs or WithGroup: every line goes to Handler
 }
 
 func (h jsonLog) Handle(ctx context.Context, r slog.Record) error {
+	if !h.derived && plainLine(r) {
+		err := h.w.writeLine(r)
+		if r.Level >= slog.LevelWarn {
+			h.w.Flush()
+		}
+		return err
+	}
 	if hasDuration(r) {
 		var buf [16]slog.Attr
 		as := buf[:0]
@@ -102,11 +127,11 @@ func (h jsonLog) WithAttrs(as []slog.Attr) slog.Handler {
 	for i, a := range as {
 		out[i] = durationText(a)
 	}
-	return jsonLog{h.Handler.WithAttrs(out), h.w}
+	return jsonLog{h.Handler.WithAttrs(out), h.w, true}
 }
 
 func (h jsonLog) WithGroup(name string) slog.Handler {
-	return jsonLog{h.Handler.WithGroup(name), h.w}
+	return jsonLog{h.Handler.WithGroup(name), h.w, true}
 }
 
 // hasDuration reports whether r has an attribute that durationText

@@ -148,7 +148,7 @@ func newLogger(w io.Writer, level slog.Level) (logger *slog.Logger, flush func()
 		return slog.New(slog.NewTextHandler(w, opts)), func() {}
 	}
 	lw := newLogWriter(w)
-	return slog.New(jsonLog{slog.NewJSONHandler(lw, opts), lw}), lw.Flush
+	return slog.New(jsonLog{Handler: slog.NewJSONHandler(lw, opts), w: lw}), lw.Flush
 }
 
 // describeUpstreams lists the upstreams as "name (url) at /prefix", each
