@@ -210,10 +210,13 @@ func (f *Feed) attemptEnd(r *record.Request, _ record.Attempt) {
 }
 
 func (f *Feed) done(r *record.Request) {
-	ended := attemptsOf(r)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e := f.entry(r)
+	ended := e.view.Attempts
+	if e.current != nil || len(ended) == 0 || !sameAttempts(ended, r) {
+		ended = attemptsOf(r)
+	}
 	f.dequeue(e)
 	e.current, e.done = nil, true
 	f.update(eventDone, e, r, ended)
@@ -244,6 +247,22 @@ func attemptsOf(r *record.Request) []Attempt {
 		v[i] = attemptOf(a)
 	}
 	return v
+}
+
+// sameAttempts reports whether v, a view's attempts, are attemptsOf(r):
+// at done they most often are the ones attemptEnd made, which the view
+// then shares rather than copies.
+func sameAttempts(v []Attempt, r *record.Request) bool {
+	as := r.Attempts[max(0, len(r.Attempts)-(MaxAttempts-1)):]
+	if len(v) != len(as) {
+		return false
+	}
+	for i, a := range as {
+		if v[i] != attemptOf(a) {
+			return false
+		}
+	}
+	return true
 }
 
 // entry returns r's entry, adding one as the newest if there is none. A

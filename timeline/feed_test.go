@@ -372,3 +372,34 @@ func TestFeedAttemptAdmission(t *testing.T) {
 
 // millisOf is t as the views give times: milliseconds since the epoch.
 func millisOf(t time.Time) float64 { return float64(t.UnixMicro()) / 1e3 }
+
+// TestFeedDoneSeesLateChanges checks that a request's view at its end
+// holds its attempts as they are then: one changed after its end (a
+// continuation marks the attempt it continued) shows changed, and one
+// that did not keeps the view attemptEnd made.
+func TestFeedDoneSeesLateChanges(t *testing.T) {
+	t.Parallel()
+	f := timeline.New(0, 0)
+	obs := f.Observer()
+	for _, late := range []bool{false, true} {
+		r := request(fmt.Sprintf("late=%v", late), "run")
+		a := attempt(1, 0, 0, 0, nil)
+		obs.AttemptStart(r, a)
+		a = attempt(1, 0, time.Second, 200, nil)
+		r.Attempts = append(r.Attempts, a)
+		obs.AttemptEnd(r, a)
+		if late {
+			r.Attempts[0].Continued, r.Attempts[0].PrefillBytes = true, 42
+		}
+		r.Status, r.End = 200, t0.Add(time.Second)
+		obs.Done(r)
+		got := f.Snapshot().Requests
+		v := got[len(got)-1]
+		if len(v.Attempts) != 1 || v.Attempts[0].Continued != late || (late && v.Attempts[0].PrefillBytes != 42) {
+			t.Errorf("changed after its end: %v; the done view's attempts %+v", late, v.Attempts)
+		}
+		if v.State != timeline.StateDone || v.Attempts[0].Outcome != timeline.OutcomeOK {
+			t.Errorf("changed after its end: %v; the done view is %s with attempt %s, want done and ok", late, v.State, v.Attempts[0].Outcome)
+		}
+	}
+}
