@@ -10,76 +10,100 @@ import (
 
 // The log's buffer: lines wait at most logFlushAfter, or until logBuffer
 // bytes are waiting, and go in one write. A write per line would cost
-// each request more than the line's formatting does.
+// each request more than the line's formatting does. The writes are made
+// by the timer's goroutine, not a request's, unless logMax bytes wait:
+// then the writer is behind, and the line that finds it so waits for it
+// too, so that the log's memory is bounded and no line is lost.
 const (
 	logFlushAfter = 100 * time.Millisecond
 	logBuffer     = 32 << 10
+	logMax        = 8 * logBuffer
 )
 
 // A logWriter buffers what is written to it for w, as the constants say.
-// Flush writes what waits at once. It is safe for concurrent use.
+// Flush writes what waits at once. It is safe for concurrent use, and
+// writes to w in the order its lines came.
 type logWriter struct {
 	w     io.Writer
-	mu    sync.Mutex
-	buf   []byte
-	timer *time.Timer // armed while lines wait: while buf holds any
+	timer *time.Timer // armed while lines wait
+
+	mu     sync.Mutex // guards the fields below
+	buf    []byte     // the lines waiting
+	spare  []byte     // a written buffer, for buf to reuse
+	kicked bool       // the timer is set to fire at once
+
+	// writing is held while writing to w, and taken under mu, so that
+	// buffers are written in the order they were taken. A channel rather
+	// than a sync.Mutex: waiting for it is then durably blocked in a
+	// synctest bubble, where the tests of a stuck collector run.
+	writing chan struct{}
 }
 
 func newLogWriter(w io.Writer) *logWriter {
-	l := &logWriter{w: w}
+	l := &logWriter{w: w, writing: make(chan struct{}, 1)}
 	l.timer = time.AfterFunc(time.Hour, l.Flush)
 	l.timer.Stop()
 	return l
 }
 
-// Write keeps p, and writes what waits if it is logBuffer or more. Its
-// error is the last write's to w.
+// Write keeps p, as the constants say. Its error is that of the write to
+// w that it made, if it made one.
 func (l *logWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	first := len(l.buf) == 0
 	l.buf = append(l.buf, p...)
-	if len(l.buf) >= logBuffer {
-		return len(p), l.flushLocked()
-	}
-	if first {
-		l.timer.Reset(logFlushAfter)
-	}
-	return len(p), nil
+	return len(p), l.keptLocked(first)
 }
 
-// writeLine is Write(appendLine(nil, r)) without the copy: r is
-// encoded in place, after what waits.
+// writeLine is Write(appendLine(nil, r)) without the copy: r is encoded
+// in place, after what waits.
 func (l *logWriter) writeLine(r slog.Record) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	first := len(l.buf) == 0
 	l.buf = appendLine(l.buf, r)
-	if len(l.buf) >= logBuffer {
+	return l.keptLocked(first)
+}
+
+// keptLocked arranges for the write of what waits, now that a line has
+// been added to it (to an empty buffer if first). It unlocks mu.
+func (l *logWriter) keptLocked(first bool) error {
+	switch {
+	case len(l.buf) >= logMax:
 		return l.flushLocked()
-	}
-	if first {
+	case len(l.buf) >= logBuffer && !l.kicked:
+		l.kicked = true
+		l.timer.Reset(0)
+	case first:
 		l.timer.Reset(logFlushAfter)
 	}
+	l.mu.Unlock()
 	return nil
 }
 
 // Flush writes what waits.
 func (l *logWriter) Flush() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.flushLocked()
 }
 
+// flushLocked writes what waits, letting lines be added meanwhile. It
+// unlocks mu.
 func (l *logWriter) flushLocked() error {
 	l.timer.Stop()
-	if len(l.buf) == 0 {
-		return nil
+	l.kicked = false
+	buf := l.buf
+	l.buf, l.spare = l.spare[:0], nil
+	l.writing <- struct{}{}
+	l.mu.Unlock()
+	var err error
+	if len(buf) > 0 {
+		_, err = l.w.Write(buf)
 	}
-	_, err := l.w.Write(l.buf)
-	l.buf = l.buf[:0]
-	if cap(l.buf) > 4*logBuffer {
-		l.buf = nil // a burst's buffer is not kept
+	<-l.writing
+	if cap(buf) <= 4*logBuffer { // a burst's buffer is not kept
+		l.mu.Lock()
+		l.spare = buf[:0]
+		l.mu.Unlock()
 	}
 	return err
 }

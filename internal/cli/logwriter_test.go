@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -59,6 +60,8 @@ func TestLogBufferFull(t *testing.T) {
 		for range logBuffer/1024 + 1 {
 			logger.Info("line", "pad", big)
 		}
+		time.Sleep(time.Nanosecond) // not logFlushAfter
+		synctest.Wait()
 		if n := len(out.String()); n < logBuffer {
 			t.Errorf("%d bytes written of more than %d held; want them written once the buffer is full", n, logBuffer)
 		}
@@ -89,4 +92,75 @@ func TestLogLevel(t *testing.T) {
 			t.Errorf("--log-level %q: err %v, want one that names the levels", bad, err)
 		}
 	}
+}
+
+// stuckWriter is a log collector that takes nothing until released.
+type stuckWriter struct {
+	release chan struct{}
+	writing chan struct{} // closed at the first write
+	once    sync.Once
+	out     lockedBuffer
+}
+
+func (w *stuckWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.writing) })
+	<-w.release
+	return w.out.Write(p)
+}
+
+// TestLogWriterBehind checks a log collector that stops taking lines: a
+// full buffer is written by another goroutine than the request's, which
+// goes on; lines keep coming up to logMax bytes, and past it the line
+// that finds the writer behind waits for it. Once the collector takes
+// lines again, every line is there, in order.
+func TestLogWriterBehind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &stuckWriter{release: make(chan struct{}), writing: make(chan struct{})}
+		lw := newLogWriter(w)
+		logger := slog.New(jsonLog{Handler: slog.NewJSONHandler(lw, nil), w: lw})
+		waiting := func() int {
+			lw.mu.Lock()
+			defer lw.mu.Unlock()
+			return len(lw.buf)
+		}
+		big := strings.Repeat("x", 1000)
+		n := 0
+		line := func() {
+			logger.Info("line", "n", n, "pad", big)
+			n++
+		}
+		for waiting() < logBuffer {
+			line()
+		}
+		<-w.writing // the first buffer's write, stuck, from the timer's goroutine
+		for waiting() < logMax-2*1100 {
+			line() // the request goes on
+		}
+		waited := make(chan struct{})
+		go func() {
+			for range 3 {
+				line()
+			}
+			close(waited)
+		}()
+		synctest.Wait()
+		select {
+		case <-waited:
+			t.Fatalf("%d lines went past a stuck writer; want a line to wait once %d bytes wait", n, logMax)
+		default:
+		}
+		close(w.release)
+		<-waited
+		lw.Flush()
+		lines := strings.Split(strings.TrimSpace(w.out.String()), "\n")
+		if len(lines) != n {
+			t.Fatalf("%d lines written, want %d", len(lines), n)
+		}
+		for i, line := range lines {
+			var l struct{ N int }
+			if err := json.Unmarshal([]byte(line), &l); err != nil || l.N != i {
+				t.Fatalf("line %d is %.60s… (%v); want line n=%d, in order", i, line, err, i)
+			}
+		}
+	})
 }
