@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/outlast-llm/outlast/internal/owned"
 	"github.com/outlast-llm/outlast/internal/sse"
 )
 
@@ -434,6 +435,15 @@ func (c *call) attemptRequest(n int) (*http.Request, error) {
 		return c.req, nil
 	}
 	r := c.req.WithContext(c.ctx)
+	if n == 1 && owned.HasHeaders(c.ctx) {
+		// The map is the request's own (the gateway's): the first
+		// attempt may mark it. A retry copies it, since the first
+		// attempt's request may still be being written.
+		r.Header = c.req.Header
+		r.Header[AttemptHeader] = attemptValue(1)
+		r.GetBody, r.Body = c.getBody, c.body
+		return r, nil
+	}
 	// A shallow copy of the header map: the values are shared, never
 	// changed, and only the new key is added.
 	h := make(http.Header, len(c.req.Header)+1)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/internal/owned"
 )
 
 // 503, 529 and a refused connection are retried to success, and to the
@@ -855,4 +857,53 @@ func (b *pausingBody) Read(p []byte) (int, error) {
 func (b *pausingBody) Close() error {
 	b.once.Do(func() { close(b.closed) })
 	return nil
+}
+
+// TestTransportOwnedHeaders checks the header maps each attempt is sent
+// with. A caller's map is never changed: each attempt gets a copy. A
+// request whose context says its map is its own (the gateway's) has its
+// first attempt marked in that map, and a retry still gets a copy, so
+// that the first attempt's map, which may still be being written, is
+// not changed after it was sent.
+func TestTransportOwnedHeaders(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		var sent []http.Header
+		var firstAtRetry string
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			sent = append(sent, r.Header)
+			if len(sent) == 1 {
+				return &http.Response{StatusCode: 503, Body: http.NoBody, Header: http.Header{}}, nil
+			}
+			firstAtRetry = sent[0].Get(outlast.AttemptHeader)
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}}, nil
+		})
+		tr := &outlast.Transport{Base: base, Policy: &outlast.Policy{Waits: []time.Duration{0}}}
+		ctx := context.Background()
+		if own {
+			ctx = owned.Headers(ctx)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://model.test/v1/models", nil)
+		req.Header.Set("X-Caller", "v")
+		if _, err := tr.RoundTrip(req); err != nil {
+			t.Fatal(err)
+		}
+		if len(sent) != 2 {
+			t.Fatalf("own %v: %d attempts, want 2", own, len(sent))
+		}
+		same := func(a, b http.Header) bool {
+			return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+		}
+		if got := same(sent[0], req.Header); got != own {
+			t.Errorf("own %v: the first attempt was sent with the request's own map: %v", own, got)
+		}
+		if same(sent[1], req.Header) || same(sent[1], sent[0]) {
+			t.Errorf("own %v: the retry was sent with the map of the request or of the first attempt; want a copy", own)
+		}
+		if firstAtRetry != "1" || sent[1].Get(outlast.AttemptHeader) != "2" || sent[1].Get("X-Caller") != "v" {
+			t.Errorf("own %v: attempt headers %q then %q, X-Caller %q; want 1, 2 and the caller's", own, firstAtRetry, sent[1].Get(outlast.AttemptHeader), sent[1].Get("X-Caller"))
+		}
+		if !own && req.Header.Get(outlast.AttemptHeader) != "" {
+			t.Errorf("the caller's header was changed: %v", req.Header)
+		}
+	}
 }

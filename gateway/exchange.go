@@ -18,6 +18,7 @@ import (
 
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/internal/apierr"
+	"github.com/outlast-llm/outlast/internal/owned"
 	"github.com/outlast-llm/outlast/internal/redact"
 	"github.com/outlast-llm/outlast/internal/sse"
 	"github.com/outlast-llm/outlast/record"
@@ -287,6 +288,7 @@ func keptText(s string, max int) string {
 // attempts and the waits until x.deadline.stop, at the commit.
 func (x *exchange) context() (context.Context, context.CancelCauseFunc) {
 	ctx, cancel := context.WithCancelCause(x.r.Context())
+	ctx = owned.Headers(ctx) // see outbound
 	if !x.opts.deadline.IsZero() {
 		x.deadline = untilCommit{Context: ctx, at: x.opts.deadline}
 		x.deadline.timer = time.AfterFunc(time.Until(x.opts.deadline), func() { cancel(context.DeadlineExceeded) })

@@ -312,17 +312,15 @@ var hopHeaders = []string{
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
-// forwardHeader returns the headers to send upstream: the caller's, less
-// hop-by-hop headers and the gateway's own, but keeping Outlast-Attempt
-// (see HeaderTimeout's group). Authorization and x-api-key pass through.
-// When nothing is to be left out and fresh is false, it returns in
-// itself, which no one changes: the upstream's Transport copies it for
-// each attempt. fresh asks for a map of the caller's own, to change.
-func forwardHeader(in http.Header, fresh bool) http.Header {
-	if !fresh && !hasLeftOut(in) {
-		return in
-	}
-	out := make(http.Header, len(in))
+// forwardHeader returns the headers to send upstream: a map of its own
+// (see package internal/owned) with the caller's, less hop-by-hop
+// headers and the gateway's own, but keeping Outlast-Attempt (see
+// HeaderTimeout's group). Authorization and x-api-key pass through. The
+// values are shared with in, and never changed.
+func forwardHeader(in http.Header) http.Header {
+	// One more for the upstream's Transport, which adds Outlast-Attempt
+	// to it in place.
+	out := make(http.Header, len(in)+1)
 	for k, v := range in {
 		if strings.HasPrefix(k, "Outlast-") && k != outlast.AttemptHeader {
 			continue
@@ -331,22 +329,6 @@ func forwardHeader(in http.Header, fresh bool) http.Header {
 	}
 	removeHop(out)
 	return out
-}
-
-// hasLeftOut reports whether h has a header that forwardHeader leaves
-// out.
-func hasLeftOut(h http.Header) bool {
-	for k := range h {
-		if strings.HasPrefix(k, "Outlast-") && k != outlast.AttemptHeader {
-			return true
-		}
-	}
-	for _, k := range hopHeaders {
-		if _, ok := h[k]; ok {
-			return true // Connection among them, with what it names
-		}
-	}
-	return false
 }
 
 // copyHeader copies an upstream response's headers to the caller's,

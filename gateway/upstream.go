@@ -171,7 +171,7 @@ func (u *upstream) outbound(ctx context.Context, r *http.Request, path string) *
 	out.Close = false // the caller's Connection: close is its hop's, not ours (as in ReverseProxy)
 	out.URL = u.target(path, r.URL.RawQuery)
 	out.Host = ""
-	out.Header = forwardHeader(r.Header, u.Auth != nil)
+	out.Header = forwardHeader(r.Header)
 	out.Trailer = nil // see forbiddenTrailer
 	return out
 }
