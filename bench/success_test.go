@@ -82,7 +82,7 @@ func layers(base http.RoundTripper) []struct {
 
 const chatBody = `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
 
-// sdkHeaders are the headers the OpenAI SDKs send with each request: a
+// sdkHeaders are the headers the OpenAI SDK for Node sends with each request (its Connection among them, which a proxy must not forward): a
 // dozen, so that a layer that copies the header map pays what it would
 // under a real client (a map past eight keys allocates more).
 var sdkHeaders = map[string]string{
@@ -98,6 +98,10 @@ var sdkHeaders = map[string]string{
 	"X-Stainless-Runtime-Version": "v20.20.2",
 	"X-Stainless-Retry-Count":     "0",
 	"X-Stainless-Timeout":         "600",
+	"Connection":                  "keep-alive",
+	"Accept-Language":             "*",
+	"Sec-Fetch-Mode":              "cors",
+	"Accept-Encoding":             "gzip, deflate",
 }
 
 // BenchmarkSuccess measures a request that succeeds at once, with the

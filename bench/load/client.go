@@ -58,6 +58,27 @@ var errWrongBody = errors.New("load: the response body differs from the upstream
 // respBufs holds the buffers response bodies are read into.
 var respBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
+// sdkHeader is what the OpenAI SDK for Node (6.49.0, on Node 20) sends
+// with a chat completion, as read off the wire: every target gets a real
+// SDK's request. Its Connection header is one a proxy must not forward.
+var sdkHeader = http.Header{
+	"Connection":                  {"keep-alive"},
+	"Accept":                      {"application/json"},
+	"User-Agent":                  {"OpenAI/JS 6.49.0"},
+	"X-Stainless-Retry-Count":     {"0"},
+	"X-Stainless-Lang":            {"js"},
+	"X-Stainless-Package-Version": {"6.49.0"},
+	"X-Stainless-Os":              {"Linux"},
+	"X-Stainless-Arch":            {"x64"},
+	"X-Stainless-Runtime":         {"node"},
+	"X-Stainless-Runtime-Version": {"v20.20.2"},
+	"Authorization":               {"Bearer sk-test"},
+	"Content-Type":                {"application/json"},
+	"Accept-Language":             {"*"},
+	"Sec-Fetch-Mode":              {"cors"},
+	"Accept-Encoding":             {"gzip, deflate"},
+}
+
 // do sends one request and checks that the answer is a 200 with the
 // upstream's body. Its latency is the time to the whole body, or for a
 // stream to the first body byte: a proxy that buffered the stream would
@@ -71,7 +92,9 @@ func (t *target) do(ctx context.Context, stream bool) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	req.Header["Content-Type"] = []string{"application/json"}
+	for k, v := range sdkHeader {
+		req.Header[k] = v
+	}
 	t.sent.Add(1)
 	start := time.Now()
 	resp, err := t.client.Do(req)
