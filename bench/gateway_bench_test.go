@@ -70,6 +70,7 @@ func BenchmarkServe(b *testing.B) {
 	go io.Copy(io.Discard, pr)
 	defer pr.Close()
 	defer pw.Close()
+	defer cli.TuneGC()() // as serve collects, for both
 	cfg, flushLog, err := cli.ServeConfig([]string{"--upstream", up.String(), "--journal", "off"}, pw)
 	if err != nil {
 		b.Fatal(err)

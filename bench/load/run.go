@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
+	"github.com/outlast-llm/outlast/internal/cli"
 )
 
 // run is the program: it parses args, runs the phases and prints the
@@ -23,6 +24,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		// one sample per 512 KiB would miss most of a request's.
 		runtime.MemProfileRate = 4 << 10
 	}
+	// The process collects as outlast serve does (cli.TuneGC): the
+	// gateway targets run as a user runs them, and the bare proxy, which
+	// shares the process, gets the same setting, the harder baseline.
+	defer cli.TuneGC()()
 	st, err := newStack(c)
 	if err != nil {
 		return err

@@ -51,6 +51,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("serve: %w", err)
 	}
 	defer closeServer(srv, stderr)
+	defer TuneGC()()
 	// Listen after every check, so that a wrong flag never holds the port.
 	l, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
