@@ -596,9 +596,9 @@ func (x *exchange) retried() bool {
 
 // ownHeaders adds the gateway's response headers.
 func (x *exchange) ownHeaders(h http.Header) {
-	h.Set(HeaderRequestID, x.rec.ID)
-	h.Set(HeaderAttempts, strconv.Itoa(len(x.rec.Attempts)))
-	h.Set(HeaderUpstream, x.rec.Answered()) // the one the request is at, which may have refused it without an attempt
+	// The keys are canonical; the three values share one array.
+	v := []string{x.rec.ID, strconv.Itoa(len(x.rec.Attempts)), x.rec.Answered()} // Answered: the upstream the request is at, which may have refused it without an attempt
+	h[HeaderRequestID], h[HeaderAttempts], h[HeaderUpstream] = v[0:1:1], v[1:2:2], v[2:3:3]
 }
 
 // failed answers for a request that got no response to forward.

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/outlast-llm/outlast"
 )
 
 // bodyFor renames the model to the JSON string of the upstream's name for
@@ -102,4 +104,50 @@ func TestForwardHeader(t *testing.T) {
 	if got.Get("Outlast-Attempt") != "1" || got.Get("Authorization") != "Bearer sk-caller" || len(dirty) != 7 {
 		t.Errorf("got %v from %v; want Outlast-Attempt and Authorization kept, the caller's headers unchanged", got, dirty)
 	}
+}
+
+// FuzzForwardHeader checks forwardHeader against the rule as RFC 9110
+// §7.6.1 and httputil.ReverseProxy state it: copy the headers, delete
+// each one Connection names, then the hop-by-hop ones, and the gateway's
+// own but Outlast-Attempt.
+func FuzzForwardHeader(f *testing.F) {
+	f.Add("keep-alive", "X-Hop", "1", "Outlast-Timeout", "30s")
+	f.Add("close, X-Hop ,te", "Te", "trailers", "Keep-Alive", "timeout=5")
+	f.Add(" x-hop,, Upgrade", "X-Hop", "", "Outlast-Attempt", "2")
+	f.Fuzz(func(t *testing.T, conn, k1, v1, k2, v2 string) {
+		in := http.Header{"Authorization": {"Bearer sk"}, "Connection": {conn}}
+		in[http.CanonicalHeaderKey(k1)] = []string{v1}
+		in[http.CanonicalHeaderKey(k2)] = []string{v2}
+		want := in.Clone()
+		for _, v := range want["Connection"] {
+			for _, f := range strings.Split(v, ",") {
+				if f = strings.TrimSpace(f); f != "" {
+					want.Del(f)
+				}
+			}
+		}
+		for _, k := range []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+			"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"} {
+			want.Del(k)
+		}
+		for k := range want {
+			if strings.HasPrefix(k, "Outlast-") && k != outlast.AttemptHeader {
+				delete(want, k)
+			}
+		}
+		got := forwardHeader(in)
+		if !maps.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("forwardHeader(%v)\n= %v\nwant %v", in, got, want)
+		}
+		resp := in.Clone()
+		removeHop(resp)
+		for k := range resp {
+			if strings.HasPrefix(k, "Outlast-") && k != outlast.AttemptHeader {
+				delete(resp, k)
+			}
+		}
+		if !maps.EqualFunc(resp, want, slices.Equal) {
+			t.Fatalf("removeHop(%v)\n= %v\nwant %v", in, resp, want)
+		}
+	})
 }

@@ -305,11 +305,16 @@ func parseRun(v string) (string, error) {
 	return v, nil
 }
 
-// hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1, and the ones
-// older proxies use, which a proxy must not forward.
-var hopHeaders = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+// isHop reports whether k, in the canonical form of an http.Header's
+// keys, is a hop-by-hop header of RFC 9110 §7.6.1 or one that older
+// proxies use, which a proxy must not forward.
+func isHop(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
 }
 
 // forwardHeader returns the headers to send upstream: a map of its own
@@ -322,12 +327,12 @@ func forwardHeader(in http.Header) http.Header {
 	// to it in place.
 	out := make(http.Header, len(in)+1)
 	for k, v := range in {
-		if strings.HasPrefix(k, "Outlast-") && k != outlast.AttemptHeader {
+		if isHop(k) || strings.HasPrefix(k, "Outlast-") && k != outlast.AttemptHeader {
 			continue
 		}
 		out[k] = v
 	}
-	removeHop(out)
+	removeNamed(out, in)
 	return out
 }
 
@@ -343,16 +348,28 @@ func copyHeader(dst, src http.Header) {
 }
 
 func removeHop(h http.Header) {
-	// RFC 9110 §7.6.1: headers named in Connection are hop-by-hop too.
-	for _, v := range h["Connection"] {
-		for f := range strings.SplitSeq(v, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				h.Del(f)
-			}
+	removeNamed(h, h)
+	for k := range h {
+		if isHop(k) {
+			delete(h, k)
 		}
 	}
-	for _, k := range hopHeaders {
-		h.Del(k)
+}
+
+// removeNamed removes from h the headers that conn's Connection header
+// names, which are hop-by-hop too (RFC 9110 §7.6.1). A name that is
+// itself hop-by-hop, as keep-alive is, is left to isHop.
+func removeNamed(h, conn http.Header) {
+	for _, v := range conn["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			f = strings.TrimSpace(f)
+			if f == "" || strings.EqualFold(f, "keep-alive") {
+				continue // what SDKs send, which isHop removes
+			}
+			if f = http.CanonicalHeaderKey(f); !isHop(f) {
+				delete(h, f)
+			}
+		}
 	}
 }
 
