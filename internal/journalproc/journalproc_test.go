@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +25,30 @@ const (
 	childHang = "OUTLAST_TEST_JOURNALPROC_HANG"
 )
 
+// childPriority makes the test binary lower its priority, as the writer
+// does, and print each of its threads' nice value and policy, where
+// /proc has them (TestLowerPriority, on Linux).
+const childPriority = "OUTLAST_TEST_JOURNALPROC_PRIORITY"
+
+func printPriority() {
+	lowerPriority()
+	tasks, _ := filepath.Glob("/proc/self/task/*/stat")
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		// After "pid (comm) ", field 3 on: nice is field 19, policy 41.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		fmt.Printf("nice %s policy %s\n", f[19-3], f[41-3])
+	}
+}
+
 func TestMain(m *testing.M) {
+	if os.Getenv(childPriority) != "" {
+		printPriority()
+		os.Exit(0)
+	}
 	if path := os.Getenv(testDBEnv); path != "" {
 		if os.Getenv(childHang) != "" {
 			select {}
