@@ -28,6 +28,29 @@ func eventEnded(b []byte) bool {
 // (Anthropic's {"type":"error","error":{…}} or OpenAI's {"error":{…}}).
 func firstEventError(b []byte, h http.Header) error {
 	name, data := firstEvent(b)
+	if name != "error" && !mayNameError(data) {
+		return nil // most streams: their first event is not decoded
+	}
+	return decodeErrorEvent(name, data, h)
+}
+
+// mayNameError reports whether data could be a JSON error object: one
+// names "error", as a key or a type, in any case (as encoding/json
+// matches keys), unless an escape spells it.
+func mayNameError(data []byte) bool {
+	if bytes.IndexByte(data, '\\') >= 0 {
+		return true
+	}
+	for i := 0; i+5 <= len(data); i++ {
+		if data[i]|0x20 == 'e' && bytes.EqualFold(data[i:i+5], []byte("error")) {
+			return true
+		}
+	}
+	return false
+}
+
+// decodeErrorEvent is firstEventError for an event that may be an error.
+func decodeErrorEvent(name string, data []byte, h http.Header) error {
 	var body struct {
 		Type  string `json:"type"`
 		Error *struct {

@@ -151,6 +151,9 @@ func FuzzFirstEventError(f *testing.F) {
 	for _, s := range sseSeeds {
 		f.Add([]byte(s))
 	}
+	// Keys as encoding/json matches them: in any case, or escaped.
+	f.Add([]byte("data: {\"ERROR\":{\"type\":\"OVERLOADED\"}}\n\n"))
+	f.Add([]byte("data: {\"\\u0065rror\":{\"type\":\"RATE_LIMIT\"}}\n\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		err := firstEventError(b, nil)
 		if err != nil {
@@ -160,6 +163,12 @@ func FuzzFirstEventError(f *testing.F) {
 			}
 		}
 		checkFirstEvent(t, b, err)
+		// Skipping the decoding of data that names no error changes
+		// nothing.
+		name, data := firstEvent(b)
+		if ref := decodeErrorEvent(name, data, nil); (ref == nil) != (err == nil) || err != nil && err.Error() != ref.Error() {
+			t.Fatalf("firstEventError(%q) = %v; decoding it regardless gives %v", b, err, ref)
+		}
 	})
 }
 
