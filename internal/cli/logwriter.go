@@ -32,10 +32,10 @@ type logWriter struct {
 	spare  []byte     // a written buffer, for buf to reuse
 	kicked bool       // the timer is set to fire at once
 
-	// writing is held while writing to w, and taken under mu, so that
-	// buffers are written in the order they were taken. A channel rather
-	// than a sync.Mutex: waiting for it is then durably blocked in a
-	// synctest bubble, where the tests of a stuck collector run.
+	// writing is held while a buffer is taken and written to w, so that
+	// buffers are written in the order they were filled. A channel
+	// rather than a sync.Mutex: waiting for it is then durably blocked in
+	// a synctest bubble, where the tests of a stuck collector run.
 	writing chan struct{}
 }
 
@@ -86,14 +86,18 @@ func (l *logWriter) Flush() {
 	l.flushLocked()
 }
 
-// flushLocked writes what waits, letting lines be added meanwhile. It
-// unlocks mu.
+// flushLocked writes what waits, letting lines be added meanwhile: it
+// waits for a write under way without holding mu, and takes the buffer
+// only once it may write, so that buffers go out in the order they were
+// filled. It unlocks mu.
 func (l *logWriter) flushLocked() error {
 	l.timer.Stop()
 	l.kicked = false
+	l.mu.Unlock()
+	l.writing <- struct{}{}
+	l.mu.Lock()
 	buf := l.buf
 	l.buf, l.spare = l.spare[:0], nil
-	l.writing <- struct{}{}
 	l.mu.Unlock()
 	var err error
 	if len(buf) > 0 {

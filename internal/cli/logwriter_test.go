@@ -135,6 +135,14 @@ func TestLogWriterBehind(t *testing.T) {
 		<-w.writing // the first buffer's write, stuck, from the timer's goroutine
 		for waiting() < logMax-2*1100 {
 			line() // the request goes on
+			// The buffer's next kick fires too, and its flush waits for
+			// the stuck write: it must not hold the lock lines need.
+			time.Sleep(time.Nanosecond)
+			synctest.Wait()
+			if !lw.mu.TryLock() {
+				t.Fatalf("after %d lines, a flush waiting for the stuck write holds the log's lock", n)
+			}
+			lw.mu.Unlock()
 		}
 		waited := make(chan struct{})
 		go func() {
