@@ -316,7 +316,10 @@ func loopback(host string) bool {
 
 // Close ends the page's event streams, flushes what the journal's writer
 // holds and the traces still queued, as long as ctx allows, and closes the
-// journal.
+// journal. A SQLite journal's final flush is written by this process, not
+// by the writer process at the lowest priority, which a busy machine may
+// keep from a core for longer than ctx allows: call Close once the
+// requests are done.
 func (s *Server) Close(ctx context.Context) error {
 	if s.Feed != nil {
 		s.Feed.Close()
@@ -324,6 +327,9 @@ func (s *Server) Close(ctx context.Context) error {
 	var errs []error
 	if err := s.Tracer.Shutdown(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	if p, ok := s.Store.(*journalproc.Store); ok {
+		p.Inline()
 	}
 	if s.Writer != nil {
 		if err := s.Writer.Close(ctx); err != nil {

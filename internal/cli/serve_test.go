@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -114,7 +115,9 @@ func waitServe(t *testing.T, done <-chan error) {
 			t.Errorf("serve: got %v, want nil after the drain", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not return within 10s of its context ending")
+		var b strings.Builder
+		pprof.Lookup("goroutine").WriteTo(&b, 1)
+		t.Fatalf("serve did not return within 10s of its context ending; its goroutines:\n%s", b.String())
 	}
 }
 

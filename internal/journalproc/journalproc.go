@@ -13,23 +13,23 @@ package journalproc
 import (
 	"bufio"
 	"context"
-	"encoding/gob"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/record"
 )
 
-// A message is one write through the pipe, gob-encoded: a batch of
-// records for Store.Write, or of state changes for Store.WriteStates.
-// Gob sends every exported field, so a field added to a record crosses
-// the pipe with no change here.
+// A message is one write through the pipe, in the encoding wire.go
+// describes: a batch of records for Store.Write, or of state changes for
+// Store.WriteStates.
 type message struct {
 	Requests []record.Request
 	States   []record.StateChange
@@ -37,28 +37,30 @@ type message struct {
 
 // write writes m to s: its changes, if it has any, else its records (none
 // for the parent's first write, which checks that the child runs).
-func (m *message) write(s journal.Store) error {
+func (m *message) write(ctx context.Context, s journal.Store) error {
 	if len(m.States) > 0 {
-		return s.WriteStates(context.Background(), m.States)
+		return s.WriteStates(ctx, m.States)
 	}
-	return s.Write(context.Background(), m.Requests)
+	return s.Write(ctx, m.Requests)
 }
 
 // Serve reads batches of records and of state changes from r, writes each
 // to s, and answers each on w with a line: "ok", or the write's error. It
 // returns nil when r ends, or the error that ended it.
 func Serve(r io.Reader, w io.Writer, s journal.Store) error {
-	dec := gob.NewDecoder(bufio.NewReader(r))
+	in := bufio.NewReaderSize(r, 64<<10)
 	out := bufio.NewWriter(w)
+	var buf []byte
 	for {
 		var m message
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
+		var err error
+		if buf, err = readMessage(in, buf, &m); err != nil {
+			if err == io.EOF {
 				return nil
 			}
 			return fmt.Errorf("journalproc: reading a batch: %w", err)
 		}
-		if err := m.write(s); err != nil {
+		if err := m.write(context.Background(), s); err != nil {
 			fmt.Fprintf(out, "error: %v\n", oneLine(err))
 		} else {
 			out.WriteString("ok\n")
@@ -83,6 +85,12 @@ type Store struct {
 
 	newCmd func() *exec.Cmd
 
+	// inline, set by Inline, sends writes to the wrapped Store. writing
+	// is the child's process while a write waits for it, for Inline to
+	// kill.
+	inline  atomic.Bool
+	writing atomic.Pointer[os.Process]
+
 	mu     sync.Mutex // guards the fields below, and the pipe
 	child  *child
 	closed bool
@@ -92,8 +100,7 @@ type Store struct {
 type child struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
-	buf *bufio.Writer
-	enc *gob.Encoder
+	buf []byte // the last batch's frame, kept for its room
 	out *bufio.Reader
 }
 
@@ -129,6 +136,10 @@ func (s *Store) send(ctx context.Context, m *message) error {
 		// Not worth a child started only to be killed.
 		return fmt.Errorf("journalproc: %w", context.Cause(ctx))
 	}
+	if s.inline.Load() {
+		s.kill()
+		return m.write(ctx, s.Store)
+	}
 	if s.child == nil {
 		c, err := s.start()
 		if err != nil {
@@ -138,10 +149,23 @@ func (s *Store) send(ctx context.Context, m *message) error {
 	}
 	c := s.child
 	// A write that outlives ctx kills the child, which ends the wait for
-	// its answer.
+	// its answer; so does Inline.
 	stop := context.AfterFunc(ctx, func() { c.cmd.Process.Kill() })
-	err := c.write(m)
+	s.writing.Store(c.cmd.Process)
+	err := errInlined
+	if !s.inline.Load() { // else Inline came before writing was set
+		err = c.write(m)
+	}
+	s.writing.Store(nil)
 	killed := !stop()
+	if err != nil && s.inline.Load() && ctx.Err() == nil {
+		// Inline cut the write short, or came just after it failed: it is
+		// written here. The child may have written it too: a record
+		// written twice is one (the journal upserts), a state change two
+		// rows, which its readers allow.
+		s.kill()
+		return m.write(ctx, s.Store)
+	}
 	var refused refusedError
 	if killed || err != nil && !errors.As(err, &refused) {
 		// The pipe is broken or out of step, or ctx's kill came after the
@@ -154,6 +178,32 @@ func (s *Store) send(ctx context.Context, m *message) error {
 		}
 	}
 	return err
+}
+
+// errInlined is a write that Inline kept from the child.
+var errInlined = errors.New("journalproc: written in this process")
+
+// Inline makes this and every later write in this process, through the
+// Store s wraps, at this process's priority, rather than in the child at
+// the lowest: a write the child has under way is cut short and made again
+// here. A server calls it once its requests are done, before the final
+// flush, which a busy machine would otherwise hold up for as long as it
+// keeps the child from a core.
+func (s *Store) Inline() {
+	s.inline.Store(true)
+	if p := s.writing.Load(); p != nil {
+		p.Kill()
+	}
+}
+
+// kill ends the child, if one runs, without waiting for it to finish: it
+// is between writes, or cut short in one. s.mu must be held.
+func (s *Store) kill() {
+	if s.child != nil {
+		s.child.cmd.Process.Kill()
+		s.child.cmd.Wait()
+		s.child = nil
+	}
 }
 
 func (s *Store) start() (*child, error) {
@@ -169,8 +219,7 @@ func (s *Store) start() (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("journalproc: starting the writer: %w", err)
 	}
-	buf := bufio.NewWriterSize(in, 64<<10)
-	return &child{cmd: cmd, in: in, buf: buf, enc: gob.NewEncoder(buf), out: bufio.NewReader(out)}, nil
+	return &child{cmd: cmd, in: in, out: bufio.NewReader(out)}, nil
 }
 
 // refusedError is a write the child's store refused; the child is fine.
@@ -179,10 +228,18 @@ type refusedError struct{ msg string }
 func (e refusedError) Error() string { return "journalproc: the writer's store: " + e.msg }
 
 func (c *child) write(m *message) error {
-	if err := c.enc.Encode(m); err != nil {
-		return fmt.Errorf("journalproc: sending a batch: %w", err)
+	c.buf = appendMessage(c.buf[:0], m)
+	if n := len(c.buf); n > maxFrame {
+		// The child would refuse it, out of step: it is refused here,
+		// the child untouched.
+		c.buf = nil
+		return refusedError{fmt.Sprintf("a batch of %d bytes, over the pipe's bound of %d", n, maxFrame)}
 	}
-	if err := c.buf.Flush(); err != nil {
+	_, err := c.in.Write(c.buf)
+	if cap(c.buf) > 1<<20 {
+		c.buf = nil // an outsized batch's room is not kept
+	}
+	if err != nil {
 		return fmt.Errorf("journalproc: sending a batch: %w", err)
 	}
 	line, err := c.out.ReadString('\n')
@@ -220,7 +277,10 @@ func (s *Store) Close() error {
 	defer s.mu.Unlock()
 	s.closed = true
 	var err error
-	if s.child != nil {
+	switch {
+	case s.inline.Load():
+		s.kill() // not worth waiting for: it holds no write
+	case s.child != nil:
 		err = s.child.stop()
 		s.child = nil
 	}

@@ -176,6 +176,45 @@ func TestHungChildTimesOut(t *testing.T) {
 	}
 }
 
+// TestInlineCutsAStuckWrite checks that Inline ends a write the child
+// does not finish, as a busy machine keeps a writer at the lowest
+// priority from a core, and makes it, and later ones, in this process,
+// with no child started again; and that Close does not wait for the
+// child.
+func TestInlineCutsAStuckWrite(t *testing.T) {
+	s, starts := newStore(t, childHang+"=1")
+	done := make(chan error, 1)
+	go func() { done <- s.Write(context.Background(), batch("stuck", 2)) }()
+	for s.writing.Load() == nil { // the child has the batch
+		select {
+		case err := <-done:
+			t.Fatalf("Write to a hung writer returned %v before Inline", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	s.Inline()
+	if err := <-done; err != nil {
+		t.Fatalf("the write Inline cut short: %v, want it written here", err)
+	}
+	if err := s.Write(context.Background(), batch("after", 1)); err != nil {
+		t.Fatalf("Write after Inline: %v", err)
+	}
+	if err := s.WriteStates(context.Background(), []record.StateChange{{Upstream: "u", At: t0, To: outlast.Down}}); err != nil {
+		t.Fatalf("WriteStates after Inline: %v", err)
+	}
+	for _, id := range []string{"stuck1", "after0"} {
+		if _, err := s.Get(context.Background(), id); err != nil {
+			t.Errorf("Get %s: %v", id, err)
+		}
+	}
+	if *starts != 1 || s.child != nil {
+		t.Errorf("%d writers started, child %v; want 1, and none left", *starts, s.child)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
 // TestStatesAndAdmissionCross checks that what admission adds to the
 // record crosses the pipe: an attempt's wait for its upstream and its
 // probe mark, and upstreams' state changes, which the child writes and
