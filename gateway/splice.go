@@ -380,17 +380,34 @@ func (s *splice) strip(t string) string {
 
 // nextEvent splits the first whole event, with the blank line that ends
 // it, off buf: an event ends at an empty line, whichever line endings
-// the stream uses (WHATWG: CRLF, LF or CR).
+// the stream uses, mixed or not (WHATWG: CRLF, LF or CR). Empty lines
+// before an event's first line are part of it, as they end nothing. A CR
+// at buf's end may be half a CRLF: it ends the event only if it ends the
+// blank line, so that a stream of CRs alone is not held back, and the LF
+// that may follow joins the next event as an empty line.
 func nextEvent(buf []byte) (ev, rest []byte, ok bool) {
-	for i := 0; i < len(buf); i++ {
-		switch {
-		case buf[i] == '\n' && i+1 < len(buf) && buf[i+1] == '\n':
-			return buf[:i+2], buf[i+2:], true
-		case buf[i] == '\r' && i+3 < len(buf) && buf[i+1] == '\n' && buf[i+2] == '\r' && buf[i+3] == '\n':
-			return buf[:i+4], buf[i+4:], true
-		case buf[i] == '\r' && i+1 < len(buf) && buf[i+1] == '\r':
-			return buf[:i+2], buf[i+2:], true
+	seen := false // a line with content has been read
+	for i := 0; i < len(buf); {
+		j := bytes.IndexAny(buf[i:], "\r\n")
+		if j < 0 {
+			break
 		}
+		empty, end := j == 0, i+j+1
+		if buf[i+j] == '\r' {
+			switch {
+			case end < len(buf):
+				if buf[end] == '\n' {
+					end++
+				}
+			case !(empty && seen):
+				return nil, buf, false // the CR's line may go on with an LF
+			}
+		}
+		if empty && seen {
+			return buf[:end], buf[end:], true
+		}
+		seen = seen || !empty
+		i = end
 	}
 	return nil, buf, false
 }

@@ -117,6 +117,20 @@ func TestNextEvent(t *testing.T) {
 		{"data: a\r\n\r\nrest", "data: a\r\n\r\n", "rest"},
 		{"data: a\r\rrest", "data: a\r\r", "rest"},
 		{"data: a\n", "", "data: a\n"},
+		// Mixed endings: LF then CRLF, CRLF then CR, LF then CR.
+		{"data: a\n\r\nrest", "data: a\n\r\n", "rest"},
+		{"data: a\r\n\rrest", "data: a\r\n\r", "rest"},
+		{"data: a\n\rrest", "data: a\n\r", "rest"},
+		{"data: a\r\r\nrest", "data: a\r\r\n", "rest"},
+		// Two lines, then the blank one.
+		{"event: x\r\ndata: a\n\nrest", "event: x\r\ndata: a\n\n", "rest"},
+		// A blank line before any content ends nothing.
+		{"\ndata: a\n\nrest", "\ndata: a\n\n", "rest"},
+		// A CR at the end: the blank line's ends the event; a line's
+		// may be half a CRLF, and waits.
+		{"data: a\r\r", "data: a\r\r", ""},
+		{"data: a\r", "", "data: a\r"},
+		{"data: a\n\r", "data: a\n\r", ""},
 	} {
 		ev, rest, ok := nextEvent([]byte(c.in))
 		if string(ev) != c.ev || string(rest) != c.rest || ok != (c.ev != "") {
@@ -162,11 +176,13 @@ func TestSpliceAnthropicAfterBlockStop(t *testing.T) {
 
 // FuzzSplice feeds any bytes through the event framing and the splice, as
 // a first stream and then as a continuation: it never panics, and what it
-// sends the caller is whole events.
+// sends the caller is whole events; the framing loses no byte, and cuts
+// only after a line's end.
 func FuzzSplice(f *testing.F) {
 	f.Add([]byte("data: {\"id\":\"a\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]\n\n"), []byte("data: {\"id\":\"b\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\" y\"}}]}\n\n"))
 	f.Add([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\"}}\n\n"), []byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" z\"}}\n\n"))
 	f.Add([]byte("data: {\"error\":{}}\r\n\r\n: comment\r\rdata:"), []byte("\n\n\n"))
+	f.Add([]byte("data: a\n\r\ndata: b\r\n\rdata: c\n\r"), []byte("\r\r\ndata: d\r"))
 	f.Add([]byte("data: {\"id\":\"a\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n"), []byte("data: null\n\n"))
 	f.Fuzz(func(t *testing.T, first, second []byte) {
 		s := &splice{}
@@ -175,6 +191,12 @@ func FuzzSplice(f *testing.F) {
 				ev, rest, ok := nextEvent(stream)
 				if !ok {
 					break
+				}
+				if len(ev) == 0 || !bytes.Equal(append(ev[:len(ev):len(ev)], rest...), stream) {
+					t.Fatalf("nextEvent(%q) split it into %q and %q", stream, ev, rest)
+				}
+				if last := ev[len(ev)-1]; last != '\n' && last != '\r' {
+					t.Fatalf("nextEvent(%q) gave %q, which does not end a line", stream, ev)
 				}
 				if out := s.event(ev); out != nil && !bytes.HasSuffix(out, []byte("\n\n")) && !bytes.Equal(out, ev) {
 					t.Fatalf("event %q became %q, which is not a whole event", ev, out)
