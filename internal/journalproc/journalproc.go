@@ -180,8 +180,9 @@ func (s *Store) send(ctx context.Context, m *message) error {
 	return err
 }
 
-// errInlined is a write that Inline kept from the child.
-var errInlined = errors.New("journalproc: written in this process")
+// errInlined is a write that Inline kept from the child, to be made in
+// this process, unless its context has ended.
+var errInlined = errors.New("journalproc: the write was left to this process by Inline")
 
 // Inline makes this and every later write in this process, through the
 // Store s wraps, at this process's priority, rather than in the child at

@@ -218,16 +218,14 @@ func unexpected(err error) error {
 func decodeMessage(b []byte, m *message) error {
 	d := decoder{b: b}
 	*m = message{}
-	kind := d.byte()
-	n := d.count(1)
-	switch kind {
+	switch kind := d.byte(); kind {
 	case kindRequests:
-		m.Requests = make([]record.Request, n)
+		m.Requests = make([]record.Request, d.count(minRequest))
 		for i := range m.Requests {
 			d.request(&m.Requests[i])
 		}
 	case kindStates:
-		m.States = make([]record.StateChange, n)
+		m.States = make([]record.StateChange, d.count(minState))
 		for i := range m.States {
 			c := &m.States[i]
 			c.Upstream = d.string()
@@ -276,18 +274,19 @@ func (d *decoder) byte() byte {
 
 func (d *decoder) uvarint() uint64 {
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail(errors.New("a malformed uvarint"))
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	return skip(d, n, "uvarint", v)
 }
 
 func (d *decoder) varint() int64 {
 	v, n := binary.Varint(d.b)
+	return skip(d, n, "varint", v)
+}
+
+// skip moves past a number of n bytes that binary's Uvarint or Varint
+// read, and returns it, or fails, as they report, and returns 0.
+func skip[T uint64 | int64](d *decoder, n int, what string, v T) T {
 	if n <= 0 {
-		d.fail(errors.New("a malformed varint"))
+		d.fail(errors.New("a malformed " + what))
 		return 0
 	}
 	d.b = d.b[n:]
@@ -303,12 +302,22 @@ func (d *decoder) int() int {
 	return int(v)
 }
 
-// count reads a list's length, each of whose items takes at least min
+// The fewest bytes an entry takes, every field at its zero value: count
+// holds a list's length to what the rest of the frame can hold.
+const (
+	minRequest = 20 // 9 strings, a header, 3 times, 3 numbers, 2 booleans, 3 counts
+	minAttempt = 20 // 5 strings, 2 times, 9 numbers, 3 booleans, a class
+	minState   = 4  // a string, a time, 2 states
+	minMove    = 3  // 3 strings
+	minCont    = 5  // 3 strings, 2 numbers
+)
+
+// count reads a list's length, each of whose items takes at least size
 // bytes: a length the rest of the frame cannot hold is an error, not an
 // allocation.
-func (d *decoder) count(min int) int {
+func (d *decoder) count(size int) int {
 	n := d.uvarint()
-	if n > uint64(len(d.b)/min) {
+	if n > uint64(len(d.b)/size) {
 		d.fail(fmt.Errorf("a count of %d, more than the frame's %d bytes left hold", n, len(d.b)))
 		return 0
 	}
@@ -381,20 +390,20 @@ func (d *decoder) request(r *record.Request) {
 	r.Stream = d.bool()
 	r.Committed = d.bool()
 	r.Bytes = d.varint()
-	if n := d.count(1); n > 0 {
+	if n := d.count(minAttempt); n > 0 {
 		r.Attempts = make([]record.Attempt, n)
 		for i := range r.Attempts {
 			d.attempt(&r.Attempts[i])
 		}
 	}
-	if n := d.count(3); n > 0 {
+	if n := d.count(minMove); n > 0 {
 		r.Moves = make([]record.Move, n)
 		for i := range r.Moves {
 			m := &r.Moves[i]
 			m.From, m.To, m.Reason = d.string(), d.string(), d.string()
 		}
 	}
-	if n := d.count(5); n > 0 {
+	if n := d.count(minCont); n > 0 {
 		r.Continuations = make([]record.Continuation, n)
 		for i := range r.Continuations {
 			c := &r.Continuations[i]

@@ -122,15 +122,25 @@ func TestEveryFieldCrosses(t *testing.T) {
 }
 
 // TestZeroValuesCross checks the values fill never makes: zero times, a
-// nil header and no attempts come back as they went, and an empty batch,
-// the parent's first write, is a batch of no records.
+// nil header, no attempts, and entries whose every field is zero, the
+// smallest the reader's bounds on a count allow, come back as they went;
+// and an empty batch, the parent's first write, is a batch of no records.
 func TestZeroValuesCross(t *testing.T) {
-	want := []record.Request{{ID: "a"}, {ID: "b", Header: http.Header{}}}
-	got := roundTrip(t, &message{Requests: want})
-	if !reflect.DeepEqual(got.Requests, want) {
-		t.Errorf("got %+v, want %+v", got.Requests, want)
+	for _, want := range []message{
+		{Requests: []record.Request{{ID: "a"}, {ID: "b", Header: http.Header{}}}},
+		// Each list alone, of entries at their smallest, so that a
+		// bound set too high on a count refuses it.
+		{Requests: make([]record.Request, 3)},
+		{Requests: []record.Request{{Attempts: make([]record.Attempt, 3)}}},
+		{Requests: []record.Request{{Moves: make([]record.Move, 3)}}},
+		{Requests: []record.Request{{Continuations: make([]record.Continuation, 3)}}},
+		{States: make([]record.StateChange, 3)},
+	} {
+		if got := roundTrip(t, &want); !reflect.DeepEqual(*got, want) {
+			t.Errorf("got %+v, want %+v", *got, want)
+		}
 	}
-	got = roundTrip(t, &message{})
+	got := roundTrip(t, &message{})
 	if len(got.Requests) != 0 || len(got.States) != 0 {
 		t.Errorf("the empty batch came back as %+v", got)
 	}
