@@ -58,7 +58,7 @@ type Feed struct {
 	mu      sync.Mutex
 	list    []*entry          // the kept requests, oldest first
 	bytes   int               // the sum of list's sizes
-	byID    map[string]*entry // list's requests by ID
+	live    map[string]*entry // list's requests not yet done, by ID
 	queues  map[string][]*entry
 	clients map[*client]struct{}
 	states  []StateChange // the last MaxStates changes, oldest first
@@ -94,7 +94,7 @@ func New(keep, keepBytes int) *Feed {
 		keep:      keep,
 		keepBytes: keepBytes,
 		closed:    make(chan struct{}),
-		byID:      map[string]*entry{},
+		live:      map[string]*entry{},
 		queues:    map[string][]*entry{},
 		clients:   map[*client]struct{}{},
 	}
@@ -219,6 +219,7 @@ func (f *Feed) done(r *record.Request) {
 	}
 	f.dequeue(e)
 	e.current, e.done = nil, true
+	delete(f.live, r.ID) // it changes no more
 	f.update(eventDone, e, r, ended)
 }
 
@@ -267,13 +268,14 @@ func sameAttempts(v []Attempt, r *record.Request) bool {
 
 // entry returns r's entry, adding one as the newest if there is none. A
 // request dropped while still in progress comes back as the newest at its
-// next change.
+// next change. Only the requests in progress are looked up: the map stays
+// as small as the requests in flight, however many are kept.
 func (f *Feed) entry(r *record.Request) *entry {
-	if e := f.byID[r.ID]; e != nil {
+	if e := f.live[r.ID]; e != nil {
 		return e
 	}
 	e := &entry{}
-	f.byID[r.ID] = e
+	f.live[r.ID] = e
 	f.list = append(f.list, e)
 	return e
 }
@@ -286,8 +288,8 @@ func (f *Feed) trim() {
 		f.list[0] = nil // let the array, which append reuses, forget it
 		f.list = f.list[1:]
 		f.bytes -= old.size
-		if f.byID[old.view.ID] == old {
-			delete(f.byID, old.view.ID)
+		if !old.done && f.live[old.view.ID] == old {
+			delete(f.live, old.view.ID)
 		}
 		f.dequeue(old)
 	}
