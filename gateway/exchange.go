@@ -36,7 +36,7 @@ type exchange struct {
 	r    *http.Request
 	path string // the path to forward, the upstream's prefix removed
 	opts options
-	out  *response      // what the caller gets
+	out  response       // what the caller gets
 	rec  record.Request // what observers are told
 
 	body       []byte      // the body to send: the caller's, or a continuation's
@@ -66,7 +66,7 @@ type exchange struct {
 // newExchange starts the exchange of r, whose resolved path is resolved
 // and, with the upstream's prefix removed, path.
 func newExchange(g *Gateway, up *upstream, w http.ResponseWriter, r *http.Request, resolved, path string) *exchange {
-	return &exchange{g: g, up: up, cur: up, r: r, path: path, out: newResponse(w), rec: record.Request{
+	x := &exchange{g: g, up: up, cur: up, r: r, path: path, rec: record.Request{
 		ID:       outlast.NewCallID(),
 		Method:   keptText(r.Method, maxMethodLen),
 		Path:     keptText(resolved, maxPathLen),
@@ -74,6 +74,8 @@ func newExchange(g *Gateway, up *upstream, w http.ResponseWriter, r *http.Reques
 		Upstream: up.Name,
 		Start:    time.Now(),
 	}}
+	x.out.init(w)
+	return x
 }
 
 // serve carries the request from its headers to its last byte: it reads
@@ -388,6 +390,8 @@ func (x *exchange) outbound(ctx context.Context, u *upstream) *http.Request {
 	body := x.bodyFor(u)
 	out.Body, out.GetBody, out.ContentLength = nil, nil, int64(len(body))
 	if body != nil {
+		// io.NopCloser of a bytes.Reader, which http.Transport knows is in
+		// memory: it writes the headers and the body in one go.
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 		out.Body, _ = out.GetBody()
 	}

@@ -20,8 +20,9 @@ import (
 // writes comments from its own goroutine, so every write, and every
 // reading of the state, holds mu.
 type response struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w    http.ResponseWriter
+	rc   http.ResponseController
+	body deadlineReader // the request body's, made by slowBodyReader
 
 	mu         sync.Mutex // guards w, committed, progressed and pending
 	committed  bool       // the status line has been written
@@ -29,8 +30,10 @@ type response struct {
 	pending    int        // a status line held for the body's first byte (see hold)
 }
 
-func newResponse(w http.ResponseWriter) *response {
-	return &response{w: w, rc: http.NewResponseController(w)}
+// init makes o the response written to w. A response is a field of its
+// exchange, made with it in one allocation.
+func (o *response) init(w http.ResponseWriter) {
+	o.w, o.rc = w, *http.NewResponseController(w)
 }
 
 // commit writes the status line, with the headers that setHeader puts in,
@@ -140,7 +143,8 @@ func (o *response) errorEvent(kind, msg string, upstream []byte) {
 // reads what is left of a short body before it closes, must not wait for
 // the rest of the trickle.
 func (o *response) slowBodyReader(body io.Reader, timeout time.Duration) *deadlineReader {
-	return &deadlineReader{r: body, rc: o.rc, timeout: timeout}
+	o.body = deadlineReader{r: body, rc: &o.rc, timeout: timeout}
+	return &o.body
 }
 
 type deadlineReader struct {
@@ -338,12 +342,17 @@ type idleWatch struct {
 }
 
 func watchIdle(idle time.Duration, cancel context.CancelCauseFunc) *idleWatch {
-	w := &idleWatch{idle: idle}
-	if idle > 0 {
-		w.timer = time.AfterFunc(idle, func() { w.silent.Store(true); cancel(errIdle) })
+	if idle <= 0 {
+		return &unwatched
 	}
+	w := &idleWatch{idle: idle}
+	w.timer = time.AfterFunc(idle, func() { w.silent.Store(true); cancel(errIdle) })
 	return w
 }
+
+// unwatched is the watch of every response with no idle timeout: without
+// a timer, nothing changes it, and its methods only read it.
+var unwatched idleWatch
 
 // pause stops the watch while bytes that came are written.
 func (w *idleWatch) pause() {

@@ -46,10 +46,25 @@ func (w wholeBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	if resp.ContentLength > int64(len(body)) {
 		return nil, &brokeOff{n: len(body), err: fmt.Errorf("it ended at %d of its %d bytes", len(body), resp.ContentLength)}
 	}
-	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.Body = newMemBody(body)
 	resp.ContentLength = int64(len(body))
 	return resp, nil
 }
+
+// memBody is an answer's body read whole: one allocation, where
+// io.NopCloser(bytes.NewReader(b)) makes two; like that, it is an
+// io.WriterTo. (A request's body stays io.NopCloser(bytes.NewReader(b)):
+// http.Transport knows that one is in memory, and writes it with the
+// headers rather than after flushing them.)
+type memBody struct{ bytes.Reader }
+
+func newMemBody(b []byte) *memBody {
+	m := new(memBody)
+	m.Reset(b)
+	return m
+}
+
+func (*memBody) Close() error { return nil }
 
 // holds reports whether an answer that is not a stream, to a request of
 // method, is one a wholeBodies of max reads whole: one with a body,
