@@ -252,9 +252,11 @@ func (o *response) copyBody(body io.Reader, flush bool, idle time.Duration, canc
 
 // copyEvents is copyBody for a stream that a continuation may carry on: it
 // forwards whole events only, each as the splice s passes or rewrites it,
-// and flushes each, so that a break leaves no half event with the caller.
-// At the body's end, what is left without a blank line after it goes as
-// one more event. It returns as copyBody does.
+// so that a break leaves no half event with the caller, and flushes once
+// for the events that one read brought: they arrived together, and a
+// flush each would cost a write each. At the body's end, what is left
+// without a blank line after it goes as one more event. It returns as
+// copyBody does.
 func (o *response) copyEvents(body io.Reader, s *splice, idle time.Duration, cancel context.CancelCauseFunc, started *bool, sent *int64) error {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
@@ -262,6 +264,7 @@ func (o *response) copyEvents(body io.Reader, s *splice, idle time.Duration, can
 	w := watchIdle(idle, cancel)
 	defer w.stop()
 	var pending []byte
+	wrote := false // since the last flush
 	send := func(ev []byte) error {
 		out := s.event(ev)
 		if out == nil {
@@ -272,6 +275,14 @@ func (o *response) copyEvents(body io.Reader, s *splice, idle time.Duration, can
 			return errClientGone
 		}
 		*sent += int64(len(out))
+		wrote = true
+		return nil
+	}
+	flush := func() error {
+		if !wrote {
+			return nil
+		}
+		wrote = false
 		if o.rc.Flush() != nil {
 			return errClientGone
 		}
@@ -294,14 +305,19 @@ func (o *response) copyEvents(body io.Reader, s *splice, idle time.Duration, can
 				rest = after
 			}
 			pending = append(pending[:0], rest...)
+			if werr := flush(); werr != nil {
+				return werr
+			}
 			w.resume()
 		}
 		switch {
 		case err == io.EOF:
 			if len(pending) > 0 {
-				return send(pending)
+				if werr := send(pending); werr != nil {
+					return werr
+				}
 			}
-			return nil
+			return flush()
 		case err != nil && w.fired():
 			return errIdle
 		case err != nil:

@@ -3,6 +3,9 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -215,5 +218,62 @@ func FuzzSplice(f *testing.F) {
 func TestRewriteChunkNull(t *testing.T) {
 	if got := string(rewriteChunk([]byte("null"), "a", "x")); got != "data: null\n\n" {
 		t.Errorf("rewriteChunk(null) = %q, want the event as it came", got)
+	}
+}
+
+// flushCounter is a ResponseWriter that keeps what is written and counts
+// the flushes, with what had been written at each.
+type flushCounter struct {
+	header  http.Header
+	buf     bytes.Buffer
+	flushed []string
+}
+
+func (f *flushCounter) Header() http.Header         { return f.header }
+func (f *flushCounter) Write(p []byte) (int, error) { return f.buf.Write(p) }
+func (f *flushCounter) WriteHeader(int)             {}
+func (f *flushCounter) Flush()                      { f.flushed = append(f.flushed, f.buf.String()) }
+
+// chunkReader returns its chunks one Read at a time.
+type chunkReader []string
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(*c) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, (*c)[0])
+	(*c)[0] = (*c)[0][n:]
+	if (*c)[0] == "" {
+		*c = (*c)[1:]
+	}
+	return n, nil
+}
+
+// A continuable stream's events go whole, and once per read: the events
+// one read brings are flushed together, a half event waits for its rest,
+// and what is left at the end goes as one more event.
+func TestCopyEventsFlushesOncePerRead(t *testing.T) {
+	t.Parallel()
+	const (
+		ev1 = "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n"
+		ev2 = "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n"
+		ev3 = "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"c\"}}]}\n\n"
+		end = "data: [DONE]"
+	)
+	w := &flushCounter{header: http.Header{}}
+	var o response
+	o.init(w)
+	body := chunkReader{ev1 + ev2 + ev3[:20], ev3[20:], end}
+	var started bool
+	var sent int64
+	if err := o.copyEvents(&body, &splice{}, 0, func(error) {}, &started, &sent); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{ev1 + ev2, ev1 + ev2 + ev3, ev1 + ev2 + ev3 + end}
+	if !slices.Equal(w.flushed, want) {
+		t.Errorf("flushed after each read:\n%q\nwant\n%q", w.flushed, want)
+	}
+	if !started || sent != int64(len(want[2])) {
+		t.Errorf("started %v, sent %d; want true, %d", started, sent, len(want[2]))
 	}
 }
