@@ -264,7 +264,7 @@ func (o *response) copyEvents(body io.Reader, s *splice, idle time.Duration, can
 	w := watchIdle(idle, cancel)
 	defer w.stop()
 	var pending []byte
-	wrote := false // since the last flush
+	flushed := *sent // the bytes sent at the last flush
 	send := func(ev []byte) error {
 		out := s.event(ev)
 		if out == nil {
@@ -275,14 +275,13 @@ func (o *response) copyEvents(body io.Reader, s *splice, idle time.Duration, can
 			return errClientGone
 		}
 		*sent += int64(len(out))
-		wrote = true
 		return nil
 	}
 	flush := func() error {
-		if !wrote {
+		if *sent == flushed {
 			return nil
 		}
-		wrote = false
+		flushed = *sent
 		if o.rc.Flush() != nil {
 			return errClientGone
 		}
