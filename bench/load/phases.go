@@ -23,6 +23,7 @@ var errDropped = errors.New("load: dropped: too many requests in flight, or the 
 type bench struct {
 	cfg      config
 	st       *stack
+	senders  *senders      // the open loop's
 	progress io.Writer     // nil unless stderr is a terminal
 	redoLeft time.Duration // of config.RedoBudget, in this phase
 	redone   int           // rounds run again because other processes disturbed them
@@ -122,10 +123,11 @@ func (b *bench) fixedRate(ctx context.Context, stream bool) ([]*series, error) {
 	return out, nil
 }
 
-// openLoop sends rate·dur requests to t at fixed intervals, each in its
-// own goroutine, whether or not earlier ones have been answered: a slow
-// target gets the same arrivals as a fast one. It measures each request
-// from its actual send, and counts the sends that were late.
+// openLoop sends rate·dur requests to t at fixed intervals, each from a
+// sender of its own (see senders), whether or not earlier ones have been
+// answered: a slow target gets the same arrivals as a fast one. A send
+// when InFlight are in flight is dropped. It measures each request from
+// its actual send, and counts the sends that were late.
 func (b *bench) openLoop(ctx context.Context, t *target, s *series, rate float64, dur time.Duration, stream bool) error {
 	type result struct {
 		lat time.Duration
@@ -137,7 +139,6 @@ func (b *bench) openLoop(ctx context.Context, t *target, s *series, rate float64
 	for i := range res {
 		res[i].err = errDropped // until sent
 	}
-	inFlight := make(chan struct{}, b.cfg.InFlight)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var wg sync.WaitGroup
@@ -165,15 +166,14 @@ send:
 		if now.Sub(due) > b.cfg.Late {
 			s.late++
 		}
-		select {
-		case inFlight <- struct{}{}:
-		default:
-			continue // dropped
-		}
-		wg.Go(func() {
-			defer func() { <-inFlight }()
+		wg.Add(1)
+		sent := b.senders.send(func() {
+			defer wg.Done()
 			res[i].lat, res[i].err = t.do(ctx, stream)
 		})
+		if !sent {
+			wg.Done() // dropped
+		}
 	}
 	wg.Wait()
 	s.wall += time.Since(start)

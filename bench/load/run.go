@@ -33,7 +33,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	defer func() { err = errors.Join(err, st.close()) }()
-	b := &bench{cfg: c, st: st, progress: cmdline.Terminal(stderr)}
+	b := &bench{cfg: c, st: st, senders: newSenders(c.InFlight), progress: cmdline.Terminal(stderr)}
+	defer b.senders.close()
 	rep, err := b.run(ctx)
 	if err != nil {
 		return err
