@@ -520,14 +520,12 @@ func (c *call) acquire(r *http.Request, at *Attempt) (release func(), err error)
 // The first attempt, like the first attempt without a gate, may use the
 // whole deadline.
 func (c *call) gateContext() (context.Context, context.CancelFunc) {
-	if retry, _ := c.retrying(); !retry {
+	retry, reserve := c.retrying()
+	deadline, _ := c.ctx.Deadline()
+	if !retry || deadline.IsZero() {
 		return c.ctx, func() {}
 	}
-	bound := c.bound()
-	if bound.IsZero() {
-		return c.ctx, func() {}
-	}
-	return context.WithDeadline(c.ctx, bound)
+	return context.WithDeadline(c.ctx, boundOf(deadline, reserve))
 }
 
 // bound is the request's deadline less the reserve of the layer that
