@@ -521,8 +521,11 @@ func (c *call) acquire(r *http.Request, at *Attempt) (release func(), err error)
 // whole deadline.
 func (c *call) gateContext() (context.Context, context.CancelFunc) {
 	retry, reserve := c.retrying()
-	deadline, _ := c.ctx.Deadline()
-	if !retry || deadline.IsZero() {
+	if !retry {
+		return c.ctx, func() {} // a first attempt reads no deadline
+	}
+	deadline, ok := c.ctx.Deadline()
+	if !ok {
 		return c.ctx, func() {}
 	}
 	return context.WithDeadline(c.ctx, boundOf(deadline, reserve))
