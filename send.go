@@ -13,23 +13,23 @@ import (
 
 // send makes one round trip with r. With FirstByteTimeout it also waits
 // for the first body byte of a response that is not a failure, and with
-// ResponseHeaderTimeout it bounds the wait for the headers. The gate, if
-// held (release != nil), passes to the returned response's body, and is
-// given back at once when there is no response.
-func (c *call) send(r *http.Request, release func()) (*http.Response, error) {
-	headers, first := c.t.ResponseHeaderTimeout, c.t.FirstByteTimeout
-	if first <= 0 && headers <= 0 {
+// ResponseHeaderTimeout it bounds the wait for the headers, by cancelling
+// r's context (cancel, from attemptContext). The gate, if held (release
+// != nil), passes to the returned response's body, and is given back at
+// once when there is no response.
+func (c *call) send(r *http.Request, release func(), cancel context.CancelCauseFunc) (*http.Response, error) {
+	if cancel == nil {
 		resp, err := c.t.base().RoundTrip(r)
 		return wrapBody(resp, err, release, nil)
 	}
+	headers, first := c.t.ResponseHeaderTimeout, c.t.FirstByteTimeout
 	if headers <= 0 || (first > 0 && headers >= first) {
 		headers = first // the first byte's bound comes first
 	}
-	parent := r.Context()
-	ctx, cancel := context.WithCancelCause(parent)
+	parent, ctx := c.ctx, r.Context()
 	sent := time.Now()
 	timer := time.AfterFunc(headers, func() { cancel(ErrStalled) })
-	resp, err := c.t.base().RoundTrip(r.WithContext(ctx))
+	resp, err := c.t.base().RoundTrip(r)
 	if err != nil {
 		timer.Stop()
 		return wrapBody(nil, stallCause(ctx, parent, err), release, cancel)

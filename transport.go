@@ -250,18 +250,22 @@ func (c *call) attempt() (result, error) {
 		c.mark.n.Store(int32(min(c.n, math.MaxInt32)))
 	}
 	res := result{at: Attempt{N: c.n, Upstream: c.t.Name}}
-	r, err := c.attemptRequest(c.n)
+	ctx, cancel := c.attemptContext()
+	r, err := c.attemptRequest(ctx, c.n)
 	if err != nil {
+		cancelAttempt(cancel)
 		return res, err
 	}
 	tok, err := c.admit(r, &res.at)
 	res.admitted = tok != nil
 	if err != nil {
+		cancelAttempt(cancel)
 		closeBody(r)
 		return res, err
 	}
 	release, err := c.acquire(r, &res.at)
 	if err != nil {
+		cancelAttempt(cancel)
 		tok.release()
 		closeBody(r)
 		return res, err
@@ -280,7 +284,7 @@ func (c *call) attempt() (result, error) {
 	if active {
 		c.hooks.start(res.at)
 	}
-	resp, err := c.send(r, release)
+	resp, err := c.send(r, release, cancel)
 	c.judge(r, resp, err, &res, active)
 	c.admitted(r, tok, &res)
 	if active && res.fail == nil {
@@ -428,13 +432,36 @@ func (b *admBody) Close() error {
 	return err
 }
 
-// attemptRequest returns the request for attempt n: the caller's own when
-// there is no policy, else a copy that carries the mark and AttemptHeader.
-func (c *call) attemptRequest(n int) (*http.Request, error) {
-	if !c.retry {
-		return c.req, nil
+// attemptContext returns the context of the next attempt: the call's, or,
+// when a timeout bounds the attempt, a child of it that send cancels when
+// the timeout fires (cancel, nil otherwise). It is made before the
+// attempt's request, so that the request is copied once, for both the
+// mark and the timeout.
+func (c *call) attemptContext() (context.Context, context.CancelCauseFunc) {
+	if c.t.FirstByteTimeout <= 0 && c.t.ResponseHeaderTimeout <= 0 {
+		return c.ctx, nil
 	}
-	r := c.req.WithContext(c.ctx)
+	return context.WithCancelCause(c.ctx)
+}
+
+// cancelAttempt ends the context of an attempt that will not be sent.
+func cancelAttempt(cancel context.CancelCauseFunc) {
+	if cancel != nil {
+		cancel(nil)
+	}
+}
+
+// attemptRequest returns the request for attempt n, under ctx: the
+// caller's own when there is no policy and ctx is the caller's, else a
+// copy that carries ctx and, under a policy, AttemptHeader.
+func (c *call) attemptRequest(ctx context.Context, n int) (*http.Request, error) {
+	if !c.retry {
+		if ctx == c.ctx {
+			return c.req, nil
+		}
+		return c.req.WithContext(ctx), nil
+	}
+	r := c.req.WithContext(ctx)
 	if n == 1 && owned.HasHeaders(c.ctx) {
 		// The map is the request's own (the gateway's): the first
 		// attempt may mark it. A retry copies it, since the first

@@ -726,6 +726,26 @@ func TestTransportSuccessAllocations(t *testing.T) {
 	if got := testing.AllocsPerRun(100, func() { none.RoundTrip(req) }); got != 0 {
 		t.Errorf("without a policy: got %v allocations, want 0", got)
 	}
+	// A timeout adds 5: the attempt's cancelable context and its cancel
+	// func, the timer and its func, and the body that ends them. The
+	// request is still copied once, for the mark and the timeout both.
+	timed := &outlast.Transport{Base: base, Policy: tr.Policy, ResponseHeaderTimeout: time.Minute}
+	for _, n := range []int{2, 12} {
+		req, _ := http.NewRequest(http.MethodPost, "http://model.test/v1/chat/completions", nil)
+		for i := range n {
+			req.Header.Set(fmt.Sprintf("X-Header-%d", i), "v")
+		}
+		got := testing.AllocsPerRun(100, func() {
+			resp, err := timed.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		})
+		if got > 6+5 {
+			t.Errorf("%d headers, with a timeout: got %v allocations per request, want at most 11", n, got)
+		}
+	}
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
