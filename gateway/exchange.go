@@ -42,6 +42,7 @@ type exchange struct {
 	body       []byte      // the body to send: the caller's, or a continuation's
 	callerBody []byte      // the caller's body, read whole
 	fields     bodyFields  // what the gateway read of body
+	sent       bool        // an outbound request has been made (see outbound)
 	moved      string      // the reason of a fallback not yet on an attempt
 	deadline   untilCommit // the attempts' context with the request's deadline, if it has one
 
@@ -382,8 +383,14 @@ func (x *exchange) onMove(from, to *upstream, reason outlast.FallbackReason, err
 
 // outbound is the request to send to upstream u, with the caller's body,
 // read for replay: u's model name and u's credential, if it has them.
+// The first takes the caller's header map when the request has no
+// fallback: later ones (a stream's continuation) copy it, as it is then,
+// for the same upstream, and with fallbacks every one copies it, so that
+// one upstream's credential never reaches another.
 func (x *exchange) outbound(ctx context.Context, u *upstream) *http.Request {
-	out := u.outbound(ctx, x.r, x.path)
+	take := !x.sent && len(x.up.chain) == 0
+	x.sent = true
+	out := u.outbound(ctx, x.r, x.path, take)
 	if u.Auth != nil {
 		u.Auth.apply(out.Header)
 	}

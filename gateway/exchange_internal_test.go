@@ -74,14 +74,14 @@ func TestReadUpTo(t *testing.T) {
 // hop-by-hop ones, those Connection names and the gateway's own, with
 // Outlast-Attempt kept, in a map of its own, so that neither the
 // upstream's credential nor the Transport's attempt header ever changes
-// the caller's request.
+// the caller's request; or, taken, in the caller's own map, stripped.
 func TestForwardHeader(t *testing.T) {
 	in := http.Header{
 		"Authorization":   {"Bearer sk-caller"},
 		"Content-Type":    {"application/json"},
 		"Outlast-Attempt": {"1"},
 	}
-	own := forwardHeader(in)
+	own := forwardHeader(in, false)
 	if !maps.EqualFunc(own, in, slices.Equal) {
 		t.Errorf("clean headers: got %v, want %v", own, in)
 	}
@@ -95,7 +95,7 @@ func TestForwardHeader(t *testing.T) {
 	dirty["X-Hop"] = []string{"1"}
 	dirty["Keep-Alive"] = []string{"timeout=5"}
 	dirty["Outlast-Timeout"] = []string{"30s"}
-	got := forwardHeader(dirty)
+	got := forwardHeader(dirty, false)
 	for _, k := range []string{"Connection", "X-Hop", "Keep-Alive", "Outlast-Timeout"} {
 		if _, ok := got[k]; ok {
 			t.Errorf("%s was forwarded", k)
@@ -103,6 +103,67 @@ func TestForwardHeader(t *testing.T) {
 	}
 	if got.Get("Outlast-Attempt") != "1" || got.Get("Authorization") != "Bearer sk-caller" || len(dirty) != 7 {
 		t.Errorf("got %v from %v; want Outlast-Attempt and Authorization kept, the caller's headers unchanged", got, dirty)
+	}
+	taken := forwardHeader(dirty, true)
+	if !maps.EqualFunc(taken, got, slices.Equal) {
+		t.Errorf("taken: got %v, want %v", taken, got)
+	}
+	taken.Set("X-Upstream", "1")
+	if dirty.Get("X-Upstream") != "1" {
+		t.Error("taken: the result is a copy, want the caller's own map")
+	}
+}
+
+// An exchange's first request upstream takes the caller's header map,
+// stripped, when no other upstream can be tried: later ones, a stream's
+// continuation, copy it. With fallbacks every request copies it, so that
+// the primary's credential never reaches a fallback that has none.
+func TestOutboundTakesTheHeaderOnce(t *testing.T) {
+	newUp := func(auth *Credential) *upstream {
+		u, err := newUpstream(0, Upstream{URL: &url.URL{Scheme: "http", Host: "up.test"}, Auth: auth}, nil, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	newReq := func() *http.Request {
+		r, _ := http.NewRequest(http.MethodPost, "http://gateway.test/v1/chat/completions", nil)
+		r.Header = http.Header{
+			"Authorization":   {"Bearer sk-caller"},
+			"Connection":      {"keep-alive"},
+			"Content-Type":    {"application/json"},
+			"Outlast-Timeout": {"30s"},
+		}
+		return r
+	}
+	want := http.Header{"Authorization": {"Bearer sk-caller"}, "Content-Type": {"application/json"}}
+
+	u := newUp(nil)
+	r := newReq()
+	x := &exchange{up: u, cur: u, r: r, path: "/v1/chat/completions"}
+	first := x.outbound(t.Context(), u)
+	if !maps.EqualFunc(first.Header, want, slices.Equal) {
+		t.Errorf("first request: headers %v, want %v", first.Header, want)
+	}
+	first.Header.Set("X-Mark", "1")
+	if r.Header.Get("X-Mark") != "1" {
+		t.Error("first request: its headers are a copy, want the caller's map")
+	}
+	second := x.outbound(t.Context(), u)
+	second.Header.Set("X-Second", "1")
+	if r.Header.Get("X-Second") != "" || second.Header.Get("Authorization") != "Bearer sk-caller" {
+		t.Errorf("second request: headers %v, want a copy of the caller's", second.Header)
+	}
+
+	primary, fallback := newUp(NewCredential("Authorization", "Bearer sk-held")), newUp(nil)
+	primary.chain = []*upstream{primary, fallback}
+	r = newReq()
+	x = &exchange{up: primary, cur: primary, r: r, path: "/v1/chat/completions"}
+	if got := x.outbound(t.Context(), primary).Header.Get("Authorization"); got != "Bearer sk-held" {
+		t.Errorf("primary: Authorization %q, want the held credential", got)
+	}
+	if got := x.outbound(t.Context(), fallback).Header.Get("Authorization"); got != "Bearer sk-caller" {
+		t.Errorf("fallback: Authorization %q, want the caller's", got)
 	}
 }
 
@@ -135,9 +196,12 @@ func FuzzForwardHeader(f *testing.F) {
 				delete(want, k)
 			}
 		}
-		got := forwardHeader(in)
+		got := forwardHeader(in, false)
 		if !maps.EqualFunc(got, want, slices.Equal) {
 			t.Fatalf("forwardHeader(%v)\n= %v\nwant %v", in, got, want)
+		}
+		if taken := forwardHeader(in.Clone(), true); !maps.EqualFunc(taken, want, slices.Equal) {
+			t.Fatalf("forwardHeader(%v), taken\n= %v\nwant %v", in, taken, want)
 		}
 		resp := in.Clone()
 		removeHop(resp)

@@ -317,23 +317,40 @@ func isHop(k string) bool {
 	return false
 }
 
-// forwardHeader returns the headers to send upstream: a map of its own
-// (see package internal/owned) with the caller's, less hop-by-hop
-// headers and the gateway's own, but keeping Outlast-Attempt (see
-// HeaderTimeout's group). Authorization and x-api-key pass through. The
-// values are shared with in, and never changed.
-func forwardHeader(in http.Header) http.Header {
+// forwardHeader returns the headers to send upstream: the caller's, in,
+// less hop-by-hop headers and the gateway's own, but keeping
+// Outlast-Attempt (see HeaderTimeout's group). Authorization and
+// x-api-key pass through. With take, the headers that do not go are
+// removed from in, which is returned: the caller's map becomes the
+// request's own (see package internal/owned), which costs no copy.
+// Without take, the result is a new map, whose values are shared with in
+// and never changed.
+func forwardHeader(in http.Header, take bool) http.Header {
+	if take {
+		removeNamed(in, in) // before the loop drops Connection, which names them
+		for k := range in {
+			if !forwarded(k) {
+				delete(in, k)
+			}
+		}
+		return in
+	}
 	// One more for the upstream's Transport, which adds Outlast-Attempt
 	// to it in place.
 	out := make(http.Header, len(in)+1)
 	for k, v := range in {
-		if isHop(k) || strings.HasPrefix(k, "Outlast-") && k != outlast.AttemptHeader {
-			continue
+		if forwarded(k) {
+			out[k] = v
 		}
-		out[k] = v
 	}
 	removeNamed(out, in)
 	return out
+}
+
+// forwarded reports whether a header named k, in canonical form, may go
+// upstream, unless the Connection header names it.
+func forwarded(k string) bool {
+	return !isHop(k) && (!strings.HasPrefix(k, "Outlast-") || k == outlast.AttemptHeader)
 }
 
 // copyHeader copies an upstream response's headers to the caller's,

@@ -162,16 +162,18 @@ func defaultTransport() http.RoundTripper {
 
 // outbound is the caller's request r as it goes to the upstream, for
 // path, with ctx: unchanged but for its URL, hop-by-hop headers and the
-// gateway's own headers.
-func (u *upstream) outbound(ctx context.Context, r *http.Request, path string) *http.Request {
-	// A shallow copy: the header map is replaced whole, and nothing else
+// gateway's own headers. With take, it takes r's header map for its own
+// (see forwardHeader), for the only request that will be made from r;
+// net/http's server reads none of r's headers once the handler runs.
+func (u *upstream) outbound(ctx context.Context, r *http.Request, path string, take bool) *http.Request {
+	// A shallow copy: the header map is the copy's own, and nothing else
 	// that the copy shares with the caller's request is changed.
 	out := r.WithContext(ctx)
 	out.RequestURI = ""
 	out.Close = false // the caller's Connection: close is its hop's, not ours (as in ReverseProxy)
 	out.URL = u.target(path, r.URL.RawQuery)
 	out.Host = ""
-	out.Header = forwardHeader(r.Header)
+	out.Header = forwardHeader(r.Header, take)
 	out.Trailer = nil // see forbiddenTrailer
 	return out
 }
@@ -229,7 +231,7 @@ func (u *upstream) passThrough(w http.ResponseWriter, r *http.Request, path stri
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	resp, err := u.transport.Base.RoundTrip(u.outbound(ctx, r, path))
+	resp, err := u.transport.Base.RoundTrip(u.outbound(ctx, r, path, true))
 	if err != nil {
 		if r.Context().Err() == nil {
 			writeError(w, http.StatusBadGateway, apierr.Unreachable,
