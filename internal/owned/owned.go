@@ -2,8 +2,9 @@
 // their own, made for the request alone, that nothing else reads while
 // the request is sent. The outlast Transport sets its attempt header in
 // such a map for a request's first attempt, rather than copy the map as
-// an http.RoundTripper must copy a caller's. The gateway, which makes a
-// fresh map for every request it sends upstream, marks its contexts; no
+// an http.RoundTripper must copy a caller's. The gateway, which gives
+// every request it sends upstream a map of its own (the caller's, stripped,
+// for the only request made from it, or a copy), marks its contexts; no
 // caller outside this module can.
 package owned
 
