@@ -235,7 +235,7 @@ const wholeRead = 16 << 10
 // model, whether it streams, and llama.cpp's id_slot (-1 means any slot),
 // which must be one of the upstream's slots.
 func (x *exchange) inspect(body []byte) error {
-	x.rec.Stream = strings.Contains(x.r.Header.Get("Accept"), "text/event-stream")
+	x.rec.Stream = strings.Contains(header(x.r.Header, "Accept"), "text/event-stream")
 	if len(body) == 0 || body[0] != '{' {
 		return nil
 	}
@@ -509,7 +509,7 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 	}
 	setHeader := func(h http.Header) {
 		copyHeader(h, resp.Header)
-		if !stream && resp.ContentLength > 0 && h.Get("Content-Length") == "" && x.r.Method != http.MethodHead {
+		if !stream && resp.ContentLength > 0 && header(h, "Content-Length") == "" && x.r.Method != http.MethodHead {
 			// A whole answer that came chunked goes with its length, so
 			// that the caller has it all once its last byte is sent.
 			h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))

@@ -215,3 +215,22 @@ func FuzzForwardHeader(f *testing.F) {
 		}
 	})
 }
+
+// header reads a name as it is, without Get's canonicalization: a name
+// that is not canonical would never match the server's map, and the
+// caller's header would go unseen.
+func TestHeaderNamesAreCanonical(t *testing.T) {
+	for _, k := range []string{
+		outlast.AttemptHeader, HeaderTimeout, HeaderDeadline, HeaderRetry, HeaderWaits, HeaderReserve,
+		HeaderMaxAttempts, HeaderRun, HeaderSlot, HeaderProgress, HeaderToken, headerSDKTimeout, "Accept",
+	} {
+		if c := http.CanonicalHeaderKey(k); c != k {
+			t.Errorf("%q is read as it is, but its canonical form is %q", k, c)
+		}
+	}
+	h := http.Header{}
+	h.Set("outlast-timeout", "30s")
+	if got := header(h, HeaderTimeout); got != "30s" {
+		t.Errorf("header(%v, %q) = %q, want 30s", h, HeaderTimeout, got)
+	}
+}

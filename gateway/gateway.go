@@ -392,7 +392,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the password of HTTP Basic authentication, which is how a browser sends
 // it to the timeline page.
 func (g *Gateway) admits(r *http.Request, own bool) bool {
-	if g.token.admits(r.Header.Get(HeaderToken)) {
+	if g.token.admits(header(r.Header, HeaderToken)) {
 		return true
 	}
 	if _, password, ok := r.BasicAuth(); ok && own {

@@ -70,7 +70,7 @@ type options struct {
 // the operator's settings (see tighten and parseDeadline), but for the
 // reserve, which is the caller's own. Its errors name the header.
 func (o *options) parse(h http.Header, u *Upstream, now time.Time) error {
-	*o = options{outer: h.Get(outlast.AttemptHeader) != ""}
+	*o = options{outer: header(h, outlast.AttemptHeader) != ""}
 	var err error
 	if o.deadline, o.source, err = parseDeadline(h, now, u); err != nil {
 		return err
@@ -81,15 +81,15 @@ func (o *options) parse(h http.Header, u *Upstream, now time.Time) error {
 	if o.outer {
 		o.policy = nil
 	}
-	if o.run, err = parseRun(h.Get(HeaderRun)); err != nil {
+	if o.run, err = parseRun(header(h, HeaderRun)); err != nil {
 		return err
 	}
-	if v := h.Get(HeaderSlot); v != "" {
+	if v := header(h, HeaderSlot); v != "" {
 		if o.slot, err = u.slot(v); err != nil {
 			return fmt.Errorf("outlast: %s %q: %w", HeaderSlot, v, err)
 		}
 	}
-	switch v := strings.ToLower(strings.TrimSpace(h.Get(HeaderProgress))); v {
+	switch v := strings.ToLower(strings.TrimSpace(header(h, HeaderProgress))); v {
 	case "":
 	case "sse":
 		o.progress = true
@@ -107,14 +107,14 @@ func (o *options) parse(h http.Header, u *Upstream, now time.Time) error {
 func parseDeadline(h http.Header, now time.Time, u *Upstream) (time.Time, string, error) {
 	var deadline time.Time
 	source := ""
-	if v := h.Get(HeaderTimeout); v != "" {
+	if v := header(h, HeaderTimeout); v != "" {
 		d, err := parse.Duration(v)
 		if err != nil || d <= 0 {
 			return deadline, "", fmt.Errorf("outlast: %s %q: want a positive duration such as 300s", HeaderTimeout, v)
 		}
 		deadline, source = now.Add(d), record.DeadlineOutlast
 	}
-	if v := h.Get(HeaderDeadline); v != "" {
+	if v := header(h, HeaderDeadline); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
 		if err != nil {
 			return deadline, "", fmt.Errorf("outlast: %s %q: want an RFC 3339 time such as 2026-11-29T12:00:00Z", HeaderDeadline, v)
@@ -125,7 +125,7 @@ func parseDeadline(h http.Header, now time.Time, u *Upstream) (time.Time, string
 		source = record.DeadlineOutlast
 	}
 	if deadline.IsZero() {
-		if d, ok := sdkDeadline(h.Get(headerSDKTimeout)); ok {
+		if d, ok := sdkDeadline(header(h, headerSDKTimeout)); ok {
 			deadline, source = now.Add(d), record.DeadlineSDK
 		} else if u.Timeout > 0 {
 			deadline, source = now.Add(u.Timeout), record.DeadlineDefault
@@ -169,7 +169,7 @@ func sdkDeadline(v string) (time.Duration, bool) {
 // there is nothing to tighten, and the headers cannot add retries.
 func (o *options) parsePolicy(h http.Header, u *Upstream, now time.Time) error {
 	o.policy = nil
-	switch v := strings.ToLower(strings.TrimSpace(h.Get(HeaderRetry))); v {
+	switch v := strings.ToLower(strings.TrimSpace(header(h, HeaderRetry))); v {
 	case "", "on":
 	case "off":
 		return nil
@@ -212,21 +212,21 @@ func (o *options) parsePolicy(h http.Header, u *Upstream, now time.Time) error {
 // header.
 func parseAsked(h http.Header) (asked, error) {
 	var ask asked
-	if v := h.Get(HeaderWaits); v != "" {
+	if v := header(h, HeaderWaits); v != "" {
 		w, err := parse.Waits(v)
 		if err != nil {
 			return ask, fmt.Errorf("outlast: %s %q: %w", HeaderWaits, v, err)
 		}
 		ask.waits = w
 	}
-	if v := h.Get(HeaderReserve); v != "" {
+	if v := header(h, HeaderReserve); v != "" {
 		d, err := parse.Duration(v)
 		if err != nil || d < 0 {
 			return ask, fmt.Errorf("outlast: %s %q: want a duration such as 60s, or 0 for none", HeaderReserve, v)
 		}
 		ask.reserve, ask.hasReserve = d, true
 	}
-	if v := h.Get(HeaderMaxAttempts); v != "" {
+	if v := header(h, HeaderMaxAttempts); v != "" {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 0 {
 			return ask, fmt.Errorf("outlast: %s %q: want a whole number, 0 for no cap", HeaderMaxAttempts, v)
@@ -303,6 +303,16 @@ func parseRun(v string) (string, error) {
 		return "", fmt.Errorf("outlast: %s %q: control characters are not allowed", HeaderRun, v)
 	}
 	return v, nil
+}
+
+// header returns the first value of h's key k, which is canonical, as
+// every header name the gateway reads is: h.Get(k) without Get's
+// canonicalization of k, which a request would pay a dozen times.
+func header(h http.Header, k string) string {
+	if v := h[k]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // isHop reports whether k, in the canonical form of an http.Header's

@@ -7,9 +7,14 @@ import (
 	"net/http"
 )
 
-// IsStream reports whether h's Content-Type is text/event-stream.
+// IsStream reports whether h's Content-Type is text/event-stream. It
+// reads the canonical key directly: h.Get would canonicalize it again on
+// every call, and a response is judged so several times.
 func IsStream(h http.Header) bool {
-	ct := h.Get("Content-Type")
+	ct := ""
+	if v := h["Content-Type"]; len(v) > 0 {
+		ct = v[0]
+	}
 	switch ct {
 	case "text/event-stream", "text/event-stream; charset=utf-8":
 		return true // the common forms, without ParseMediaType's allocations
