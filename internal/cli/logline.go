@@ -10,18 +10,26 @@ import (
 // plainLine reports whether appendLine can write r: a record whose
 // attributes are all named strings, integers, booleans and durations,
 // as the gateway's request line is. Others go to slog's JSON handler.
-func plainLine(r slog.Record) bool {
-	ok := true
+// If it can, size is the line's length before escapes, as the log's
+// buffer counts it while the record waits.
+func plainLine(r slog.Record) (size int, ok bool) {
+	const quoted = 6 // a key's quotes, colon and comma; a value's quotes
+	size = len(`{"time":"2006-01-02T15:04:05.999999999Z07:00","level":"ERROR","msg":""}`) + len(r.Message) + 1
+	ok = true
 	r.Attrs(func(a slog.Attr) bool {
+		size += len(a.Key) + quoted
 		switch a.Value.Kind() {
-		case slog.KindString, slog.KindInt64, slog.KindUint64, slog.KindBool, slog.KindDuration:
-			ok = a.Key != ""
+		case slog.KindString:
+			size += len(a.Value.String())
+		case slog.KindInt64, slog.KindUint64, slog.KindBool, slog.KindDuration:
+			size += 24 // the longest: a duration's text, an int64's digits and sign
 		default:
 			ok = false
 		}
+		ok = ok && a.Key != ""
 		return ok
 	})
-	return ok
+	return size, ok
 }
 
 // appendLine appends r as jsonLog's slog.JSONHandler writes it, durations

@@ -23,20 +23,36 @@ const (
 // A logWriter buffers what is written to it for w, as the constants say.
 // Flush writes what waits at once. It is safe for concurrent use, and
 // writes to w in the order its lines came.
+//
+// A plain line (see plainLine), such as the request line, waits as its
+// slog.Record and is formatted by the goroutine that writes it, in a
+// batch with the others, so that a request pays only for keeping it.
 type logWriter struct {
 	w     io.Writer
 	timer *time.Timer // armed while lines wait
 
-	mu     sync.Mutex // guards the fields below
-	buf    []byte     // the lines waiting
-	spare  []byte     // a written buffer, for buf to reuse
-	kicked bool       // the timer is set to fire at once
+	mu        sync.Mutex   // guards the fields below
+	held      int          // the bytes waiting, a record's counted by plainLine
+	buf       []byte       // the lines waiting that were written as bytes
+	recs      []heldRecord // the lines waiting as records, in order with buf
+	spare     []byte       // a written buf, for buf to reuse
+	spareRecs []heldRecord // a written recs, emptied, for recs to reuse
+	kicked    bool         // the timer is set to fire at once
 
-	// writing is held while a buffer is taken and written to w, so that
-	// buffers are written in the order they were filled. A channel
-	// rather than a sync.Mutex: waiting for it is then durably blocked in
-	// a synctest bubble, where the tests of a stuck collector run.
+	// writing is held while the lines waiting are taken, formatted and
+	// written to w, so that they are written in the order they came. A
+	// channel rather than a sync.Mutex: waiting for it is then durably
+	// blocked in a synctest bubble, where the tests of a stuck collector
+	// run.
 	writing chan struct{}
+	out     []byte // the bytes being written; guarded by writing
+}
+
+// A heldRecord is a line waiting as a record: it goes after the first at
+// bytes of buf.
+type heldRecord struct {
+	at int
+	r  slog.Record
 }
 
 func newLogWriter(w io.Writer) *logWriter {
@@ -50,27 +66,29 @@ func newLogWriter(w io.Writer) *logWriter {
 // w that it made, if it made one.
 func (l *logWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
-	first := len(l.buf) == 0
+	first := l.held == 0
 	l.buf = append(l.buf, p...)
+	l.held += len(p)
 	return len(p), l.keptLocked(first)
 }
 
-// writeLine is Write(appendLine(nil, r)) without the copy: r is encoded
-// in place, after what waits.
-func (l *logWriter) writeLine(r slog.Record) error {
+// writeRecord keeps r, a line plainLine accepts of size bytes, to be
+// written as appendLine writes it.
+func (l *logWriter) writeRecord(r slog.Record, size int) error {
 	l.mu.Lock()
-	first := len(l.buf) == 0
-	l.buf = appendLine(l.buf, r)
+	first := l.held == 0
+	l.recs = append(l.recs, heldRecord{len(l.buf), r.Clone()})
+	l.held += size
 	return l.keptLocked(first)
 }
 
 // keptLocked arranges for the write of what waits, now that a line has
-// been added to it (to an empty buffer if first). It unlocks mu.
+// been added to it (to nothing if first). It unlocks mu.
 func (l *logWriter) keptLocked(first bool) error {
 	switch {
-	case len(l.buf) >= logMax:
+	case l.held >= logMax:
 		return l.flushLocked()
-	case len(l.buf) >= logBuffer && !l.kicked:
+	case l.held >= logBuffer && !l.kicked:
 		l.kicked = true
 		l.timer.Reset(0)
 	case first:
@@ -87,28 +105,48 @@ func (l *logWriter) Flush() {
 }
 
 // flushLocked writes what waits, letting lines be added meanwhile: it
-// waits for a write under way without holding mu, and takes the buffer
-// only once it may write, so that buffers go out in the order they were
-// filled. It unlocks mu.
+// waits for a write under way without holding mu, and takes what waits
+// only once it may write, so that lines go out in the order they came.
+// It unlocks mu.
 func (l *logWriter) flushLocked() error {
 	l.timer.Stop()
 	l.kicked = false
 	l.mu.Unlock()
 	l.writing <- struct{}{}
 	l.mu.Lock()
-	buf := l.buf
+	buf, recs := l.buf, l.recs
 	l.buf, l.spare = l.spare[:0], nil
+	l.recs, l.spareRecs = l.spareRecs[:0], nil
+	l.held = 0
 	l.mu.Unlock()
+	out := buf
+	if len(recs) > 0 {
+		out = l.out[:0]
+		from := 0
+		for _, h := range recs {
+			out = append(out, buf[from:h.at]...)
+			out = appendLine(out, h.r)
+			from = h.at
+		}
+		out = append(out, buf[from:]...)
+		clear(recs) // the records' strings are garbage now
+		if cap(out) <= 4*logBuffer {
+			l.out = out
+		}
+	}
 	var err error
-	if len(buf) > 0 {
-		_, err = l.w.Write(buf)
+	if len(out) > 0 {
+		_, err = l.w.Write(out)
 	}
 	<-l.writing
-	if cap(buf) <= 4*logBuffer { // a burst's buffer is not kept
-		l.mu.Lock()
+	l.mu.Lock()
+	if cap(buf) <= 4*logBuffer { // a burst's buffers are not kept
 		l.spare = buf[:0]
-		l.mu.Unlock()
 	}
+	if cap(recs) <= logMax/64 {
+		l.spareRecs = recs[:0]
+	}
+	l.mu.Unlock()
 	return err
 }
 
@@ -125,8 +163,8 @@ type jsonLog struct {
 }
 
 func (h jsonLog) Handle(ctx context.Context, r slog.Record) error {
-	if !h.derived && plainLine(r) {
-		err := h.w.writeLine(r)
+	if size, ok := plainLine(r); ok && !h.derived {
+		err := h.w.writeRecord(r, size)
 		if r.Level >= slog.LevelWarn {
 			h.w.Flush()
 		}

@@ -121,7 +121,7 @@ func TestLogWriterBehind(t *testing.T) {
 		waiting := func() int {
 			lw.mu.Lock()
 			defer lw.mu.Unlock()
-			return len(lw.buf)
+			return lw.held
 		}
 		big := strings.Repeat("x", 1000)
 		n := 0
