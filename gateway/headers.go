@@ -151,15 +151,36 @@ func sdkDeadline(v string) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil || !(f > 0) {
-		return 0, false
-	}
-	d := maxSDKTimeout
-	if f < maxSDKTimeout.Seconds() {
-		d = time.Duration(f * float64(time.Second))
+	d, ok := wholeSeconds(v)
+	if !ok {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || !(f > 0) {
+			return 0, false
+		}
+		d = maxSDKTimeout
+		if f < maxSDKTimeout.Seconds() {
+			d = time.Duration(f * float64(time.Second))
+		}
 	}
 	return d - min(d/10, 5*time.Second), d > 0
+}
+
+// wholeSeconds reads v if it is one to nine digits, as the Node SDKs
+// send their timeout ("600"), without strconv.ParseFloat: ok is false
+// for anything else, which sdkDeadline then parses as a float.
+func wholeSeconds(v string) (d time.Duration, ok bool) {
+	if len(v) == 0 || len(v) > 9 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return time.Duration(n) * time.Second, true
 }
 
 // parsePolicy sets the request's policy: the policy headers applied to

@@ -407,3 +407,25 @@ func attemptTimes(t *testing.T, p *outlast.Policy, budget time.Duration, hasDead
 	})
 	return times
 }
+
+// FuzzSDKDeadline checks that the SDK's timeout read as whole seconds,
+// without strconv.ParseFloat, is the duration ParseFloat's reading
+// gives, and that anything wholeSeconds declines is left to ParseFloat.
+func FuzzSDKDeadline(f *testing.F) {
+	for _, s := range []string{"600", "0", "000000001", "999999999", "1234567890", "1.5", " 600", "6e2", "-1", "+5", "0x10", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		d, ok := wholeSeconds(v)
+		if !ok {
+			return
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || len(v) > 9 || strings.Trim(v, "0123456789") != "" {
+			t.Fatalf("wholeSeconds(%q) = %v, took a value that is not one to nine digits (ParseFloat: %v, %v)", v, d, x, err)
+		}
+		if want := time.Duration(x * float64(time.Second)); d != want {
+			t.Fatalf("wholeSeconds(%q) = %v, ParseFloat's reading gives %v", v, d, want)
+		}
+	})
+}
