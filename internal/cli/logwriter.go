@@ -140,10 +140,12 @@ func (l *logWriter) flushLocked() error {
 	}
 	<-l.writing
 	l.mu.Lock()
-	if cap(buf) <= 4*logBuffer { // a burst's buffers are not kept
+	// A burst's buffers are not kept: a buf past 4·logBuffer bytes, a
+	// recs past 512 records (150 KiB).
+	if cap(buf) <= 4*logBuffer {
 		l.spare = buf[:0]
 	}
-	if cap(recs) <= logMax/64 {
+	if cap(recs) <= 512 {
 		l.spareRecs = recs[:0]
 	}
 	l.mu.Unlock()
