@@ -27,32 +27,73 @@ func referenceLine(t testing.TB, r slog.Record) string {
 }
 
 // FuzzLogLine checks that serve's own encoding of a plain line gives the
-// bytes slog's JSON handler gives, for any text, numbers and time.
+// bytes slog's JSON handler gives, for any text, numbers and time. Each
+// input writes two lines with one stampCache, the second step
+// nanoseconds after the first, in UTC or in a zone east of it: in the
+// same second or another, and in the same zone or another.
 func FuzzLogLine(f *testing.F) {
-	f.Add("outlast: request", "id", "01HX\"\\\n\t\x01<&>", int64(200), uint64(3), true, int64(1500*time.Millisecond), 0, int64(1764790000123456789))
-	f.Add("m\u2028\u2029", "k\xff", "\xed\xa0\x80 ok \u00e9", int64(-1), uint64(0), false, int64(-5), 6, int64(0))
-	f.Add("", "a b", "", int64(0), uint64(1<<63), false, int64(0), -4, int64(-62135596800000000))
-	f.Fuzz(func(t *testing.T, msg, key, s string, i int64, u uint64, b bool, d int64, level int, nanos int64) {
+	f.Add("outlast: request", "id", "01HX\"\\\n\t\x01<&>", int64(200), uint64(3), true, int64(1500*time.Millisecond), 0, int64(1764790000123456789), int64(1000), false)
+	f.Add("m\u2028\u2029", "k\xff", "\xed\xa0\x80 ok \u00e9", int64(-1), uint64(0), false, int64(-5), 6, int64(0), int64(0), true)
+	f.Add("", "a b", "", int64(0), uint64(1<<63), false, int64(0), -4, int64(-62135596800000000), int64(1e9), false)
+	f.Add("a long message, eight bytes at a time", "path", "/v1/chat/completions\x7f/é", int64(0), uint64(0), false, int64(0), 0, int64(1764790000999999999), int64(1), true)
+	east := time.FixedZone("east", 5*3600+30*60)
+	f.Fuzz(func(t *testing.T, msg, key, s string, i int64, u uint64, b bool, d int64, level int, nanos, step int64, zoned bool) {
 		if key == "" {
 			return // plainLine refuses an unnamed attribute
 		}
-		tm := time.Unix(0, nanos).UTC()
-		if nanos == 0 {
-			tm = time.Time{}
-		}
-		if y := tm.Year(); y < 0 || y >= 10000 {
-			return // slog writes an error for such a year; a clock does not give one
-		}
-		r := slog.NewRecord(tm, slog.Level(level), msg, 0)
-		r.AddAttrs(slog.String(key, s), slog.Int64("i", i), slog.Uint64("u", u), slog.Bool("b", b),
-			slog.Duration("d", time.Duration(d)), slog.String("s2", msg), slog.Int("n", level))
-		if _, ok := plainLine(r); !ok {
-			t.Fatalf("plainLine refused %v", r)
-		}
-		if got, want := string(appendLine(nil, r)), referenceLine(t, r); got != want {
-			t.Fatalf("appendLine wrote\n%s\nslog's handler writes\n%s", got, want)
+		var c stampCache
+		for n, at := range []int64{nanos, nanos + step} {
+			tm := time.Unix(0, at).UTC()
+			if zoned && n == 1 {
+				tm = tm.In(east)
+			}
+			if at == 0 {
+				tm = time.Time{}
+			}
+			if y := tm.Year(); y < 0 || y >= 10000 {
+				return // slog writes an error for such a year; a clock does not give one
+			}
+			r := slog.NewRecord(tm, slog.Level(level), msg, 0)
+			r.AddAttrs(slog.String(key, s), slog.Int64("i", i), slog.Uint64("u", u), slog.Bool("b", b),
+				slog.Duration("d", time.Duration(d)), slog.String("s2", msg), slog.Int("n", level))
+			if _, ok := plainLine(r); !ok {
+				t.Fatalf("plainLine refused %v", r)
+			}
+			if got, want := string(appendLine(nil, r, &c)), referenceLine(t, r); got != want {
+				t.Fatalf("appendLine wrote\n%s\nslog's handler writes\n%s", got, want)
+			}
 		}
 	})
+}
+
+// TestMayEscape checks the eight-byte test against the byte-by-byte rule
+// for every byte value at every place in a word of letters, and beside a
+// byte that needs an escape, whose borrow must not hide it.
+func TestMayEscape(t *testing.T) {
+	needs := func(b byte) bool { return b < 0x20 || b == '"' || b == '\\' || b >= 0x80 }
+	word := func(bs [8]byte) uint64 {
+		var v uint64
+		for i := 7; i >= 0; i-- {
+			v = v<<8 | uint64(bs[i])
+		}
+		return v
+	}
+	for at := range 8 {
+		for c := range 256 {
+			bs := [8]byte{'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'}
+			bs[at] = byte(c)
+			if got, want := mayEscape(word(bs)), needs(byte(c)); got != want {
+				t.Fatalf("mayEscape(%q) = %v, want %v", bs[:], got, want)
+			}
+			for _, other := range []byte{0, 0x1f, '"', '\\', 0x80, 0xff} {
+				bs2 := bs
+				bs2[(at+1)%8] = other
+				if !mayEscape(word(bs2)) {
+					t.Fatalf("mayEscape(%q) = false, want true", bs2[:])
+				}
+			}
+		}
+	}
 }
 
 // TestLogLineFallback checks that a line appendLine cannot write, and

@@ -45,7 +45,8 @@ type logWriter struct {
 	// blocked in a synctest bubble, where the tests of a stuck collector
 	// run.
 	writing chan struct{}
-	out     []byte // the bytes being written; guarded by writing
+	out     []byte     // the bytes being written; guarded by writing
+	stamps  stampCache // the records' times; guarded by writing
 }
 
 // A heldRecord is a line waiting as a record: it goes after the first at
@@ -125,7 +126,7 @@ func (l *logWriter) flushLocked() error {
 		from := 0
 		for _, h := range recs {
 			out = append(out, buf[from:h.at]...)
-			out = appendLine(out, h.r)
+			out = appendLine(out, h.r, &l.stamps)
 			from = h.at
 		}
 		out = append(out, buf[from:]...)
