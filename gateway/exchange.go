@@ -268,8 +268,14 @@ const (
 // character and ends with "…"; an invalid byte or a control character
 // becomes U+FFFD.
 func keptText(s string, max int) string {
-	if len(s) <= max && utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) {
-		return s // the common case, without an allocation
+	// The common case, printable ASCII, in one pass and without an
+	// allocation; then any other text that is kept whole.
+	whole := len(s) <= max
+	for i := 0; whole && i < len(s); i++ {
+		whole = ' ' <= s[i] && s[i] < 0x7f
+	}
+	if whole || len(s) <= max && utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
 	}
 	var b strings.Builder // range reads an invalid byte as U+FFFD, without a copy of s
 	for _, c := range s {

@@ -229,6 +229,7 @@ func TestKeptText(t *testing.T) {
 		{"cut before a character that would not fit", "ab" + "é" + "cdef", 6, "ab…"},
 		{"invalid byte", "a\xffb", 256, "a\uFFFDb"},
 		{"control characters", "a\nb\x1b[31mc\u0085", 256, "a\uFFFDb\uFFFD[31mc\uFFFD"},
+		{"delete", "a\x7fb", 256, "a\uFFFDb"},
 		{"invalid and long", strings.Repeat("\xff", 300), 256, strings.Repeat("\uFFFD", (256-len("…"))/3) + "…"},
 	} {
 		got := keptText(c.in, c.max)
@@ -239,6 +240,41 @@ func TestKeptText(t *testing.T) {
 			t.Errorf("%s: keptText(%.40q, %d) = %q: longer than %d, not UTF-8, or with a control character", c.name, c.in, c.max, got, c.max)
 		}
 	}
+}
+
+// FuzzKeptText checks keptText's promise for any text: at most max bytes
+// of valid UTF-8 without control characters, the text itself when it is
+// such already, and otherwise a prefix of the text's characters, with
+// those replaced by U+FFFD, ended with the marker if it was cut.
+func FuzzKeptText(f *testing.F) {
+	f.Add("gpt-4o", 256)
+	f.Add("a\x7fb\u0085c\xff", 8)
+	f.Add("abécdef", 6)
+	f.Fuzz(func(t *testing.T, s string, max int) {
+		if max < len("…") || max > 4096 {
+			return // the record's bounds are 32 to 2048
+		}
+		got := keptText(s, max)
+		if len(got) > max || !utf8.ValidString(got) || strings.ContainsFunc(got, unicode.IsControl) {
+			t.Fatalf("keptText(%q, %d) = %q: longer than %d, not UTF-8, or with a control character", s, max, got, max)
+		}
+		if len(s) <= max && utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) && got != s {
+			t.Fatalf("keptText(%q, %d) = %q, want the text unchanged", s, max, got)
+		}
+		var want strings.Builder
+		for _, c := range s {
+			if unicode.IsControl(c) {
+				c = utf8.RuneError
+			}
+			want.WriteRune(c)
+		}
+		if cut, ok := strings.CutSuffix(got, "…"); ok && got != want.String() {
+			got = cut
+		}
+		if !strings.HasPrefix(want.String(), got) {
+			t.Fatalf("keptText(%q, %d) = %q, not a prefix of %q", s, max, got, want.String())
+		}
+	})
 }
 
 // checkModelSpan checks that the model's span in b is its string value,
