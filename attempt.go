@@ -3,6 +3,7 @@ package outlast
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -167,16 +168,12 @@ func NewCallID() string {
 }
 
 func formatUUID(u *[16]byte) string {
-	const hex = "0123456789abcdef"
 	var b [36]byte
-	j := 0
-	for i, c := range u {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			b[j] = '-'
-			j++
-		}
-		b[j], b[j+1] = hex[c>>4], hex[c&0x0f]
-		j += 2
-	}
+	hex.Encode(b[0:8], u[0:4])
+	hex.Encode(b[9:13], u[4:6])
+	hex.Encode(b[14:18], u[6:8])
+	hex.Encode(b[19:23], u[8:10])
+	hex.Encode(b[24:], u[10:])
+	b[8], b[13], b[18], b[23] = '-', '-', '-', '-'
 	return string(b[:])
 }
