@@ -347,7 +347,9 @@ func (f *Feed) update(name string, e *entry, r *record.Request, ended []Attempt)
 	f.bytes += size - e.size
 	e.size = size
 	f.trim()
-	f.publish(event{name: name, req: v})
+	if len(f.clients) > 0 { // the event, a copy of the view, only for an open page
+		f.publish(event{name: name, req: v})
+	}
 }
 
 // viewSize is at least the length of v as JSON: its fields' names and
