@@ -166,12 +166,16 @@ type jsonLog struct {
 }
 
 func (h jsonLog) Handle(ctx context.Context, r slog.Record) error {
-	if size, ok := plainLine(r); ok && !h.derived {
-		err := h.w.writeRecord(r, size)
-		if r.Level >= slog.LevelWarn {
-			h.w.Flush()
+	if !h.derived {
+		// A derived handler's lines carry its attributes and groups, which
+		// only slog's handler writes, so plainLine is not asked.
+		if size, ok := plainLine(r); ok {
+			err := h.w.writeRecord(r, size)
+			if r.Level >= slog.LevelWarn {
+				h.w.Flush()
+			}
+			return err
 		}
-		return err
 	}
 	if hasDuration(r) {
 		var buf [16]slog.Attr
