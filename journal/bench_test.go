@@ -11,7 +11,7 @@ import (
 	"github.com/outlast-llm/outlast/record"
 )
 
-// benchmarkWrite measures one Write of a full batch, 256 records, as the
+// benchmarkWrite measures one Write of a batch of 256 records, as the
 // gateway makes them on its success path: UUIDv7 IDs in time order, no
 // headers, one attempt each.
 func benchmarkWrite(b *testing.B, s journal.Store) {

@@ -6,6 +6,9 @@ import (
 	"fmt"
 )
 
+// MaxBatch is the most records a Writer writes in one batch.
+const MaxBatch = maxBatch
+
 // LatestVersion is the schema version Open migrates a database to.
 var LatestVersion = latestVersion
 

@@ -381,8 +381,8 @@ func BenchmarkWriterAdd(b *testing.B) {
 func TestWriterFlush(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeStore{}
-		w := journal.NewWriter(f, journal.WriterConfig{Size: 1000, FlushInterval: time.Hour, Logger: quiet})
-		want := ids("r", 300) // a full batch and a partial one
+		w := journal.NewWriter(f, journal.WriterConfig{Size: 2 * journal.MaxBatch, FlushInterval: time.Hour, Logger: quiet})
+		want := ids("r", journal.MaxBatch+44) // a full batch and a partial one
 		addAll(t, w, want)
 		start := time.Now()
 		if err := w.Flush(context.Background()); err != nil {
@@ -398,13 +398,13 @@ func TestWriterFlush(t *testing.T) {
 		addAll(t, w, []string{"late"})
 		time.Sleep(time.Hour - time.Nanosecond)
 		synctest.Wait()
-		if got := len(f.written()); got != 300 {
-			t.Errorf("before the interval: got %d written, want 300", got)
+		if got := len(f.written()); got != len(want) {
+			t.Errorf("before the interval: got %d written, want %d", got, len(want))
 		}
 		time.Sleep(time.Nanosecond)
 		synctest.Wait()
-		if got := len(f.written()); got != 301 {
-			t.Errorf("after the interval: got %d written, want 301", got)
+		if got := len(f.written()); got != len(want)+1 {
+			t.Errorf("after the interval: got %d written, want %d", got, len(want)+1)
 		}
 		closeWriter(t, w)
 		if err := w.Flush(context.Background()); err == nil {
@@ -472,16 +472,17 @@ func (c *callStore) Write(ctx context.Context, recs []record.Request) error {
 func TestWriterFlushTakesMore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &callStore{fakeStore: &fakeStore{fails: 1}}
-		w := journal.NewWriter(f, journal.WriterConfig{Size: 1000, FlushInterval: time.Hour, Logger: quiet})
-		addAll(t, w, ids("a", 256)) // a full batch, whose write fails
+		w := journal.NewWriter(f, journal.WriterConfig{Size: 4 * journal.MaxBatch, FlushInterval: time.Hour, Logger: quiet})
+		addAll(t, w, ids("a", journal.MaxBatch)) // a full batch, whose write fails
 		synctest.Wait()
 		addAll(t, w, ids("b", 1))
-		f.during = func() { addAll(t, w, ids("c", 300)) } // while Flush writes the a's
+		more := journal.MaxBatch + 44                      // more than a batch
+		f.during = func() { addAll(t, w, ids("c", more)) } // while Flush writes the a's
 		if err := w.Flush(context.Background()); err != nil {
 			t.Fatalf("Flush: %v", err)
 		}
-		if got := len(f.written()); got != 557 {
-			t.Errorf("written after Flush: got %d, want 557 (what Flush took, all of it)", got)
+		if got, want := len(f.written()), journal.MaxBatch+1+more; got != want {
+			t.Errorf("written after Flush: got %d, want %d (what Flush took, all of it)", got, want)
 		}
 		closeWriter(t, w)
 	})
