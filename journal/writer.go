@@ -25,9 +25,9 @@ const (
 	// around it about the same whatever its size (a transaction; with
 	// serve's writer process, that process woken and answering on its
 	// pipe), so a busy gateway writes few large ones: at 256 records,
-	// the journal's sequential p99 over a bare proxy's was 1.11 to 1.47
-	// against the gateway's own 1.0 to 1.2; at 1,024, 1.07 to 1.12
-	// (bench/load, six interleaved pairs; at 32, worse).
+	// the journal's sequential p99 over a bare proxy's was 1.11 to 1.47;
+	// at 1,024, 1.07 to 1.12 (bench/load, six interleaved pairs; at 32,
+	// worse).
 	maxBatch = 1024
 	// maxTries is how many writes a batch gets before it is given up.
 	// Writes are retried because a database restart or failover should
