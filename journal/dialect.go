@@ -158,11 +158,19 @@ func openSQLite(ctx context.Context, path string, create bool) (Store, error) {
 		return nil, fmt.Errorf("journal: sqlite %q: %w", path, err)
 	}
 	s := &sqlStore{d: sqliteDialect, w: w, r: r}
-	if err := w.PingContext(ctx); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("journal: sqlite %q: %w", path, err)
+	// Replicas opening a new file at once race to make it WAL, which
+	// SQLite answers with SQLITE_BUSY at once rather than after the busy
+	// timeout: the loser tries again, a few times.
+	for try := 0; ; try++ {
+		if err = w.PingContext(ctx); err == nil {
+			err = s.prepareSchema(ctx, create)
+		}
+		if err == nil || try == 20 || !strings.Contains(err.Error(), "SQLITE_BUSY") {
+			break
+		}
+		time.Sleep(time.Duration(try+1) * 10 * time.Millisecond)
 	}
-	if err := s.prepareSchema(ctx, create); err != nil {
+	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("journal: sqlite %q: %w", path, err)
 	}
