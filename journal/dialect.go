@@ -13,7 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	_ "modernc.org/sqlite" // registers the driver "sqlite"
+	"modernc.org/sqlite" // registers the driver "sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // A dialect is what differs between the two databases; the SQL itself is
@@ -160,21 +161,35 @@ func openSQLite(ctx context.Context, path string, create bool) (Store, error) {
 	s := &sqlStore{d: sqliteDialect, w: w, r: r}
 	// Replicas opening a new file at once race to make it WAL, which
 	// SQLite answers with SQLITE_BUSY at once rather than after the busy
-	// timeout: the loser tries again, a few times.
-	for try := 0; ; try++ {
+	// timeout: the loser tries again, 20 times in all, waiting 10 ms
+	// longer each time (1.9 s at most), unless ctx is done first.
+open:
+	for try := 1; ; try++ {
 		if err = w.PingContext(ctx); err == nil {
 			err = s.prepareSchema(ctx, create)
 		}
-		if err == nil || try == 20 || !strings.Contains(err.Error(), "SQLITE_BUSY") {
+		if err == nil || try == 20 || !isBusy(err) {
 			break
 		}
-		time.Sleep(time.Duration(try+1) * 10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			err = fmt.Errorf("%w while waiting to try again after: %w", ctx.Err(), err)
+			break open
+		case <-time.After(time.Duration(try) * 10 * time.Millisecond):
+		}
 	}
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("journal: sqlite %q: %w", path, err)
 	}
 	return s, nil
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY, or one of its
+// extended codes (SQLITE_BUSY_RECOVERY and the like).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // openPostgres opens the PostgreSQL database at the connection string

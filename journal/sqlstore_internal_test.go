@@ -2,7 +2,10 @@ package journal
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -67,4 +70,44 @@ func testSQLite(t *testing.T) *sqlStore {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st.(*sqlStore)
+}
+
+// TestIsBusy checks that open's retry recognises SQLite's own
+// SQLITE_BUSY, wrapped as prepareSchema wraps it, by its code, and
+// nothing else: a retry on any other error would only delay it.
+func TestIsBusy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "busy.db")
+	dsn := path + "?_pragma=busy_timeout(0)&_txlock=immediate"
+	a, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	tx, err := a.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "CREATE TABLE t (x)"); err != nil {
+		t.Fatal(err)
+	}
+	_, busy := b.BeginTx(ctx, nil)
+	if busy == nil {
+		t.Fatal("a second writer began while the first held the lock")
+	}
+	if !isBusy(fmt.Errorf("migrate: %w", busy)) {
+		t.Errorf("isBusy(%v) = false, want true", busy)
+	}
+	_, other := a.ExecContext(ctx, "SELECT * FROM no_such_table")
+	for _, err := range []error{other, errors.New("database is locked (SQLITE_BUSY)"), context.Canceled} {
+		if isBusy(err) {
+			t.Errorf("isBusy(%v) = true, want false", err)
+		}
+	}
 }
