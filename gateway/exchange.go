@@ -754,25 +754,29 @@ func (x *exchange) done() {
 	x.logLine()
 }
 
-// logLine writes the request's info line, if the logger takes it. It
-// hands the handler its record itself, without the caller's program
-// counter, which slog.Logger would look up for every line.
+// logLine writes the request's info line, if the logger takes it: to a
+// RequestLineHandler as its fields, to another handler as the line's
+// Record.
 func (x *exchange) logLine() {
 	ctx, h := x.r.Context(), x.g.logger.Handler()
 	if !h.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
-	r := slog.NewRecord(x.rec.End, slog.LevelInfo, "outlast: request", 0)
-	r.AddAttrs(
-		slog.String("id", x.rec.ID),
-		slog.String("run", x.rec.Run),
-		slog.String("method", x.rec.Method),
-		slog.String("path", x.rec.Path),
-		slog.String("upstream", x.rec.Upstream),
-		slog.Int("status", x.rec.Status),
-		slog.Int("attempts", len(x.rec.Attempts)),
-		slog.Duration("took", x.rec.End.Sub(x.rec.Start)),
-		slog.String("error", x.rec.Error),
-	)
-	h.Handle(ctx, r)
+	line := RequestLine{
+		End:      x.rec.End,
+		ID:       x.rec.ID,
+		Run:      x.rec.Run,
+		Method:   x.rec.Method,
+		Path:     x.rec.Path,
+		Upstream: x.rec.Upstream,
+		Status:   x.rec.Status,
+		Attempts: len(x.rec.Attempts),
+		Took:     x.rec.End.Sub(x.rec.Start),
+		Error:    x.rec.Error,
+	}
+	if lh, ok := h.(RequestLineHandler); ok {
+		lh.HandleRequestLine(ctx, line)
+		return
+	}
+	h.Handle(ctx, line.Record())
 }

@@ -223,7 +223,8 @@ type Config struct {
 	// untouched and more idle connections per host.
 	Transport http.RoundTripper
 
-	// Logger receives a warn line per retry and an info line per request.
+	// Logger receives a warn line per retry and an info line per request
+	// (see RequestLine).
 	// If nil, slog.Default() is used.
 	Logger *slog.Logger
 

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/outlast-llm/outlast/gateway"
 )
 
 // referenceLine is what slog's JSON handler writes for r, durations
@@ -99,7 +102,7 @@ func TestMayEscape(t *testing.T) {
 // TestLogLineFallback checks that a line appendLine cannot write, and
 // every line of a logger made With attributes or a group, still comes
 // out as slog's handler writes it, durations as text, and in order with
-// the plain lines, which wait as records.
+// the plain lines.
 func TestLogLineFallback(t *testing.T) {
 	var out lockedBuffer
 	logger, flush := newLogger(&out, slog.LevelInfo)
@@ -121,6 +124,47 @@ func TestLogLineFallback(t *testing.T) {
 	}
 }
 
+// TestRequestLineText checks that the gateway's request line, handed to
+// serve's log as its fields, is written as slog's handler writes its
+// Record, in order with the lines around it.
+func TestRequestLineText(t *testing.T) {
+	var out lockedBuffer
+	logger, flush := newLogger(&out, slog.LevelInfo)
+	h, ok := logger.Handler().(gateway.RequestLineHandler)
+	if !ok {
+		t.Fatalf("serve's log handler %T is not a gateway.RequestLineHandler: the request line would cost each request a Record", logger.Handler())
+	}
+	line := gateway.RequestLine{
+		End: time.Date(2026, 12, 5, 22, 30, 1, 123456789, time.UTC), ID: "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", Run: "r\"1",
+		Method: "POST", Path: "/v1/chat/completions", Upstream: "api", Status: 502, Attempts: 3, Took: 1500 * time.Millisecond, Error: "upstream_error",
+	}
+	logger.Info("before", "n", 1)
+	if err := h.HandleRequestLine(context.Background(), line); err != nil {
+		t.Fatal(err)
+	}
+	logger.Info("after", "f", 1.5)
+	flush()
+	lines := strings.SplitAfter(out.String(), "\n")
+	if len(lines) != 4 || lines[3] != "" {
+		t.Fatalf("the log:\n%s\nwant three lines", out.String())
+	}
+	if !strings.Contains(lines[0], `"msg":"before"`) || !strings.Contains(lines[2], `"msg":"after"`) {
+		t.Errorf("the log:\n%s\nwant the request line between before and after", out.String())
+	}
+	if got, want := lines[1], referenceLine(t, line.Record()); got != want {
+		t.Errorf("the request line:\n%s\nslog's handler writes\n%s", got, want)
+	}
+	// A logger made With attributes writes them too: through slog's
+	// handler.
+	var out2 lockedBuffer
+	logger2, flush2 := newLogger(&out2, slog.LevelInfo)
+	logger2.With("who", "me").Handler().(gateway.RequestLineHandler).HandleRequestLine(context.Background(), line)
+	flush2()
+	if got := out2.String(); !strings.Contains(got, `"who":"me"`) || !strings.Contains(got, `"took":"1.5s"`) {
+		t.Errorf("through a logger With who=me the request line is %s; want who and took as text", got)
+	}
+}
+
 // stripTimes removes the "time" fields of JSON lines.
 func stripTimes(s string) string {
 	var out bytes.Buffer
@@ -135,30 +179,31 @@ func stripTimes(s string) string {
 }
 
 // BenchmarkRequestLine compares what a request pays for its line through
-// serve's logger with the same line through slog's JSON handler,
-// durations converted, which is what serve used before. The writes, made
-// by another goroutine, are left out: the lines are flushed every 64,
-// with the timer stopped.
+// serve's logger, handed the line's fields, with the line's Record
+// through slog's JSON handler, durations converted, which is what serve
+// used before. The writes, made by another goroutine, are left out: the
+// lines are flushed every 64, with the timer stopped.
 func BenchmarkRequestLine(b *testing.B) {
-	r := slog.NewRecord(time.Now(), slog.LevelInfo, "outlast: request", 0)
-	r.AddAttrs(slog.String("id", "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"), slog.String("run", ""),
-		slog.String("method", "POST"), slog.String("path", "/v1/chat/completions"),
-		slog.String("upstream", "default"), slog.Int("status", 200), slog.Int("attempts", 1),
-		slog.Duration("took", 1234567*time.Nanosecond), slog.String("error", ""))
+	line := gateway.RequestLine{
+		End: time.Now(), ID: "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", Method: "POST", Path: "/v1/chat/completions",
+		Upstream: "default", Status: 200, Attempts: 1, Took: 1234567 * time.Nanosecond,
+	}
 	lw := newLogWriter(discard{})
 	defer lw.Flush()
+	ctx, slogs := context.Background(), jsonLog{Handler: slog.NewJSONHandler(lw, nil), w: lw, derived: true}
+	serve := jsonLog{Handler: slog.NewJSONHandler(lw, nil), w: lw}
 	for _, h := range []struct {
-		name string
-		h    slog.Handler
+		name   string
+		handle func()
 	}{
-		{"slog", jsonLog{Handler: slog.NewJSONHandler(lw, nil), w: lw, derived: true}},
-		{"serve", jsonLog{Handler: slog.NewJSONHandler(lw, nil), w: lw}},
+		{"slog", func() { slogs.Handle(ctx, line.Record()) }},
+		{"serve", func() { serve.HandleRequestLine(ctx, line) }},
 	} {
 		b.Run("handler="+h.name, func(b *testing.B) {
 			b.ReportAllocs()
 			n := 0
 			for b.Loop() {
-				h.h.Handle(context.Background(), r)
+				h.handle()
 				if n++; n%64 == 0 {
 					b.StopTimer()
 					lw.Flush()

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/outlast-llm/outlast/gateway"
 )
 
 // The log's buffer: lines wait at most logFlushAfter, or until logBuffer
@@ -24,20 +26,20 @@ const (
 // Flush writes what waits at once. It is safe for concurrent use, and
 // writes to w in the order its lines came.
 //
-// A plain line (see plainLine), such as the request line, waits as its
-// slog.Record and is formatted by the goroutine that writes it, in a
-// batch with the others, so that a request pays only for keeping it.
+// A request's line waits as its fields (a gateway.RequestLine) and is
+// formatted by the goroutine that writes it, in a batch with the others,
+// so that a request pays only for keeping it.
 type logWriter struct {
 	w     io.Writer
 	timer *time.Timer // armed while lines wait
 
-	mu        sync.Mutex   // guards the fields below
-	held      int          // the bytes waiting, a record's counted by plainLine
-	buf       []byte       // the lines waiting that were written as bytes
-	recs      []heldRecord // the lines waiting as records, in order with buf
-	spare     []byte       // a written buf, for buf to reuse
-	spareRecs []heldRecord // a written recs, emptied, for recs to reuse
-	kicked    bool         // the timer is set to fire at once
+	mu         sync.Mutex // guards the fields below
+	held       int        // the bytes waiting, a request line's as requestLineSize counts them
+	buf        []byte     // the lines waiting that were written as bytes
+	lines      []heldLine // the request lines waiting, in order with buf
+	spare      []byte     // a written buf, for buf to reuse
+	spareLines []heldLine // a written lines, emptied, for lines to reuse
+	kicked     bool       // the timer is set to fire at once
 
 	// writing is held while the lines waiting are taken, formatted and
 	// written to w, so that they are written in the order they came. A
@@ -49,11 +51,11 @@ type logWriter struct {
 	stamps  stampCache // the records' times; guarded by writing
 }
 
-// A heldRecord is a line waiting as a record: it goes after the first at
-// bytes of buf.
-type heldRecord struct {
-	at int
-	r  slog.Record
+// A heldLine is a request's line waiting as its fields: it goes after
+// the first at bytes of buf.
+type heldLine struct {
+	at   int
+	line gateway.RequestLine
 }
 
 func newLogWriter(w io.Writer) *logWriter {
@@ -73,14 +75,24 @@ func (l *logWriter) Write(p []byte) (int, error) {
 	return len(p), l.keptLocked(first)
 }
 
-// writeRecord keeps r, a line plainLine accepts of size bytes, to be
-// written as appendLine writes it.
-func (l *logWriter) writeRecord(r slog.Record, size int) error {
+// writeRequestLine keeps line, to be written as appendLine writes its
+// Record.
+func (l *logWriter) writeRequestLine(line gateway.RequestLine) error {
+	size := requestLineSize(&line)
 	l.mu.Lock()
 	first := l.held == 0
-	l.recs = append(l.recs, heldRecord{len(l.buf), r.Clone()})
+	l.lines = append(l.lines, heldLine{len(l.buf), line})
 	l.held += size
 	return l.keptLocked(first)
+}
+
+// requestLineSize is at least the length of line's text before escapes,
+// as plainLine counts it for line's Record.
+func requestLineSize(line *gateway.RequestLine) int {
+	// The time, level and message, the keys, the values' quotes, and the
+	// numbers at their longest.
+	const fixed = 256
+	return fixed + len(line.ID) + len(line.Run) + len(line.Method) + len(line.Path) + len(line.Upstream) + len(line.Error)
 }
 
 // keptLocked arranges for the write of what waits, now that a line has
@@ -115,22 +127,23 @@ func (l *logWriter) flushLocked() error {
 	l.mu.Unlock()
 	l.writing <- struct{}{}
 	l.mu.Lock()
-	buf, recs := l.buf, l.recs
+	buf, lines := l.buf, l.lines
 	l.buf, l.spare = l.spare[:0], nil
-	l.recs, l.spareRecs = l.spareRecs[:0], nil
+	l.lines, l.spareLines = l.spareLines[:0], nil
 	l.held = 0
 	l.mu.Unlock()
 	out := buf
-	if len(recs) > 0 {
+	if len(lines) > 0 {
 		out = l.out[:0]
 		from := 0
-		for _, h := range recs {
+		for i := range lines {
+			h := &lines[i]
 			out = append(out, buf[from:h.at]...)
-			out = appendLine(out, h.r, &l.stamps)
+			out = appendLine(out, h.line.Record(), &l.stamps)
 			from = h.at
 		}
 		out = append(out, buf[from:]...)
-		clear(recs) // the records' strings are garbage now
+		clear(lines) // the lines' strings are garbage now
 		if cap(out) <= 4*logBuffer {
 			l.out = out
 		}
@@ -142,12 +155,12 @@ func (l *logWriter) flushLocked() error {
 	<-l.writing
 	l.mu.Lock()
 	// A burst's buffers are not kept: a buf past 4·logBuffer bytes, a
-	// recs past 512 records (150 KiB).
+	// lines past 512 lines (80 KiB).
 	if cap(buf) <= 4*logBuffer {
 		l.spare = buf[:0]
 	}
-	if cap(recs) <= 512 {
-		l.spareRecs = recs[:0]
+	if cap(lines) <= 512 {
+		l.spareLines = lines[:0]
 	}
 	l.mu.Unlock()
 	return err
@@ -158,19 +171,30 @@ func (l *logWriter) flushLocked() error {
 // w after each line of level warn or more, so that trouble is seen at
 // once. It converts durations itself rather than with ReplaceAttr, which
 // would make every line's level go through encoding/json, and writes
-// plain lines (see plainLine), the request lines among them, itself.
+// plain lines (see plainLine) and the gateway's request lines itself.
 type jsonLog struct {
 	slog.Handler
 	w       *logWriter
 	derived bool // by WithAttrs or WithGroup: every line goes to Handler
 }
 
+// HandleRequestLine keeps the gateway's request line as its fields, for
+// the log's goroutine to format: see gateway.RequestLineHandler.
+func (h jsonLog) HandleRequestLine(ctx context.Context, line gateway.RequestLine) error {
+	if h.derived {
+		return h.Handle(ctx, line.Record())
+	}
+	return h.w.writeRequestLine(line)
+}
+
 func (h jsonLog) Handle(ctx context.Context, r slog.Record) error {
 	if !h.derived {
 		// A derived handler's lines carry its attributes and groups, which
 		// only slog's handler writes, so plainLine is not asked.
-		if size, ok := plainLine(r); ok {
-			err := h.w.writeRecord(r, size)
+		if _, ok := plainLine(r); ok {
+			var b [512]byte
+			var c stampCache
+			_, err := h.w.Write(appendLine(b[:0], r, &c))
 			if r.Level >= slog.LevelWarn {
 				h.w.Flush()
 			}
