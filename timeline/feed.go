@@ -76,6 +76,13 @@ type entry struct {
 	ahead    int
 	done     bool
 	size     int // viewSize(view)
+
+	// first holds the views of a request's first attempt, in flight
+	// ([0]) and ended ([1]), which its views' Attempts then share: most
+	// requests make one attempt, and need no array of their own. Each
+	// is written once, before a view holds it, as used records.
+	first [2]Attempt
+	used  [2]bool
 }
 
 // New returns a Feed that keeps the most recent requests: at most keep of
@@ -188,19 +195,40 @@ func (f *Feed) queued(r *record.Request, key string, ahead int) {
 }
 
 func (f *Feed) attemptStart(r *record.Request, a record.Attempt) {
-	// The attempt in flight goes in the room attemptsOf leaves, where the
-	// view's own copy of it will be: one allocation for both.
-	all := append(attemptsOf(r), attemptOf(a))
+	cur := attemptOf(a)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e := f.entry(r)
 	f.dequeue(e)
+	var all []Attempt
+	if len(r.Attempts) == 0 && !e.used[0] {
+		e.first[0], e.used[0] = cur, true
+		all = e.first[0:1:1]
+	} else {
+		// The attempt in flight goes in the room attemptsOf leaves, where
+		// the view's own copy of it will be: one allocation for both.
+		all = append(attemptsOf(r), cur)
+	}
 	e.current = &all[len(all)-1]
 	f.update(eventAttemptStart, e, r, all[:len(all)-1])
 }
 
 func (f *Feed) attemptEnd(r *record.Request, _ record.Attempt) {
-	// The gateway has added a to r.Attempts already.
+	// The gateway has added the attempt to r.Attempts already.
+	if len(r.Attempts) == 1 {
+		v := attemptOf(r.Attempts[0])
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		e := f.entry(r)
+		e.current = nil
+		if e.used[1] {
+			f.update(eventAttemptEnd, e, r, []Attempt{v})
+			return
+		}
+		e.first[1], e.used[1] = v, true
+		f.update(eventAttemptEnd, e, r, e.first[1:2:2])
+		return
+	}
 	ended := attemptsOf(r)
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -403,3 +403,66 @@ func TestFeedDoneSeesLateChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestFeedSnapshotsStayAsTaken checks that a snapshot, which the page's
+// event stream encodes after the feed's lock is let go, keeps the views
+// it was given while the request goes on: its first attempt's views
+// share the request's entry, and each must be written only once. The
+// race detector sees a view changed under an encoding.
+func TestFeedSnapshotsStayAsTaken(t *testing.T) {
+	t.Parallel()
+	f := timeline.New(0, 0)
+	obs := f.Observer()
+	r := request("r", "run")
+	type taken struct {
+		s    timeline.Snapshot
+		json string
+	}
+	var snaps []taken
+	snap := func() {
+		s := f.Snapshot()
+		b, err := json.Marshal(s.Requests)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps = append(snaps, taken{s, string(b)})
+	}
+	end := make(chan struct{})
+	go func() { // encodes the snapshots while the request goes on
+		defer close(end)
+		for range 200 {
+			json.Marshal(f.Snapshot())
+		}
+	}()
+	for n := 1; n <= 2; n++ {
+		obs.AttemptStart(r, attempt(n, 0, 0, 0, nil))
+		snap()
+		a := attempt(n, 0, time.Second, 503, nil)
+		if n == 2 {
+			a = attempt(n, 0, time.Second, 200, nil)
+		}
+		r.Attempts = append(r.Attempts, a)
+		obs.AttemptEnd(r, a)
+		snap()
+	}
+	r.Status, r.End = 200, t0.Add(2*time.Second)
+	obs.Done(r)
+	snap()
+	<-end
+	for i, s := range snaps {
+		b, _ := json.Marshal(s.s.Requests)
+		if string(b) != s.json {
+			t.Errorf("snapshot %d changed after it was taken:\nthen %s\nnow  %s", i, s.json, b)
+		}
+	}
+	want := []string{"1:sending", "1:waiting", "2:sending", "2:waiting", "2:done"}
+	for i, s := range snaps {
+		v := s.s.Requests[0]
+		if got := fmt.Sprintf("%d:%s", len(v.Attempts), v.State); got != want[i] {
+			t.Errorf("snapshot %d: %s, want %s", i, got, want[i])
+		}
+	}
+	if a := snaps[1].s.Requests[0].Attempts[0]; a.Outcome == timeline.OutcomeInFlight || a.Status != 503 {
+		t.Errorf("the first attempt ended: %+v, want status 503 and not in flight", a)
+	}
+}
