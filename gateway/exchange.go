@@ -180,7 +180,7 @@ func (x *exchange) readBody() ([]byte, bool) {
 	if x.r.Body == nil || x.r.Body == http.NoBody {
 		return nil, true
 	}
-	body, err := readBody(x.out.slowBodyReader(x.r.Body, x.g.cfg.BodyTimeout), x.r.ContentLength, limit+1)
+	body, err := readBody(x.out.slowBodyReader(x.r, x.g.cfg.BodyTimeout), x.r.ContentLength, limit+1)
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		x.out.closeAfter()

@@ -206,7 +206,9 @@ type Config struct {
 	MaxBody int64
 
 	// BodyTimeout bounds the silence between two reads of a request's
-	// body; a body that falls silent longer gets 408, and its connection
+	// body, and before the first; under Serve, whose http.Server has it
+	// as its ReadTimeout, the first read's bound runs from the request's
+	// start. A body that falls silent longer gets 408, and its connection
 	// is closed. Zero means DefaultBodyTimeout (30 s); a negative value
 	// means no bound.
 	BodyTimeout time.Duration

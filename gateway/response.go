@@ -133,35 +133,54 @@ func (o *response) errorEvent(kind, msg string, upstream []byte) {
 	o.rc.Flush()
 }
 
-// slowBodyReader returns body read with a deadline of timeout (none if it
-// is not positive) before each read, so that a body whose bytes stop
-// coming ends with os.ErrDeadlineExceeded rather than holding its
+// slowBodyReader returns r's body read with a deadline of timeout (none
+// if it is not positive) before each read, so that a body whose bytes
+// stop coming ends with os.ErrDeadlineExceeded rather than holding its
 // connection. The deadline is lifted at the body's end or failure, or by
 // lift: a read deadline left on the connection would cut the response,
 // which may stream for an hour. It stays, passed, after a body that was
 // too slow: that connection is closed after its 408, and net/http, which
 // reads what is left of a short body before it closes, must not wait for
 // the rest of the trickle.
-func (o *response) slowBodyReader(body io.Reader, timeout time.Duration) *deadlineReader {
-	o.body = deadlineReader{r: body, rc: &o.rc, timeout: timeout}
+//
+// Two of those deadlines net/http sets itself, in calls it makes anyway,
+// and the reader leaves them to it: a server whose ReadTimeout is at most
+// timeout (Serve's is timeout) has bounded the first read, from the
+// request's start; and an HTTP/1 server takes the deadline off as the
+// body ends, to watch the connection for the caller's leaving. A small
+// body, read in one go, then costs no deadline of its own.
+func (o *response) slowBodyReader(r *http.Request, timeout time.Duration) *deadlineReader {
+	o.body = deadlineReader{r: r.Body, rc: &o.rc, timeout: timeout}
+	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && timeout > 0 {
+		o.body.firstSet = srv.ReadTimeout > 0 && srv.ReadTimeout <= timeout
+		o.body.liftedAtEnd = r.ProtoMajor == 1
+	}
 	return &o.body
 }
 
 type deadlineReader struct {
-	r       io.Reader
-	rc      *http.ResponseController
-	timeout time.Duration
-	set     bool // a deadline is on the connection
+	r           io.Reader
+	rc          *http.ResponseController
+	timeout     time.Duration
+	set         bool // a deadline is on the connection
+	firstSet    bool // the server has set the first read's
+	liftedAtEnd bool // the server lifts it at the body's end
 }
 
 func (d *deadlineReader) Read(p []byte) (int, error) {
-	if d.timeout > 0 {
+	switch {
+	case d.firstSet:
+		d.firstSet, d.set = false, true
+	case d.timeout > 0:
 		// An error here means the connection cannot take deadlines (a
 		// test's recorder): the body is read without one.
 		d.set = d.rc.SetReadDeadline(time.Now().Add(d.timeout)) == nil
 	}
 	n, err := d.r.Read(p)
-	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+	switch {
+	case err == io.EOF && d.liftedAtEnd:
+		d.set = false
+	case err != nil && !errors.Is(err, os.ErrDeadlineExceeded):
 		d.lift()
 	}
 	return n, err

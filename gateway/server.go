@@ -92,8 +92,14 @@ func Serve(ctx context.Context, l net.Listener, g *Gateway, cfg ServerConfig) er
 	srv := &http.Server{
 		Handler:           g,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-		IdleTimeout:       cfg.KeepAliveTimeout,
-		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		// net/http sets the connection's read deadline after a request's
+		// headers, to none without a ReadTimeout: with BodyTimeout, it
+		// bounds the wait for the body's first bytes in the same call, and
+		// the handler sets a deadline only for the reads after (see
+		// slowBodyReader).
+		ReadTimeout:    max(g.cfg.BodyTimeout, 0),
+		IdleTimeout:    cfg.KeepAliveTimeout,
+		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		// Requests outlive ctx during the drain; they end with the server.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}

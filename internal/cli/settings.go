@@ -313,7 +313,7 @@ var settings = []setting{
 		help: "bounds the time a caller takes to send a request's line and headers",
 		set:  positive(func(t target, d time.Duration) { t.cfg.HTTP.ReadHeaderTimeout = d })},
 	{flag: "body-timeout", key: "body_timeout", scope: global, def: "30s", arg: "DURATION", example: "5s",
-		help: "bounds the silence between two reads of a request's body; a slower body gets 408 and its connection is closed",
+		help: "bounds the silence between two reads of a request's body, and from the request's start to the body's first bytes; a slower body gets 408 and its connection is closed",
 		set:  positive(func(t target, d time.Duration) { t.cfg.Gateway.BodyTimeout = d })},
 	{flag: "keepalive-timeout", key: "keepalive_timeout", scope: global, def: "2m", arg: "DURATION", example: "30s",
 		help: "how long an idle connection waits for its next request before it is closed",
