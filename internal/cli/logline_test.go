@@ -154,6 +154,9 @@ func TestRequestLineText(t *testing.T) {
 	if got, want := lines[1], referenceLine(t, line.Record()); got != want {
 		t.Errorf("the request line:\n%s\nslog's handler writes\n%s", got, want)
 	}
+	if size, ok := plainLine(line.Record()); !ok || requestLineSize(&line) != size {
+		t.Errorf("requestLineSize: %d, want plainLine's %d (%v): the log's bound counts it", requestLineSize(&line), size, ok)
+	}
 	// A logger made With attributes writes them too: through slog's
 	// handler.
 	var out2 lockedBuffer

@@ -86,14 +86,17 @@ func (l *logWriter) writeRequestLine(line gateway.RequestLine) error {
 	return l.keptLocked(first)
 }
 
-// requestLineSize is at least the length of line's text before escapes,
-// as plainLine counts it for line's Record.
+// requestLineSize is the length of line's text before escapes, as
+// plainLine counts it for line's Record: that of a line with no text,
+// and its text.
 func requestLineSize(line *gateway.RequestLine) int {
-	// The time, level and message, the keys, the values' quotes, and the
-	// numbers at their longest.
-	const fixed = 256
-	return fixed + len(line.ID) + len(line.Run) + len(line.Method) + len(line.Path) + len(line.Upstream) + len(line.Error)
+	return emptyRequestLine + len(line.ID) + len(line.Run) + len(line.Method) + len(line.Path) + len(line.Upstream) + len(line.Error)
 }
+
+// emptyRequestLine is the length plainLine counts for a request line
+// with no text: its time, level and message, its keys, its strings'
+// quotes and its numbers at their longest.
+var emptyRequestLine, _ = plainLine((&gateway.RequestLine{}).Record())
 
 // keptLocked arranges for the write of what waits, now that a line has
 // been added to it (to nothing if first). It unlocks mu.
