@@ -94,16 +94,13 @@ func TestE2EClosedBeforeResponse(t *testing.T) {
 // refusal.
 func TestE2EConnectionRefused(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	// Nothing listens on port 1, and no listener on port 0 is given it;
+	// a port just closed could be given to a parallel test's listener.
+	addr := "127.0.0.1:1"
 	var rec recorder
 	c := e2eClient(&outlast.Policy{Waits: ms(1, 1)}, 0)
 	c.Transport.(*outlast.Transport).Hooks = rec.hooks()
-	_, err = c.Get("http://" + addr + "/v1/models")
+	_, err := c.Get("http://" + addr + "/v1/models")
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("got %v, want connection refused", err)
 	}

@@ -22,6 +22,13 @@ import (
 	"github.com/outlast-llm/outlast/record"
 )
 
+// downAddr is an address that refuses connections: nothing listens on
+// port 1, and no listener on port 0 is given it. A port just closed
+// would not do: a parallel test's listener can be given it meanwhile,
+// and a request meant to be refused would reach that test's server (a
+// CI run got 504 from one that hung).
+const downAddr = "127.0.0.1:1"
+
 // upstream is an httptest server that answers attempt n with script[n-1]
 // (the last entry once past the end) and records what it saw.
 type upstream struct {
@@ -362,10 +369,7 @@ func TestBusy(t *testing.T) {
 // comes gets 504.
 func TestUnreachableAndTimeout(t *testing.T) {
 	t.Parallel()
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := l.Addr().String()
-	l.Close()
-	u, _ := url.Parse("http://" + addr)
+	u, _ := url.Parse("http://" + downAddr)
 	g, _ := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{{URL: u, Policy: &outlast.Policy{Waits: []time.Duration{time.Millisecond}}}}, Logger: slog.New(slog.DiscardHandler)})
 	s := httptest.NewServer(g)
 	defer s.Close()
@@ -757,9 +761,6 @@ func TestObserverHeadersRedacted(t *testing.T) {
 // retries itself) leaves the client free to.
 func TestShouldRetryFalse(t *testing.T) {
 	t.Parallel()
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	closed := l.Addr().String()
-	l.Close()
 	for _, c := range []struct {
 		name   string
 		script []http.HandlerFunc // nil: the upstream is down
@@ -788,7 +789,7 @@ func TestShouldRetryFalse(t *testing.T) {
 			t.Parallel()
 			var base string
 			if c.script == nil {
-				u, _ := url.Parse("http://" + closed)
+				u, _ := url.Parse("http://" + downAddr)
 				g, _ := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{{URL: u, Policy: &outlast.Policy{Waits: []time.Duration{time.Millisecond}}}}, Logger: slog.New(slog.DiscardHandler)})
 				s := httptest.NewServer(g)
 				t.Cleanup(s.Close)
