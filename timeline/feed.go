@@ -201,9 +201,8 @@ func (f *Feed) attemptStart(r *record.Request, a record.Attempt) {
 	e := f.entry(r)
 	f.dequeue(e)
 	var all []Attempt
-	if len(r.Attempts) == 0 && !e.used[0] {
-		e.first[0], e.used[0] = cur, true
-		all = e.first[0:1:1]
+	if len(r.Attempts) == 0 {
+		all = e.keepFirst(0, cur)
 	} else {
 		// The attempt in flight goes in the room attemptsOf leaves, where
 		// the view's own copy of it will be: one allocation for both.
@@ -215,26 +214,33 @@ func (f *Feed) attemptStart(r *record.Request, a record.Attempt) {
 
 func (f *Feed) attemptEnd(r *record.Request, _ record.Attempt) {
 	// The gateway has added the attempt to r.Attempts already.
-	if len(r.Attempts) == 1 {
-		v := attemptOf(r.Attempts[0])
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		e := f.entry(r)
-		e.current = nil
-		if e.used[1] {
-			f.update(eventAttemptEnd, e, r, []Attempt{v})
-			return
-		}
-		e.first[1], e.used[1] = v, true
-		f.update(eventAttemptEnd, e, r, e.first[1:2:2])
-		return
+	first := len(r.Attempts) == 1
+	var v Attempt
+	var ended []Attempt
+	if first {
+		v = attemptOf(r.Attempts[0])
+	} else {
+		ended = attemptsOf(r)
 	}
-	ended := attemptsOf(r)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e := f.entry(r)
 	e.current = nil
+	if first {
+		ended = e.keepFirst(1, v)
+	}
 	f.update(eventAttemptEnd, e, r, ended)
+}
+
+// keepFirst returns v as the attempts of a view: in first[i] if that has
+// not been written yet, else in an array of its own, so that each of
+// first is written once, before a view shares it.
+func (e *entry) keepFirst(i int, v Attempt) []Attempt {
+	if e.used[i] {
+		return []Attempt{v}
+	}
+	e.first[i], e.used[i] = v, true
+	return e.first[i : i+1 : i+1]
 }
 
 func (f *Feed) done(r *record.Request) {
