@@ -2,11 +2,8 @@ package gateway_test
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -38,32 +35,12 @@ func TestBodyDeadlineEndsWithTheBody(t *testing.T) {
 	}))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	g, err := gateway.New(gateway.Config{
-		Upstreams:   []gateway.Upstream{{URL: u}},
-		BodyTimeout: bodyTimeout,
-		Logger:      slog.New(slog.DiscardHandler),
+	h := newHostile(t, func(c *gateway.Config, _ *gateway.ServerConfig) {
+		c.Upstreams[0].URL = u
+		c.BodyTimeout = bodyTimeout
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gateway.Serve(ctx, l, g, gateway.ServerConfig{}) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
 
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := h.dial(t)
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(20 * time.Second))
 	br := bufio.NewReader(c)
@@ -82,10 +59,7 @@ func TestBodyDeadlineEndsWithTheBody(t *testing.T) {
 	}
 
 	// A body announced and never begun.
-	c2, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c2 := h.dial(t)
 	defer c2.Close()
 	c2.SetDeadline(time.Now().Add(20 * time.Second))
 	io.WriteString(c2, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
