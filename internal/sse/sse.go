@@ -1,5 +1,7 @@
 // Package sse holds what the Transport and the gateway must judge alike
-// about server-sent events.
+// about server-sent events: whether a response is a stream, the one
+// reader of event streams (Scanner), and what an event of the LLM APIs
+// outlast knows means to the commit point (KindOf).
 package sse
 
 import (

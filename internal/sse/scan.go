@@ -1,0 +1,207 @@
+package sse
+
+import "bytes"
+
+// MaxLine is the longest line a Scanner keeps whole: a longer line's
+// value is cut there, and its block's Event says so (Event.Cut). What
+// the Scanner holds between pieces is bounded by it.
+const MaxLine = 1 << 20
+
+// A Scanner reads an event stream in the pieces it arrives in, as WHATWG
+// HTML's "Interpreting an event stream" does: a line ends at CRLF, LF or
+// CR, alone or mixed, even where a CRLF is split between two pieces; one
+// byte order mark at the stream's start is dropped; a line that starts
+// with a colon is a comment; a field's value loses one leading space.
+//
+// It splits the stream into blocks, each ending with the blank line that
+// follows a line that is not blank. A block with a data field is an
+// event, which a client dispatches; a block of comments, or of fields
+// without data, dispatches nothing. Blank lines before a block's first
+// line are part of it. The blocks and what is left after the last one
+// are the stream, byte for byte, however it was split.
+//
+// It is the one reader of event streams in outlast: the Transport's
+// commit point, the gateway's relay and the tests use it.
+//
+// The zero value is a Scanner at the start of a stream. A Scanner is not
+// safe for concurrent use.
+type Scanner struct {
+	line    []byte // a line begun in an earlier piece, not yet ended
+	cr      bool   // the last line ended at a CR: an LF first in the next piece is the rest of a CRLF
+	started bool   // the stream's first line has been read, its byte order mark dropped
+	seen    bool   // the block has a line that is not blank
+	ended   bool   // the block in ev has ended: the next Scan starts another
+	ev      Event
+}
+
+// An Event is one block of an event stream, as a Scanner read it.
+type Event struct {
+	// Name is the value of the block's last event field; empty if it
+	// had none (a client names such an event "message").
+	Name []byte
+	// Data is the values of the block's data fields, joined by LF.
+	Data []byte
+	// ID is the value of the block's last id field, and HasID says
+	// there was one; an id holding NUL is ignored, as WHATWG says.
+	ID    []byte
+	HasID bool
+	// HasData says the block had a data field, even an empty one: a
+	// client dispatches it as an event. A block without one (comments,
+	// a keep-alive) dispatches nothing.
+	HasData bool
+	// Cut says a line of the block was longer than MaxLine, and its
+	// value was cut there.
+	Cut bool
+}
+
+// utf8BOM is the byte order mark that WHATWG strips, once, from the start
+// of an event stream.
+var utf8BOM = []byte("\ufeff")
+
+// Scan reads p, the stream's next bytes, up to the end of the first block
+// that ends in p. It returns how many bytes of p it read, and whether a
+// block ended there; that block is Event's until the next call. When no
+// block ends in p, it reads all of p, keeping a line it has not seen the
+// end of for the next call.
+func (s *Scanner) Scan(p []byte) (n int, ended bool) {
+	if s.ended {
+		s.reset()
+	}
+	for n < len(p) {
+		if s.cr {
+			// An LF right after a CR is the same line ending, even when
+			// the CR came in an earlier piece.
+			s.cr = false
+			if p[n] == '\n' {
+				n++
+				continue
+			}
+		}
+		i := bytes.IndexAny(p[n:], "\r\n")
+		if i < 0 {
+			s.keep(p[n:])
+			return len(p), false
+		}
+		l := p[n : n+i]
+		if len(s.line) > 0 {
+			s.keep(l)
+			l = s.line
+		}
+		s.cr = p[n+i] == '\r'
+		n += i + 1
+		s.take(l)
+		s.line = s.line[:0]
+		if s.ended {
+			return n, true
+		}
+	}
+	return n, false
+}
+
+// Event returns the block that the last Scan ended, or the one being
+// read. It is valid until the next call to Scan.
+func (s *Scanner) Event() *Event { return &s.ev }
+
+// reset starts a new block, keeping the buffers for it.
+func (s *Scanner) reset() {
+	s.ended, s.seen = false, false
+	s.ev = Event{Name: s.ev.Name[:0], Data: s.ev.Data[:0], ID: s.ev.ID[:0]}
+}
+
+// keep adds b to the line being read, up to MaxLine.
+func (s *Scanner) keep(b []byte) {
+	if room := MaxLine - len(s.line); len(b) > room {
+		b, s.ev.Cut = b[:max(room, 0)], true
+	}
+	s.line = append(s.line, b...)
+}
+
+// take reads one line, without its line ending.
+func (s *Scanner) take(l []byte) {
+	if !s.started {
+		s.started = true
+		l = bytes.TrimPrefix(l, utf8BOM)
+	}
+	if len(l) == 0 {
+		// A blank line ends the block it follows; before any line it
+		// ends nothing, and is the next block's.
+		s.ended = s.seen
+		return
+	}
+	s.seen = true
+	if l[0] == ':' {
+		return // a comment
+	}
+	name, value, found := bytes.Cut(l, []byte(":"))
+	if found {
+		value = bytes.TrimPrefix(value, []byte(" "))
+	}
+	switch string(name) {
+	case "event":
+		s.ev.Name = append(s.ev.Name[:0], value...)
+	case "data":
+		if s.ev.HasData {
+			s.ev.Data = append(s.ev.Data, '\n')
+		}
+		s.ev.Data = append(s.ev.Data, value...)
+		s.ev.HasData = true
+	case "id":
+		if bytes.IndexByte(value, 0) < 0 {
+			s.ev.ID = append(s.ev.ID[:0], value...)
+			s.ev.HasID = true
+		}
+	}
+}
+
+// A Block is one block of a stream that Split read, with its bytes.
+type Block struct {
+	Event
+	Raw []byte // the block's bytes in the stream, its blank line included
+}
+
+// Split reads b, a whole stream or its start, into its blocks, and
+// returns them with what is left after the last: a block not yet ended.
+// Each block's fields are its own copies; Raw is a part of b.
+func Split(b []byte) (blocks []Block, rest []byte) {
+	var s Scanner
+	for len(b) > 0 {
+		n, ended := s.Scan(b)
+		if !ended {
+			break
+		}
+		ev := s.Event()
+		blocks = append(blocks, Block{Raw: b[:n:n], Event: Event{
+			Name: bytes.Clone(ev.Name), Data: bytes.Clone(ev.Data), ID: bytes.Clone(ev.ID),
+			HasID: ev.HasID, HasData: ev.HasData, Cut: ev.Cut,
+		}})
+		b = b[n:]
+	}
+	return blocks, b
+}
+
+// Append appends ev to b as an event stream writes it: its name, its id,
+// a data line for each line of its data, and the blank line that
+// dispatches it. Scanning what it appends gives back ev's name, data and
+// id. An Event without data is written as a comment block, which
+// dispatches nothing.
+func Append(b []byte, ev *Event) []byte {
+	if !ev.HasData {
+		return append(b, ":\n\n"...)
+	}
+	if len(ev.Name) > 0 {
+		b = append(append(append(b, "event: "...), ev.Name...), '\n')
+	}
+	if ev.HasID {
+		b = append(append(append(b, "id: "...), ev.ID...), '\n')
+	}
+	data := ev.Data
+	for {
+		line, rest, more := bytes.Cut(data, []byte("\n"))
+		b = append(append(append(b, "data: "...), line...), '\n')
+		if !more {
+			break
+		}
+		data = rest
+	}
+	return append(b, '\n')
+}
