@@ -25,7 +25,7 @@ const (
 	ClassOverloaded               // status 529, Anthropic's overloaded_error
 	ClassStatus4xx                // any other failed 4xx status
 	ClassStatus5xx                // any other failed 5xx status
-	ClassErrorEvent               // a 200 event stream whose first event is an error (ErrErrorEvent)
+	ClassErrorEvent               // a 200 event stream that sent an error before its answer began (ErrErrorEvent)
 	ClassBusy                     // the gate's queue was full (ErrBusy): nothing was sent
 	ClassStalled                  // no first byte in time (ErrStalled)
 	ClassClosedEarly              // the body ended before its first byte (ErrClosedEarly)

@@ -18,13 +18,14 @@ import (
 var ErrBusy error = busyError{}
 
 // ErrStalled is the failure of an attempt whose response did not produce its
-// first body byte, or for an event stream its first event with data, within
-// [Transport.FirstByteTimeout]. It is retryable: no byte reached the caller.
+// first body byte, or for an event stream its first event that carries the
+// answer, within [Transport.FirstByteTimeout]. It is retryable: no byte of
+// the answer reached the caller.
 var ErrStalled = errors.New("outlast: no first byte before the timeout")
 
-// ErrClosedEarly is the failure of an attempt whose response body failed, or
-// whose event stream ended, before its first byte. It is retryable: no byte
-// reached the caller.
+// ErrClosedEarly is the failure of an attempt whose response body failed
+// before its first byte, or whose event stream ended or failed before its
+// answer began. It is retryable: nothing of the answer reached the caller.
 var ErrClosedEarly = errors.New("outlast: response closed before its first byte")
 
 // ErrNoTime is returned, wrapping the last attempt's failure, when a retry
@@ -73,8 +74,8 @@ type StatusError struct {
 	// RetryAfter is the delay the server asked for, from Retry-After or
 	// retry-after-ms. Zero means the server asked for none.
 	RetryAfter time.Duration
-	// Err, if not nil, is a cause that Unwrap returns: for a streamed 200
-	// whose first event is an error, say.
+	// Err, if not nil, is a cause that Unwrap returns: ErrErrorEvent for a
+	// streamed 200 that sent an error before its answer, say.
 	Err error
 }
 

@@ -1,6 +1,7 @@
 package outlast
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -55,10 +56,14 @@ func (c *call) send(r *http.Request, release func(), cancel context.CancelCauseF
 }
 
 // firstByte reads the first body byte of resp before it is committed,
-// and for an event stream its whole first event, so that a stream that
-// opens with an error event (Anthropic's overloaded_error) fails the
-// attempt while nothing has reached the caller. Such a failure comes with
-// the response, its body intact, for the caller if it is not retried.
+// and for an event stream every event up to the first that carries the
+// answer (see sse.KindOf): a stream that fails before its answer begins
+// (Anthropic's overloaded_error after its message_start, an error after
+// the Responses API's response.created) fails the attempt while nothing
+// of the answer has reached the caller, and one that ends or breaks
+// there is closed early. Such a failure comes with the response, its
+// body intact, for the caller if it is not retried; the events held go
+// to the caller once, from the attempt that commits.
 func firstByte(resp *http.Response, timer *time.Timer, ctx, parent context.Context, release func(), cancel context.CancelCauseFunc) (*http.Response, error) {
 	stream := sse.IsStream(resp.Header)
 	b := &body{rc: resp.Body, release: release, cancel: cancel, stream: stream}
@@ -69,16 +74,14 @@ func firstByte(resp *http.Response, timer *time.Timer, ctx, parent context.Conte
 		return nil, b.abandon(stallCause(ctx, parent, ErrStalled))
 	}
 	switch {
-	case stream && len(b.head) > 0 && !eventEnded(b.head) && err != nil:
-		// The stream broke inside its first event.
+	case b.failure != nil:
+		resp.Body = b
+		return resp, errorEvent(b.failure, resp.Header)
+	case stream && !b.began && len(b.head) > 0:
+		// The stream ended, or broke, before its answer began.
 		return nil, b.abandon(stallCause(ctx, parent, closedEarly(err)))
 	case len(b.head) > 0:
 		resp.Body = b
-		if stream {
-			if ferr := firstEventError(b.head, resp.Header); ferr != nil {
-				return resp, ferr
-			}
-		}
 		return resp, nil
 	case err == io.EOF && !stream:
 		// A clean, empty body is a complete answer.
@@ -98,15 +101,18 @@ func closedEarly(err error) error {
 	return fmt.Errorf("%w: %w", ErrClosedEarly, err)
 }
 
-// maxFirstEvent bounds how much of an event stream is read before commit,
-// comments and other blocks that are not dispatched before the first event
-// included.
-const maxFirstEvent = 64 << 10
+// maxHeld bounds how much of an event stream is read before commit:
+// past it, the stream is committed whatever it holds.
+const maxHeld = 64 << 10
 
-// peek reads the first byte of the body into head, and for a stream the rest
-// of the first event, up to maxFirstEvent. The first event is the one
-// eventEnded looks for. The scan keeps its place between reads, so that a
-// stream that comes a byte a read is scanned once, not once a read.
+// peek reads the first byte of the body into head, and for a stream the
+// events up to the first that carries the answer, ends it or fails it,
+// up to maxHeld: what a client dispatches nothing for (comments, a
+// proxy's keep-alive) and the events before the answer (sse.Preamble)
+// are held. It sets began when the answer began (or the bound was
+// reached), and failure to the error event the stream sent instead. It
+// returns the read's error, if the reads ended in one; a stream whose
+// answer began reports none, as what follows is the caller's to read.
 func (b *body) peek() error {
 	n, err := readSome(b.rc, b.one[:])
 	b.head = b.one[:n]
@@ -114,20 +120,50 @@ func (b *body) peek() error {
 		return err
 	}
 	buf := append(make([]byte, 0, 512), b.head...)
-	var ev eventScan
-	for !ev.scan(buf) && len(buf) < maxFirstEvent {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+	var s sse.Scanner
+	scanned := 0
+	for {
+		for scanned < len(buf) {
+			m, ended := s.Scan(buf[scanned:])
+			scanned += m
+			if ended && b.judge(s.Event()) {
+				b.head = buf
+				return nil
+			}
 		}
-		m, err := b.rc.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+m]
 		if err != nil {
 			b.head = buf
 			return err
 		}
+		if len(buf) >= maxHeld {
+			b.head, b.began = buf, true
+			return nil
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		var m int
+		m, err = b.rc.Read(buf[len(buf):min(cap(buf), maxHeld)])
+		buf = buf[:len(buf)+m]
 	}
-	b.head = buf
-	return nil
+}
+
+// judge takes a block of the stream before the commit, and reports
+// whether it decides the attempt: the answer began or ended, or the
+// stream failed instead.
+func (b *body) judge(ev *sse.Event) bool {
+	if !ev.HasData {
+		return false // a comment, or a keep-alive: no client dispatches it
+	}
+	switch sse.KindOf(ev) {
+	case sse.Preamble:
+		return false
+	case sse.Failure:
+		b.failure = &sse.Event{Name: bytes.Clone(ev.Name), Data: bytes.Clone(ev.Data), HasData: true}
+	default:
+		b.began = true
+	}
+	return true
 }
 
 // abandon closes a body that will not be committed and returns err.
@@ -196,7 +232,10 @@ type body struct {
 	one     [1]byte // storage for head
 	release func()
 	cancel  context.CancelCauseFunc
-	stream  bool // an event stream, whose head is its first event
+	stream  bool // an event stream, whose head is its events up to the answer's start
+	began   bool // the stream's answer began in head (see peek)
+	// failure is the error event the stream sent before its answer began.
+	failure *sse.Event
 
 	released  atomic.Bool // release has been called
 	cancelled atomic.Bool // cancel has been called
@@ -208,7 +247,7 @@ func (b *body) Read(p []byte) (int, error) {
 		n = copy(p, b.head)
 		b.head = b.head[n:]
 		if b.stream || len(b.head) > 0 || n == len(p) {
-			// A stream's first event goes alone, at once.
+			// A stream's held events go alone, at once.
 			return n, nil
 		}
 		// The byte read ahead of a body that is not a stream comes with

@@ -54,8 +54,9 @@ type Gate interface {
 // is returned when its status is not a failure, when the failure is not
 // retryable, or when the policy has no retry left. Before it, failed
 // attempts are drained, closed and retried. With FirstByteTimeout set, the
-// Transport also reads the first body byte before it commits, so a response
-// that ends or stalls before that byte is retried too.
+// Transport also reads the first body byte before it commits, and for an
+// event stream the events up to the first that carries the answer, so a
+// response that ends, stalls or sends an error before then is retried too.
 //
 // # Request bodies
 //
@@ -116,15 +117,18 @@ type Transport struct {
 
 	// FirstByteTimeout, if positive, makes each attempt wait for the first
 	// body byte of a successful response before committing, for at most
-	// this long from when the attempt is sent; for an event stream
-	// (text/event-stream), for its first event with data, so that an
-	// error event after keep-alive comments is still seen and retried
-	// (WHATWG dispatches no event without data; what is read before the
-	// commit is bounded at 64 KiB). An attempt that gets neither in time
-	// fails with ErrStalled; an event stream that ends, or a body that
-	// fails, before it fails with ErrClosedEarly. A clean empty body of
-	// any other type is a complete answer. Zero commits at the response
-	// headers.
+	// this long from when the attempt is sent. For an event stream
+	// (text/event-stream) it waits for the first event that carries the
+	// answer (text, a tool call, reasoning) or ends it: the events before
+	// it (Anthropic's message_start and ping, OpenAI's role chunk, the
+	// Responses API's response.created, keep-alive comments) carry none
+	// of the answer and are held, so that an error event after them
+	// fails the attempt and is retried (ErrErrorEvent); what is held is
+	// bounded at 64 KiB, and goes to the caller once, from the attempt
+	// that commits. An attempt that gets neither in time fails with
+	// ErrStalled; an event stream that ends, or a body that fails, before
+	// it fails with ErrClosedEarly. A clean empty body of any other type
+	// is a complete answer. Zero commits at the response headers.
 	FirstByteTimeout time.Duration
 
 	// ResponseHeaderTimeout, if positive, bounds the time from sending an

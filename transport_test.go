@@ -752,14 +752,18 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// A 200 stream that opens with an error event failed before anything
-// reached the caller: it is retried as the status its error type stands
-// for, and when it is not retryable the caller gets the stream intact.
+// A 200 stream that sends an error before its answer begins failed
+// before anything of the answer reached the caller: it is retried as the
+// status its error type stands for, and when it is not retryable the
+// caller gets the stream intact.
 func TestTransportFirstEventError(t *testing.T) {
 	sse := map[string]string{"Content-Type": "text/event-stream"}
 	overloaded := "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
 	openaiErr := "data: {\"error\":{\"type\":\"server_error\",\"message\":\"try again\"}}\n\n"
 	invalid := "event: error\r\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\"}}\r\n\r\n"
+	messageStart := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"content\":[]}}\n\n"
+	responseCreated := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"error\":null}}\n\n"
+	roleOnly := "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
 	cases := []struct {
 		name       string
 		first      string
@@ -779,8 +783,19 @@ func TestTransportFirstEventError(t *testing.T) {
 		{"comment then overloaded", ": ping\n\n" + overloaded, 529, 2, "data: ok\n\n"},
 		// Lines may end at a lone CR (WHATWG): still an error event.
 		{"overloaded with CR endings", strings.ReplaceAll(overloaded, "\n", "\r"), 529, 2, "data: ok\n\n"},
-		// An ordinary first event is the answer.
-		{"ordinary", "event: message_start\ndata: {\"type\":\"message_start\"}\n\n", 200, 1, "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"},
+		// An event that carries the answer commits it.
+		{"ordinary", "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n", 200, 1, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"},
+		// The events before the answer carry none of it: an error after
+		// them fails the attempt, and the caller reads the next one's
+		// stream alone, its own preamble once. Anthropic's overload after
+		// message_start, as it sends it under load:
+		{"anthropic overloaded after message_start", messageStart + overloaded, 529, 2, "data: ok\n\n"},
+		// the Responses API's error after response.created:
+		{"responses error after created", responseCreated + "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\"message\":\"x\",\"param\":null,\"sequence_number\":1}\n\n", 500, 2, "data: ok\n\n"},
+		// and an OpenAI chat stream's error chunk after its role chunk.
+		{"openai error after the role chunk", roleOnly + openaiErr, 500, 2, "data: ok\n\n"},
+		// A stream that ends with its preamble alone closed early.
+		{"the preamble, then the end", messageStart, 0, 2, "data: ok\n\n"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -798,7 +813,7 @@ func TestTransportFirstEventError(t *testing.T) {
 				if got := rec.ends[0].Status; got != c.wantStatus {
 					t.Errorf("first attempt recorded status %d, want %d", got, c.wantStatus)
 				}
-				if c.wantStatus != 200 && !errors.Is(rec.ends[0].Err, outlast.ErrErrorEvent) {
+				if c.wantStatus >= 400 && !errors.Is(rec.ends[0].Err, outlast.ErrErrorEvent) {
 					t.Errorf("first attempt's error %v, want ErrErrorEvent", rec.ends[0].Err)
 				}
 			})

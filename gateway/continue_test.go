@@ -381,6 +381,7 @@ func TestContinuationRefusals(t *testing.T) {
 		{"thinking", "/v1/messages", `{"model":"claude","max_tokens":100,"stream":true,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`, []string{
 			`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[]}}`,
 			`{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}`,
+			`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me"}}`,
 		}, "a thinking block"},
 		{"an unknown shape", "/v1/chat/completions", openAIStream, []string{`{"hello":"world"}`}, "events outlast does not know"},
 	} {

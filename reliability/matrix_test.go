@@ -128,10 +128,11 @@ var faults = []fault{
 	{id: "stall-after-chunks", name: "stall after 2 chunks", how: "mockllm `stall-after=2`",
 		script: "stall-after=2", firstByte: shortFirstByte,
 		want: [4]string{"1 → 200, stalled", "1 → 200, stalled", "3 → 504 timeout", "1 → 200, error event"}},
-	// A hundred chunks put the 500th byte inside the body on every path:
-	// past a non-stream's headers, and past a stream's first event.
-	{id: "cut-after-bytes", name: "connection closed after 500 bytes", how: "Toxiproxy `limit_data` 500",
-		chunks: 100, toxic: &toxic{"limit_data", map[string]int{"bytes": 500}},
+	// Three hundred chunks put the 1,000th byte inside the body on every
+	// path: past a non-stream's headers, and past a stream's first
+	// content event, after which the caller has the answer's start.
+	{id: "cut-after-bytes", name: "connection closed after 1,000 bytes", how: "Toxiproxy `limit_data` 1000",
+		chunks: 300, toxic: &toxic{"limit_data", map[string]int{"bytes": 1000}},
 		want: [4]string{"1 → 200, cut", "1 → 200, cut", "3 → 502 upstream-broke", "1 → 200, error event"}},
 	// A restart while requests queue at a gate of one slot: the one in
 	// flight is cut, the queued ones are refused, and all come back.
