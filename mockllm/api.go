@@ -23,6 +23,10 @@ type api interface {
 	// errorBody is the body of an error response with this status and
 	// message.
 	errorBody(status int, message string) []byte
+	// failure is the error event a stream sends in place of content
+	// chunk i, as the API does when it fails mid-answer, and the status
+	// the same error has as a response.
+	failure(r *reply, i int) (event, int)
 }
 
 // event is one server-sent event; name is empty for data-only events.
@@ -78,6 +82,12 @@ type reply struct {
 	task    int      // the request's number, from 1
 	prompt  int      // prompt tokens: words in the request's text
 	pieces  []string // the content chunks, one a token
+
+	// The Responses API's: background and store as asked, and the
+	// stream's events, made once (see responses.events).
+	background bool
+	store      bool
+	events     []event
 }
 
 // word returns content chunk i, or "" past the end.
@@ -202,6 +212,14 @@ func (a openAI) malformed(r *reply, i int) event {
 	return cutAfter(a.chunk(r, i), `"content":"`)
 }
 
+// failure is OpenAI's error chunk: the error object alone, as data.
+func (a openAI) failure(*reply, int) (event, int) {
+	return event{data: a.errorBody(http.StatusInternalServerError, serverErrorMessage)}, http.StatusInternalServerError
+}
+
+// serverErrorMessage is the message of OpenAI's server_error.
+const serverErrorMessage = "The server had an error while processing your request. Sorry about that!"
+
 func (openAI) errorBody(status int, message string) []byte {
 	typ, code := "server_error", any(nil)
 	switch {
@@ -284,6 +302,12 @@ func (a anthropic) malformed(r *reply, i int) event {
 	return cutAfter(a.chunk(r, i), `"text":"`)
 }
 
+// failure is Anthropic's overload mid-stream: an error event, as it sends
+// one under load.
+func (anthropic) failure(*reply, int) (event, int) {
+	return event{name: "error", data: js(anthropicError(529, errorMessage(529)))}, 529
+}
+
 func (anthropic) errorBody(status int, message string) []byte {
 	return js(anthropicError(status, message))
 }
@@ -359,6 +383,11 @@ func (l llamaCPP) malformed(r *reply, i int) event {
 	return cutAfter(l.chunk(r, i), `"content":"`)
 }
 
+// failure is llama.cpp's error object, as data.
+func (llamaCPP) failure(*reply, int) (event, int) {
+	return event{data: llamaError(http.StatusInternalServerError, "Internal server error")}, http.StatusInternalServerError
+}
+
 func (llamaCPP) errorBody(status int, message string) []byte {
 	return llamaError(status, message)
 }
@@ -389,20 +418,29 @@ type request struct {
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	// The Responses API's.
+	Input        json.RawMessage `json:"input"`
+	Instructions string          `json:"instructions"`
+	Background   bool            `json:"background"`
+	Store        *bool           `json:"store"`
 }
 
 // countWords counts the words in a request's text: the content of its
-// messages, as a string or as parts with text, or its prompt.
+// messages (or the Responses API's input items), as a string or as parts
+// with text, its prompt, its input as a string and its instructions.
 func countWords(req *request) int {
 	n := 0
 	var msgs []struct {
 		Content json.RawMessage `json:"content"`
 	}
 	json.Unmarshal(req.Messages, &msgs)
+	if json.Unmarshal(req.Input, &msgs) == nil {
+		n += len(strings.Fields(req.Instructions))
+	}
 	for _, m := range msgs {
 		n += wordsIn(m.Content)
 	}
-	return n + wordsIn(req.Prompt)
+	return n + wordsIn(req.Prompt) + wordsIn(req.Input)
 }
 
 // prefill returns the text of a chat request's last message if that is

@@ -1,6 +1,6 @@
 // Package mockllm is a fake LLM provider that fails on cue: a server that
-// speaks the OpenAI, Anthropic and llama.cpp APIs well enough for their
-// clients, and answers each request as a script of faults says. It is
+// speaks OpenAI's chat completions and Responses API, Anthropic's
+// messages and llama.cpp's completion well enough for their clients, and answers each request as a script of faults says. It is
 // for testing how a host behaves in an outage.
 //
 // NewServer gives a Go test a server on a loopback port, as
@@ -31,6 +31,18 @@
 //     stop, id_slot, tokens_predicted, …), or with "stream": true one
 //     data event per chunk and a last one with "stop": true. The body's
 //     id_slot asks for a slot (see Server.Slots); -1 or none means any.
+//   - POST /v1/responses, OpenAI's Responses API: a response object with
+//     one message item and usage, or with "stream": true the events
+//     response.created, response.in_progress, response.output_item.added,
+//     response.content_part.added, response.output_text.delta for each
+//     chunk, response.output_text.done, response.content_part.done,
+//     response.output_item.done and response.completed, each named as its
+//     type and numbered by its sequence_number from 0. With
+//     "background": true the server keeps the response for
+//     Server.ResumeWindow (5 minutes by default): its stream has
+//     response.queued after response.created, a request that is not a
+//     stream is answered at once with the response queued, and however
+//     the step cuts the stream, its events can be had again (below).
 //
 // The text is always "The quick brown fox jumps over the lazy dog." cut
 // into words, one a chunk, repeated or cut to Server.Chunks chunks: the
@@ -57,6 +69,16 @@
 //     is_processing.
 //   - GET /mock/stats: the Stats as JSON, as in
 //     {"total":5,"paths":{"/v1/chat/completions":{"502":2,"ok":3}}}.
+//   - GET /v1/responses/{id}, a background response: its object, or with
+//     stream=true its stream again, byte for byte as the first sent it,
+//     from the start or after the event numbered starting_after, with
+//     ChunkDelay before each content event. Past the window, or for a
+//     response not made in background, 404 in OpenAI's error shape.
+//   - POST /v1/responses/{id}/cancel: the background response's object,
+//     its status cancelled.
+//
+// Any other path or method gets a JSON 404 in OpenAI's error shape that
+// names it.
 //
 // # Scripts
 //
@@ -108,6 +130,9 @@
 //	reset-after=N        N content chunks, then a reset
 //	malformed-after=N    N content chunks, then one event cut short inside
 //	                     its JSON, then the rest and the end
+//	error-after=N        N content chunks, then the API's error event, and the
+//	                     stream's end (a request that is not a stream gets
+//	                     the error as the response it stands for)
 //	no-done              the whole stream but its last event: OpenAI's
 //	                     [DONE], Anthropic's message_stop
 //	slow-headers=D       a completion whose headers wait D
@@ -130,7 +155,7 @@
 //
 // Every fault but refuse and reset takes the headers; body is for a
 // status only; first-token-delay is for ok, stall-after, reset-after,
-// malformed-after and no-done; resume is for stall-after; refuse-prefill,
+// malformed-after, error-after and no-done; resume is for stall-after; refuse-prefill,
 // which takes no value, is for any step but refuse. A parameter the
 // grammar does not know is an error that names it and lists these. N and S are whole numbers; D is a Go duration, as 200ms,
 // 1.5s or 2m. A value is bare (up to a comma, colon, "#" or space), a
@@ -155,6 +180,16 @@
 // *ScriptError naming the step, its position and the problem.
 //
 // # Faults in detail
+//
+// error-after=N sends a stream's events before the content (OpenAI's
+// role chunk; Anthropic's message_start and content_block_start; the
+// Responses API's response.created and the rest up to its content part),
+// N content events, and then the error event the API sends when it fails
+// mid-answer, and ends the stream cleanly: OpenAI's and llama.cpp's error
+// object as data, Anthropic's overloaded_error as "event: error", the
+// Responses API's "event: error" with code server_error and the next
+// sequence number. error-after=0 is an error after the preamble, before
+// any of the answer, as Anthropic sends under load.
 //
 // Faults that cut a response short (stall-after, reset-after) count
 // content chunks: a stream first gets the events before the content
@@ -205,7 +240,7 @@
 // again.
 //
 // Requests that generate a completion (ok, slow-headers, stall,
-// stall-after, reset-after, malformed-after, no-done and
+// stall-after, reset-after, malformed-after, error-after, no-done and
 // close-after-headers) hold a slot while they run when Server.Slots is
 // set; error responses do not. A request refused for its prefill counts
 // as "400" in Stats, as does a body that is not JSON.

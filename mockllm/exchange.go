@@ -28,7 +28,7 @@ type exchange struct {
 func (x *exchange) generates() bool {
 	switch x.st.fault {
 	case faultOK, faultSlowHeaders, faultStall, faultStallAfter, faultResetAfter, faultCloseAfterHeaders,
-		faultMalformedAfter, faultNoDone:
+		faultMalformedAfter, faultErrorAfter, faultNoDone:
 		return true
 	}
 	return false
@@ -54,6 +54,9 @@ func (x *exchange) parse(body []byte) error {
 		rep.id = "chatcmpl-mock-" + strconv.Itoa(task)
 	case anthropic:
 		rep.id = "msg_mock_" + strconv.Itoa(task)
+	case responses:
+		rep.id = "resp_mock_" + strconv.Itoa(task)
+		rep.background, rep.store = req.Background, req.Store == nil || *req.Store
 	}
 	if text, ok := x.prefill(&req); ok {
 		// Anthropic rejects a prefill that ends in whitespace; cutting it
@@ -278,6 +281,11 @@ func (x *exchange) generate() {
 	if x.st.fault == faultSlowHeaders && !x.wait(x.st.d) {
 		return
 	}
+	if x.rep.background {
+		// Made whole at once, and kept: the stream, however the step
+		// cuts it, can be had again from GET /v1/responses/{id}.
+		x.s.store.put(x.rep, time.Now())
+	}
 	if x.rep.stream {
 		x.stream()
 	} else {
@@ -289,7 +297,7 @@ func (x *exchange) generate() {
 // or -1 if it has none after the headers.
 func (x *exchange) cut() int {
 	switch x.st.fault {
-	case faultStallAfter, faultResetAfter, faultMalformedAfter:
+	case faultStallAfter, faultResetAfter, faultMalformedAfter, faultErrorAfter:
 		return x.st.n
 	}
 	return -1
@@ -297,11 +305,15 @@ func (x *exchange) cut() int {
 
 // interrupt carries out the step's fault where it cuts in, and reports
 // whether the response goes on after it: after a malformed event, or a
-// stall that resumes.
+// stall that resumes. An error event ends the stream cleanly after it.
 func (x *exchange) interrupt() bool {
 	switch {
 	case x.st.fault == faultMalformedAfter:
 		return x.event(x.api.malformed(x.rep, x.st.n)) == nil
+	case x.st.fault == faultErrorAfter:
+		ev, _ := x.api.failure(x.rep, min(x.st.n, len(x.rep.pieces)))
+		x.event(ev)
+		return false
 	case x.st.fault == faultResetAfter:
 		x.reset()
 		return false
@@ -380,6 +392,11 @@ func (x *exchange) stream() {
 // the client gets part of it.
 func (x *exchange) whole() {
 	body := js(x.api.whole(x.rep))
+	if x.rep.background {
+		// A background response answers at once, queued; GET
+		// /v1/responses/{id} has the rest.
+		body = js(responses{}.object(x.rep, "queued"))
+	}
 	x.w.Header().Set("Content-Type", "application/json")
 	x.headers()
 	cut := x.cut()
@@ -391,6 +408,13 @@ func (x *exchange) whole() {
 	case faultCloseAfterHeaders:
 		x.writeHeader(http.StatusOK)
 		x.hangUp(false)
+		return
+	case faultErrorAfter:
+		// No stream to break: the error comes as the response it stands
+		// for.
+		_, status := x.api.failure(x.rep, 0)
+		x.w.Header().Del("Content-Type")
+		x.send(status, x.api.errorBody(status, errorMessage(status)))
 		return
 	case faultMalformedAfter:
 		// No event to break: the body ends cleanly after its first N

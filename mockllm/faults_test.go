@@ -283,7 +283,7 @@ func TestCloseAfterHeaders(t *testing.T) {
 // with the headers and no byte of body.
 func TestStall(t *testing.T) {
 	t.Parallel()
-	for _, path := range []string{chatPath, messagesPath, completionPath} {
+	for _, path := range []string{chatPath, messagesPath, completionPath, responsesPath} {
 		for _, body := range []string{bodies[path], streamBody(path)} {
 			t.Run(body, func(t *testing.T) {
 				t.Parallel()
@@ -324,7 +324,7 @@ func TestCutShort(t *testing.T) {
 		{"reset-after=3", "reset-after=3", 3, false},
 		{"reset-after past the end", "reset-after=9", 5, false},
 	} {
-		for _, path := range []string{chatPath, messagesPath, completionPath} {
+		for _, path := range []string{chatPath, messagesPath, completionPath, responsesPath} {
 			t.Run(tc.name+path, func(t *testing.T) {
 				t.Parallel()
 				s := start(t, tc.script, &mockllm.Server{Chunks: 5})
@@ -547,7 +547,7 @@ func TestFirstTokenDelay(t *testing.T) {
 		// A stream without its last event, late.
 		{"no-done", "no-done:first-token-delay=300ms", true, 5, false},
 	} {
-		for _, path := range []string{chatPath, messagesPath, completionPath} {
+		for _, path := range []string{chatPath, messagesPath, completionPath, responsesPath} {
 			t.Run(tc.name+path, func(t *testing.T) {
 				t.Parallel()
 				s := start(t, tc.script, &mockllm.Server{Chunks: 5})
@@ -606,7 +606,7 @@ func TestStallResume(t *testing.T) {
 		// A pause after all the content, before the end.
 		{"past the end", "stall-after=9:resume=300ms"},
 	} {
-		for _, path := range []string{chatPath, messagesPath, completionPath} {
+		for _, path := range []string{chatPath, messagesPath, completionPath, responsesPath} {
 			t.Run(tc.name+path, func(t *testing.T) {
 				t.Parallel()
 				s := start(t, tc.script, &mockllm.Server{Chunks: 5})

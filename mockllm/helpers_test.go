@@ -26,12 +26,14 @@ const (
 	chatPath       = "/v1/chat/completions"
 	messagesPath   = "/v1/messages"
 	completionPath = "/completion"
+	responsesPath  = "/v1/responses"
 )
 
 var bodies = map[string]string{
 	chatPath:       `{"model":"m","messages":[{"role":"user","content":"hello there"}]}`,
 	messagesPath:   `{"model":"m","max_tokens":64,"messages":[{"role":"user","content":[{"type":"text","text":"hello there"}]}]}`,
 	completionPath: `{"prompt":"hello there"}`,
+	responsesPath:  `{"model":"m","input":"hello there"}`,
 }
 
 // streamBody is the path's body, asking for a stream.
@@ -148,6 +150,14 @@ func contentOf(path string, e sse) (string, bool) {
 			return "", false
 		}
 		return d.Delta.Text, true
+	case responsesPath:
+		var d struct {
+			Delta string `json:"delta"`
+		}
+		if e.name != "response.output_text.delta" || json.Unmarshal([]byte(e.data), &d) != nil {
+			return "", false
+		}
+		return d.Delta, true
 	default:
 		var r struct {
 			Content string `json:"content"`
@@ -205,6 +215,8 @@ func ended(path string, evs []sse) bool {
 		return last.data == "[DONE]"
 	case messagesPath:
 		return last.name == "message_stop"
+	case responsesPath:
+		return last.name == "response.completed"
 	}
 	var r struct {
 		Stop bool `json:"stop"`

@@ -36,6 +36,7 @@ const (
 	faultStallAfter
 	faultResetAfter
 	faultMalformedAfter
+	faultErrorAfter
 	faultNoDone
 	faultSlowHeaders
 )
@@ -55,6 +56,7 @@ var faultNames = []struct {
 	{"reset-after", faultResetAfter},
 	{"reset", faultReset},
 	{"malformed-after", faultMalformedAfter},
+	{"error-after", faultErrorAfter},
 	{"no-done", faultNoDone},
 	{"slow-headers", faultSlowHeaders},
 	{"loading", faultLoading},
@@ -82,7 +84,7 @@ const (
 
 func (f fault) arg() argKind {
 	switch f {
-	case faultStallAfter, faultResetAfter, faultMalformedAfter:
+	case faultStallAfter, faultResetAfter, faultMalformedAfter, faultErrorAfter:
 		return argCount
 	case faultRefuse, faultSlowHeaders:
 		return argDuration
@@ -95,7 +97,7 @@ func (f fault) arg() argKind {
 type step struct {
 	fault  fault
 	status int           // faultStatus: 200 to 599
-	n      int           // stall-after, reset-after, malformed-after: content chunks first
+	n      int           // stall-after, reset-after, malformed-after, error-after: content chunks first
 	d      time.Duration // refuse: how long; slow-headers: the wait
 	delay  time.Duration // delay=: the wait before answering
 
@@ -240,7 +242,7 @@ func (st *step) write(b *strings.Builder) {
 		b.WriteString("refuse:" + st.d.String())
 	case faultSlowHeaders:
 		b.WriteString("slow-headers=" + st.d.String())
-	case faultStallAfter, faultResetAfter, faultMalformedAfter:
+	case faultStallAfter, faultResetAfter, faultMalformedAfter, faultErrorAfter:
 		b.WriteString(st.fault.String() + "=" + strconv.Itoa(st.n))
 	default:
 		b.WriteString(st.fault.String())
@@ -643,7 +645,7 @@ func (p *parser) check(st *step, seen map[string]bool) error {
 	case seen["delay"] && f == faultSlowHeaders:
 		return errors.New("slow-headers takes its wait as its argument, not delay=")
 	case seen["first-token-delay"] && !f.streams():
-		return fmt.Errorf("%s takes no first-token-delay; ok, stall-after, reset-after, malformed-after and no-done do", st.label())
+		return fmt.Errorf("%s takes no first-token-delay; ok, stall-after, reset-after, malformed-after, error-after and no-done do", st.label())
 	case seen["resume"] && f != faultStallAfter:
 		return fmt.Errorf("%s takes no resume; only stall-after does", st.label())
 	case st.retryAfter >= 0 && st.retryAfterDate >= 0:
@@ -656,7 +658,7 @@ func (p *parser) check(st *step, seen map[string]bool) error {
 // headers, so that a first-token-delay can come between them.
 func (f fault) streams() bool {
 	switch f {
-	case faultOK, faultStallAfter, faultResetAfter, faultMalformedAfter, faultNoDone:
+	case faultOK, faultStallAfter, faultResetAfter, faultMalformedAfter, faultErrorAfter, faultNoDone:
 		return true
 	}
 	return false

@@ -48,6 +48,8 @@ var validScripts = []struct {
 	// The faults that break a stream and go on, or end it without its
 	// last event.
 	{"malformed-after", "malformed-after:30", "malformed-after=30", 1},
+	{"error-after", "error-after:6,ok", "error-after=6,ok", 2},
+	{"error-after with a first-token delay", "error-after=0:first-token-delay=1s", "error-after=0:first-token-delay=1s", 1},
 	{"no-done", "no-done x2,ok", "no-donex2,ok", 2},
 	// Headers at once, the first token late, on ok and on the faults
 	// that cut a stream.

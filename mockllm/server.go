@@ -77,6 +77,12 @@ type Server struct {
 	// documentation).
 	RefusePrefill bool
 
+	// ResumeWindow is how long after its creation a background response
+	// of the Responses API ("background": true) can be had again from
+	// GET /v1/responses/{id}, streamed or not, or cancelled; past it, the
+	// server answers 404. Zero means 5 minutes, about OpenAI's window.
+	ResumeWindow time.Duration
+
 	// Logf, if not nil, is told about each model request and what the
 	// script did to it, and about errors the server hit. It may be
 	// called concurrently.
@@ -94,6 +100,7 @@ type Server struct {
 	served chan struct{} // closed when srv.Serve returns
 	seq    atomic.Int64  // completions begun: their ids, and llama.cpp's tasks
 
+	store      store        // background responses, for GET /v1/responses/{id}
 	generating atomic.Int64 // completions being generated, for Capacity
 	peak       atomic.Int64 // the most generating at once
 
@@ -122,7 +129,12 @@ type Stats struct {
 	// the most at once since Start: what a provider's capacity bounds.
 	Generating int `json:"generating"`
 	Peak       int `json:"peak"`
-	// Paths maps each path to the number of requests per outcome.
+	// Paths maps each path to the number of requests per outcome. It
+	// also counts, under "/v1/responses/{id}" and
+	// "/v1/responses/{id}/cancel", the background responses fetched
+	// ("get", or "stream" when streamed again; "404" past the window) and
+	// cancelled ("cancelled"), which generate nothing and are not in
+	// Total.
 	Paths map[string]map[string]int `json:"paths"`
 }
 
@@ -162,6 +174,10 @@ func (s *Server) Start(addr string) error {
 	s.sched = newSchedule(s.Script, ln.setRefusing, s.Logf)
 	if s.Slots > 0 {
 		s.slots = newSlots(s.Slots)
+	}
+	s.store.window = s.ResumeWindow
+	if s.store.window <= 0 {
+		s.store.window = defaultResumeWindow
 	}
 	s.done = make(chan struct{})
 	s.served = make(chan struct{})
@@ -215,6 +231,18 @@ func (s *Server) count(path, outcome string) {
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
 	s.total++
+	s.countLocked(path, outcome)
+}
+
+// countOther counts a request that generates nothing (a background
+// response fetched or cancelled) in Paths, but not in Total.
+func (s *Server) countOther(path, outcome string) {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	s.countLocked(path, outcome)
+}
+
+func (s *Server) countLocked(path, outcome string) {
 	if s.paths[path] == nil {
 		s.paths[path] = map[string]int{}
 	}
@@ -251,11 +279,15 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", s.model(openAI{}))
 	mux.HandleFunc("POST /v1/messages", s.model(anthropic{}))
 	mux.HandleFunc("POST /completion", s.model(llamaCPP{}))
+	mux.HandleFunc("POST /v1/responses", s.model(responses{}))
+	mux.HandleFunc("GET /v1/responses/{id}", s.retrieve)
+	mux.HandleFunc("POST /v1/responses/{id}/cancel", s.cancel)
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /slots", s.listSlots)
 	mux.HandleFunc("GET /mock/stats", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, js(s.Stats()))
 	})
+	mux.HandleFunc("/", notFound)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.enter() {
 			return
@@ -286,6 +318,14 @@ func (s *Server) listSlots(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, js(s.slots.states()))
+}
+
+// notFound answers a path the server does not serve, or a method it does
+// not take there, as OpenAI answers one: a JSON 404 that an SDK reads as
+// an error.
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusNotFound, openAI{}.errorBody(http.StatusNotFound,
+		fmt.Sprintf("Invalid URL (%s %s): outlast mock serves POST /v1/chat/completions, /v1/messages, /v1/responses and /completion", r.Method, r.URL.Path)))
 }
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {

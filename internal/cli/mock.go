@@ -34,9 +34,11 @@ func runMock(ctx context.Context, args []string, stdout, stderr io.Writer) error
 const mockUsage = `Usage: outlast mock [flags]
 
 Serves a fake LLM provider that fails as a script says: OpenAI's
-POST /v1/chat/completions, Anthropic's POST /v1/messages, llama.cpp's
-POST /completion, GET /health and GET /slots, and GET /mock/stats with the
-requests it saw. Each request takes the script's next step; the last step
+POST /v1/chat/completions and POST /v1/responses (with "background": true,
+GET /v1/responses/ID?stream=true&starting_after=N streams it again, and
+POST /v1/responses/ID/cancel cancels it), Anthropic's POST /v1/messages,
+llama.cpp's POST /completion, GET /health and GET /slots, and
+GET /mock/stats with the requests it saw. Each request takes the script's next step; the last step
 repeats. A window ("for D") runs from when its step becomes current; the
 first step becomes current when the mock starts, or with
 --from-first-request at the first model request. For example:
@@ -49,8 +51,9 @@ first step becomes current when the mock starts, or with
 Faults: ok, a status (503, 500:body=...:header=Name=value), overloaded,
 overloaded-stream, loading, refuse:D, reset, close-after-headers, stall,
 stall-after=N, reset-after=N, malformed-after=N (N chunks, one event cut
-short, then the rest), no-done (the stream without [DONE] or
-message_stop), slow-headers=D. Parameters: retry-after=S,
+short, then the rest), error-after=N (N chunks, then the API's error
+event, as a provider sends one mid-answer), no-done (the stream without
+[DONE] or message_stop), slow-headers=D. Parameters: retry-after=S,
 retry-after-date=S, retry-after-ms=MS, header=NAME=VALUE, body=VALUE,
 delay=D, first-token-delay=D (headers at once, the first event D later),
 resume=D (stall-after's silence ends after D), refuse-prefill (400 to a
