@@ -152,16 +152,20 @@
 //	                     for D, not even the events before the content
 //	resume=D             stall-after's silence ends after D
 //	refuse-prefill       400 to a request with an assistant prefill
+//	ignore-prefill       a prefill answered with the whole text, from the
+//	                     start, as a server that does not continue one
 //
 // Every fault but refuse and reset takes the headers; body is for a
 // status only; first-token-delay is for ok, stall-after, reset-after,
-// malformed-after, error-after and no-done; resume is for stall-after; refuse-prefill,
-// which takes no value, is for any step but refuse. A parameter the
-// grammar does not know is an error that names it and lists these. N and S are whole numbers; D is a Go duration, as 200ms,
-// 1.5s or 2m. A value is bare (up to a comma, colon, "#" or space), a
-// balanced {…} or […], which may hold commas and colons as JSON does, or
-// a Go string literal in double quotes. After a bare value, put a space
-// before xN, which would otherwise be read as part of it. Examples:
+// malformed-after, error-after and no-done; resume is for stall-after;
+// refuse-prefill and ignore-prefill, which take no value, are for any
+// step but refuse. A parameter the grammar does not know is an error
+// that names it and lists these. N and S are whole numbers; D is a Go
+// duration, as 200ms, 1.5s or 2m. A value is bare (up to a comma, colon,
+// "#" or space), a balanced {…} or […], which may hold commas and colons
+// as JSON does, or a Go string literal in double quotes. After a bare
+// value, put a space before xN, which would otherwise be read as part of
+// it. Examples:
 //
 //	503                                    always 503
 //	502x3,ok                               three 502s, then success

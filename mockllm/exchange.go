@@ -58,7 +58,7 @@ func (x *exchange) parse(body []byte) error {
 		rep.id = "resp_mock_" + strconv.Itoa(task)
 		rep.background, rep.store = req.Background, req.Store == nil || *req.Store
 	}
-	if text, ok := x.prefill(&req); ok {
+	if text, ok := x.prefill(&req); ok && !x.st.ignorePrefill {
 		// Anthropic rejects a prefill that ends in whitespace; cutting it
 		// lets prefix and answer join as the canonical text.
 		if rest, ok := continuation(rep.pieces, strings.TrimRightFunc(text, unicode.IsSpace)); ok {

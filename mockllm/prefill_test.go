@@ -164,3 +164,23 @@ func TestRefusePrefill(t *testing.T) {
 		}
 	}
 }
+
+// ignore-prefill answers a prefill from the start, with the whole text,
+// as a server that does not continue one.
+func TestIgnorePrefill(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{chatPath, messagesPath} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			s := start(t, "ok:ignore-prefill", &mockllm.Server{Chunks: 4})
+			resp, err := post(client(t, 5*time.Second), s.URL+path, prefillBody(path, "The quick", true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if got, _ := answerOf(t, path, resp, true); got != fourWords {
+				t.Errorf("answer: got %q, want the whole text %q", got, fourWords)
+			}
+		})
+	}
+}

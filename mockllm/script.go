@@ -104,6 +104,7 @@ type step struct {
 	firstToken    time.Duration // first-token-delay=: the silence after the headers
 	resume        time.Duration // resume=: stall-after's pause, 0 for none (silent for ever)
 	refusePrefill bool          // refuse-prefill: 400 to a request with an assistant prefill
+	ignorePrefill bool          // ignore-prefill: a prefill answered from the start, not continued
 
 	retryAfter     int // retry-after=, in seconds; -1 if absent
 	retryAfterDate int // retry-after-date=, in seconds from now; -1 if absent
@@ -284,6 +285,9 @@ func (st *step) params() []string {
 	}
 	if st.refusePrefill {
 		ps = append(ps, "refuse-prefill")
+	}
+	if st.ignorePrefill {
+		ps = append(ps, "ignore-prefill")
 	}
 	for _, h := range st.headers {
 		ps = append(ps, "header="+quote(h.name+"="+h.value))
@@ -520,6 +524,7 @@ var params = []paramSpec{
 	{"first-token-delay", "first-token-delay=20s", false},
 	{"resume", "resume=30s", false},
 	{"refuse-prefill", "refuse-prefill", true},
+	{"ignore-prefill", "ignore-prefill", true},
 }
 
 // errUnknownParam lists the known parameters after an unknown one's name.
@@ -589,6 +594,8 @@ func (p *parser) param(st *step, seen map[string]bool) error {
 		}
 	case "refuse-prefill":
 		st.refusePrefill = true
+	case "ignore-prefill":
+		st.ignorePrefill = true
 	case "body":
 		st.body, err = p.string(key)
 		st.hasBody = true

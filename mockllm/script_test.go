@@ -60,6 +60,7 @@ var validScripts = []struct {
 	{"resume and delay", "stall-after=2:resume=1s:delay=5ms", "stall-after=2:delay=5ms:resume=1s", 1},
 	// A flag parameter has no value, on any step that answers.
 	{"refuse-prefill", "ok:refuse-prefill", "ok:refuse-prefill", 1},
+	{"ignore-prefill", "reset-after=3,ok:ignore-prefill", "reset-after=3,ok:ignore-prefill", 2},
 	{"refuse-prefill on a status", "503:refuse-prefill:retry-after=1 x2", "503:retry-after=1:refuse-prefill x2", 1},
 	// A script file: one step a line, comments, a trailing comma.
 	{"file", "# the outage\n502x3   # down\n429:retry-after=1,\n\nok\n", "502x3,429:retry-after=1,ok", 3},
