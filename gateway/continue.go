@@ -3,12 +3,13 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -41,29 +42,51 @@ const (
 	// it for api.openai.com and Azure OpenAI. A stream with a tool call,
 	// reasoning, more than one choice or events outlast does not know
 	// is not continued, and ends with the error event of ContinueOff.
+	// A continuation whose text begins with the answer's opening (a
+	// server that answered the prefill from the start rather than
+	// continuing it) is refused before any of it reaches the caller, and
+	// a model that refused a prefill is sent none for an hour.
 	ContinuePrefill
+	// ContinueResume resumes a stream of OpenAI's Responses API instead
+	// of generating it again: the gateway creates such a response with
+	// "background": true, and when its stream breaks it streams the rest
+	// from GET /v1/responses/{id}?stream=true&starting_after=N, N the
+	// last event forwarded, so that the caller gets the very bytes the
+	// broken stream would have sent, each event once, with no second
+	// generation and no prefill. A background response is stored by the
+	// provider (about 10 minutes at OpenAI), so it is not for accounts
+	// that must keep no data; a request that asks "store": false or
+	// "background": false is sent as it is, and not resumed. A caller
+	// that leaves, or a stream that cannot be resumed, cancels the
+	// response (POST /v1/responses/{id}/cancel). Other streams of such an
+	// upstream end with the error event of ContinueOff.
+	ContinueResume
 )
 
-// String returns "off" or "prefill".
+// String returns "off", "prefill" or "resume".
 func (c Continuation) String() string {
 	switch c {
 	case ContinueOff:
 		return "off"
 	case ContinuePrefill:
 		return "prefill"
+	case ContinueResume:
+		return "resume"
 	}
 	return fmt.Sprintf("Continuation(%d)", uint8(c))
 }
 
-// ParseContinuation reads "off" or "prefill".
+// ParseContinuation reads "off", "prefill" or "resume".
 func ParseContinuation(s string) (Continuation, error) {
 	switch s {
 	case "off":
 		return ContinueOff, nil
 	case "prefill":
 		return ContinuePrefill, nil
+	case "resume":
+		return ContinueResume, nil
 	}
-	return 0, fmt.Errorf("continuation %q: want off or prefill", s)
+	return 0, fmt.Errorf("continuation %q: want off, prefill or resume", s)
 }
 
 // checkContinuation refuses prefill for OpenAI's own API and Azure
@@ -80,20 +103,19 @@ func checkContinuation(c Continuation, u *url.URL) error {
 	return nil
 }
 
-// maxContinuations bounds the continuations of one request's stream: each
-// bills the prompt again.
+// maxContinuations bounds the continuations of one request's stream: a
+// prefill bills the prompt again, and a stream that breaks this often is
+// not worth carrying on.
 const maxContinuations = 5
 
-// errEndedEarly is a stream that ended, cleanly, before its last event.
-var errEndedEarly = errors.New("the stream ended before its last event")
-
-// errUpstreamEnded is a stream that the upstream ended with an error of
-// its own, mid-answer.
-var errUpstreamEnded = errors.New("the upstream ended the stream with an error event")
+// prefillMemory is how long an upstream's model that refused a prefill
+// (a 400 or 422 to it) is sent none: newer Claude models refuse any, and
+// each would cost a refused request before the caller gets its error.
+const prefillMemory = time.Hour
 
 // notContinued is the error that broke a stream, with why it was not
-// continued, or how its continuation failed: never the text of a refusal,
-// which is about the prefill, not the caller's request.
+// carried on, or how its continuation failed: never the text of a
+// refusal, which is about the prefill, not the caller's request.
 type notContinued struct {
 	err error
 	why string
@@ -102,84 +124,19 @@ type notContinued struct {
 func (e *notContinued) Error() string { return e.err.Error() + "; not continued: " + e.why }
 func (e *notContinued) Unwrap() error { return e.err }
 
-// copyContinuing forwards a stream through a splice, and continues it
-// each time it breaks before its last event, while it may. It returns
-// the context of the stream forwarded last and nil once the caller has
-// the whole answer, or the error that broke the stream, with why it was
-// not continued.
-func (x *exchange) copyContinuing(ctx context.Context, resp *http.Response, cancel context.CancelCauseFunc) (context.Context, error) {
-	s := &splice{}
-	body := resp.Body
-	for n := 0; ; n++ {
-		err := x.out.copyEvents(body, s, x.cur.IdleTimeout, cancel, &x.rec.Committed, &x.rec.Bytes)
-		body.Close()
-		if errors.Is(err, errClientGone) || errors.Is(context.Cause(ctx), errShutdown) {
-			return ctx, err
-		}
-		if (err == nil || s.finished) && !s.broke && (s.done || s.finished) {
-			// Whole, though the last events may not have come: the
-			// caller gets the end it would have had.
-			x.out.endStream(s, &x.rec.Bytes)
-			return ctx, nil
-		}
-		switch {
-		case s.broke:
-			err = errUpstreamEnded
-		case err == nil:
-			err = errEndedEarly
-		}
-		why := s.continuable()
-		switch {
-		case why != "":
-		case n == maxContinuations:
-			why = fmt.Sprintf("it was continued %d times already", maxContinuations)
-		case x.pastBound():
-			why = "its deadline less its reserve has come"
-		}
-		if why != "" {
-			x.noteContinuation(record.ContinuationUnsupported, why, 0)
-			return ctx, &notContinued{err, why}
-		}
-		cancel(nil)
-		next, nctx, ncancel, cerr := x.continueStream(s)
-		if cerr != nil {
-			return ctx, &notContinued{err, cerr.Error()}
-		}
-		body, ctx, cancel = next.Body, nctx, ncancel
-	}
-}
-
-// pastBound reports whether the request's deadline less its reserve has
-// come: a continuation, like a retry, is not started past it.
-func (x *exchange) pastBound() bool {
-	bound := x.opts.policy.Bound(x.opts.deadline)
-	return !bound.IsZero() && !time.Now().Before(bound)
-}
-
-// continueStream sends the continuation of s's stream where and when the
-// policy sends a retry, the break being the stream's failure: its first
-// attempt goes at once, its retries wait as retries after a first
-// failure do, and it goes to the upstream the request is at, then, after
-// two failed attempts there (the break was the first failure), to those
-// of its fallbacks that continue streams. It returns the continuation's
-// stream, committed, with its context and cancel, or why there is none,
-// which it records.
-func (x *exchange) continueStream(s *splice) (*http.Response, context.Context, context.CancelCauseFunc, error) {
-	text := s.text.String()
-	body, cut, why := continuationBody(x.callerBody, s.api, text)
-	if why != "" {
-		x.noteContinuation(record.ContinuationUnsupported, why, 0)
-		return nil, nil, nil, errors.New(why)
-	}
-	prefill := int64(len(text) - len(cut))
-	x.body = body
-	x.fields, _ = scanBody(body)
+// again sends a request that carries the committed stream on, through
+// rt, as a retry of the stream that broke: its first attempt goes at
+// once, as the caller is mid-answer, and its retries wait as retries
+// after a first failure do, within the request's deadline less its
+// reserve. build makes the request under the attempts' context. The
+// attempts are recorded as continuing the stream, with a prefill of
+// prefill bytes. It returns the response, committed, with its context
+// and the cancel that ends it. It is the relay's one way back to the
+// exchange's attempts.
+func (x *exchange) again(rt http.RoundTripper, build func(context.Context) *http.Request, prefill int64) (*continued, error) {
 	x.continued, x.prefill = true, prefill
 	ctx, cancel := x.context()
 	if p := x.opts.policy; p != nil {
-		// The break was the stream's failure: the continuation's first
-		// attempt goes at once, as the caller is mid-answer, and its
-		// retries wait as retries after a first failure do.
 		q := *p
 		if len(q.Waits) > 1 {
 			q.Waits = q.Waits[1:]
@@ -190,32 +147,120 @@ func (x *exchange) continueStream(s *splice) (*http.Response, context.Context, c
 		ctx = outlast.WithPolicy(ctx, &q)
 	}
 	x.hold(cancel)
-	resp, err := x.continuationTripper().RoundTrip(x.outbound(ctx, x.cur))
+	resp, err := rt.RoundTrip(build(ctx))
 	x.deadline.stop()
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	return &continued{resp: resp, ctx: ctx, cancel: cancel}, nil
+}
+
+// judged is a continuation's response judged: the stream to carry on
+// with, or, noted in the record, why there is none.
+func (r *relay) judged(next *continued, err error, outcome string, prefill int64, broke error) (*continued, error) {
+	x := r.x
 	switch {
 	case err != nil:
-		cancel(nil)
-		x.noteContinuation(record.ContinuationFailed, outlast.Classify(err).String(), prefill)
-		return nil, nil, nil, fmt.Errorf("its continuation failed (%s)", outlast.Classify(err))
-	case resp.StatusCode >= 400 && resp.StatusCode < 500:
-		discardBody(resp)
-		cancel(nil)
-		x.noteContinuation(record.ContinuationRefused, fmt.Sprintf("%d", resp.StatusCode), prefill)
-		return nil, nil, nil, fmt.Errorf("upstream %s refused its continuation with %d", x.cur.Name, resp.StatusCode)
-	case resp.StatusCode != http.StatusOK || !sse.IsStream(resp.Header):
-		discardBody(resp)
-		cancel(nil)
-		x.noteContinuation(record.ContinuationFailed, fmt.Sprintf("%d", resp.StatusCode), prefill)
-		return nil, nil, nil, fmt.Errorf("its continuation got %d, not a stream", resp.StatusCode)
+		r.note(record.ContinuationFailed, outlast.Classify(err).String(), prefill)
+		return nil, &notContinued{broke, fmt.Sprintf("its continuation failed (%s)", outlast.Classify(err))}
+	case next.resp.StatusCode >= 400 && next.resp.StatusCode < 500:
+		discardBody(next.resp)
+		next.cancel(nil)
+		r.note(record.ContinuationRefused, strconv.Itoa(next.resp.StatusCode), prefill)
+		return nil, &notContinued{broke, fmt.Sprintf("upstream %s refused its continuation with %d", x.cur.Name, next.resp.StatusCode)}
+	case next.resp.StatusCode != http.StatusOK || !sse.IsStream(next.resp.Header):
+		discardBody(next.resp)
+		next.cancel(nil)
+		r.note(record.ContinuationFailed, strconv.Itoa(next.resp.StatusCode), prefill)
+		return nil, &notContinued{broke, fmt.Sprintf("its continuation got %d, not a stream", next.resp.StatusCode)}
 	}
-	x.noteContinuation(record.ContinuationOK, "", prefill)
-	// The bytes forwarded so far were the attempt's that broke; done
-	// counts them so if the continuation fails instead.
-	x.rec.Attempts[x.forwarder].Bytes = x.rec.Bytes - x.spliced
-	x.spliced = x.rec.Bytes
-	x.forwarder, x.streaming = len(x.rec.Attempts)-1, x.cur // the caller reads its stream now
-	s.begin(cut)
-	return resp, ctx, cancel, nil
+	r.note(outcome, "", prefill)
+	r.splice()
+	return next, nil
+}
+
+// carryOn continues s's stream with a prefill: where and when the policy
+// sends a retry, the break being the stream's failure, to the upstream
+// the request is at, then, after two failed attempts there (the break was
+// the first failure), to those of its fallbacks that continue streams.
+func (s *splice) carryOn(r *relay, broke error) (*continued, error) {
+	x := r.x
+	text := s.text.String()
+	body, cut, why := continuationBody(x.callerBody, s.api, text)
+	if w := s.continuable(); w != "" {
+		why = w
+	}
+	if why == "" {
+		why = r.bounded()
+	}
+	if why == "" && text != "" {
+		why = x.cur.prefills.refusal(x.fields.model, time.Now())
+	}
+	if why != "" {
+		r.note(record.ContinuationUnsupported, why, 0)
+		return nil, &notContinued{broke, why}
+	}
+	r.n++
+	prefill := int64(len(text) - len(cut))
+	x.body = body
+	x.fields, _ = scanBody(body)
+	next, err := x.again(x.continuationTripper(), func(ctx context.Context) *http.Request { return x.outbound(ctx, x.cur) }, prefill)
+	if err == nil && (next.resp.StatusCode == http.StatusBadRequest || next.resp.StatusCode == http.StatusUnprocessableEntity) && text != "" {
+		// The model refused the prefill: none goes to it for a while.
+		x.cur.prefills.refused(x.fields.model, time.Now())
+	}
+	next, err = r.judged(next, err, record.ContinuationOK, prefill, broke)
+	if err == nil {
+		s.begin(cut)
+	}
+	return next, err
+}
+
+// refusals are the models of one upstream that refused a prefill, each
+// with when; at most maxRefusals, since a model is the caller's to name.
+// It is safe for concurrent use.
+type refusals struct {
+	mu sync.Mutex // guards at
+	at map[string]time.Time
+}
+
+// maxRefusals bounds the models an upstream remembers refusing a prefill.
+const maxRefusals = 1024
+
+// refused notes that model refused a prefill at now.
+func (f *refusals) refused(model string, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at == nil {
+		f.at = map[string]time.Time{}
+	}
+	if _, ok := f.at[model]; !ok && len(f.at) >= maxRefusals {
+		// Make room: the expired first, then any.
+		for m, at := range f.at {
+			if now.Sub(at) >= prefillMemory {
+				delete(f.at, m)
+			}
+		}
+		for m := range f.at {
+			if len(f.at) < maxRefusals {
+				break
+			}
+			delete(f.at, m)
+		}
+	}
+	f.at[model] = now
+}
+
+// refusal returns why model is sent no prefill at now, or "".
+func (f *refusals) refusal(model string, now time.Time) string {
+	f.mu.Lock()
+	at, ok := f.at[model]
+	f.mu.Unlock()
+	if !ok || now.Sub(at) >= prefillMemory {
+		return ""
+	}
+	return fmt.Sprintf("model %q refused a prefill %v ago; none is sent to it for %v after a refusal", model, now.Sub(at).Round(time.Second), prefillMemory)
 }
 
 // continuationTripper sends a continuation: through the Transport of the
@@ -251,14 +296,6 @@ func (x *exchange) continuationTripper() http.RoundTripper {
 			x.onMove(ups[from], ups[to], reason, err)
 		},
 	}
-}
-
-// noteContinuation records a continuation of the stream the caller is
-// reading, under the name of the upstream whose stream broke.
-func (x *exchange) noteContinuation(outcome, reason string, prefill int64) {
-	x.rec.Continuations = append(x.rec.Continuations, record.Continuation{
-		Upstream: x.streaming.Name, After: x.rec.Bytes, Prefill: prefill, Outcome: outcome, Reason: reason,
-	})
 }
 
 // discardBody drains a little of a response that is thrown away and

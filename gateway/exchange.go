@@ -429,14 +429,18 @@ func (x *exchange) attemptStart(a outlast.Attempt) {
 }
 
 // bodyFor returns the body for upstream u: the caller's, with its model
-// renamed if u's Models rename it.
+// renamed if u's Models rename it, and for an upstream that resumes
+// streams, a Responses API stream asked for in background.
 func (x *exchange) bodyFor(u *upstream) []byte {
-	q, ok := u.models[x.fields.model]
-	if !ok || x.fields.modelEnd == 0 {
-		return x.body
+	b := x.body
+	if q, ok := u.models[x.fields.model]; ok && x.fields.modelEnd != 0 {
+		r := make([]byte, 0, len(b)-(x.fields.modelEnd-x.fields.modelAt)+len(q))
+		b = append(append(append(r, b[:x.fields.modelAt]...), q...), b[x.fields.modelEnd:]...)
 	}
-	b := make([]byte, 0, len(x.body)-(x.fields.modelEnd-x.fields.modelAt)+len(q))
-	return append(append(append(b, x.body[:x.fields.modelAt]...), q...), x.body[x.fields.modelEnd:]...)
+	if u.Continuation == ContinueResume && x.fields.background == 0 && x.resumable() {
+		b = withBackground(b)
+	}
+	return b
 }
 
 // attempt returns the record of a, the request's next attempt: numbered
@@ -549,8 +553,12 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 	}
 	var err error
 	x.streaming = x.cur
-	if stream && x.cur.Continuation == ContinuePrefill {
-		ctx, err = x.copyContinuing(ctx, resp, cancel)
+	if resp.StatusCode < 300 && sse.IsStream(resp.Header) {
+		// An event stream goes whole events at a time, and is carried on
+		// if it breaks, where it may be: not the last attempt's stream
+		// that failed before its answer began, which the policy has
+		// judged already.
+		ctx, err = x.relay(ctx, resp, cancel, errorEvent)
 	} else {
 		idle := x.cur.IdleTimeout
 		if !stream && wasReadWhole(resp, x.r.Method, x.g.cfg.MaxBody) {
@@ -573,11 +581,18 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		}
 		x.out.rc.Flush()            // what the record counts reaches the caller
 		panic(http.ErrAbortHandler) // a body cut short must not look complete
-	case errors.Is(err, errClientGone):
+	case errors.Is(err, errClientGone), x.r.Context().Err() != nil:
 		x.rec.Error = record.ErrorClientClosed
 	case stream:
+		// The caller gets an error event in place of the rest: the
+		// upstream's own, quoted, if it sent one.
 		x.rec.Error = record.ErrorUpstreamBroke
-		x.out.errorEvent(record.ErrorUpstreamError, fmt.Sprintf("outlast: upstream %s broke off the stream after %d bytes: %v", x.streaming.Name, x.rec.Bytes, err), nil)
+		msg := fmt.Sprintf("outlast: upstream %s broke off the stream after %d bytes: %v", x.streaming.Name, x.rec.Bytes, err)
+		if up := quoted(err); up != nil {
+			x.rec.Error = record.ErrorUpstreamError
+			msg = fmt.Sprintf("outlast: upstream %s ended the stream with an error after %d bytes; not continued: %s", x.streaming.Name, x.rec.Bytes, notContinuedWhy(err))
+		}
+		x.out.errorEvent(record.ErrorUpstreamError, msg, quoted(err))
 	default:
 		// A body cut short must not look complete: abort the connection
 		// so that the caller sees the failure (net/http's convention),

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast/internal/apierr"
+	"github.com/outlast-llm/outlast/internal/sse"
 )
 
 // response is what the caller gets. It owns the commit: the status line is
@@ -269,79 +270,151 @@ func (o *response) copyBody(body io.Reader, flush bool, idle time.Duration, canc
 	}
 }
 
-// copyEvents is copyBody for a stream that a continuation may carry on: it
-// forwards whole events only, each as the splice s passes or rewrites it,
-// so that a break leaves no half event with the caller, and flushes once
-// for the events that one read brought: they arrived together, and a
-// flush each would cost a write each. At the body's end, what is left
-// without a blank line after it goes as one more event. It returns as
-// copyBody does.
-func (o *response) copyEvents(body io.Reader, s *splice, idle time.Duration, cancel context.CancelCauseFunc, started *bool, sent *int64) error {
+// maxPending bounds the bytes of one event that a relay holds while it
+// waits for the event's end: a longer event goes to the caller as it
+// comes, its follower told of it at its end (see follower.passed).
+const maxPending = 4 << 20
+
+// copyEvents is copyBody for an event stream: it forwards whole events
+// only, each as f passes or rewrites it, so that a break leaves no half
+// event with the caller, and flushes once for the events that one read
+// brought: they arrived together, and a flush each would cost a write
+// each. At the body's clean end, what is left without a blank line after
+// it goes to f as one more event. It returns as copyBody does, or with
+// the error f returned to end the stream.
+//
+// It runs after progress comments have stopped, in the goroutine that
+// serves the request, so it writes without mu.
+func (o *response) copyEvents(body io.Reader, f follower, idle time.Duration, cancel context.CancelCauseFunc, started *bool, sent *int64) error {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
 	w := watchIdle(idle, cancel)
 	defer w.stop()
-	var pending []byte
-	flushed := *sent // the bytes sent at the last flush
-	send := func(ev []byte) error {
-		out := s.event(ev)
-		if out == nil {
-			return nil
-		}
-		*started = true
-		if _, err := o.w.Write(out); err != nil {
-			return errClientGone
-		}
-		*sent += int64(len(out))
-		return nil
-	}
-	flush := func() error {
-		if *sent == flushed {
-			return nil
-		}
-		flushed = *sent
-		if o.rc.Flush() != nil {
-			return errClientGone
-		}
-		return nil
-	}
+	c := eventCopy{o: o, f: f, started: started, sent: sent, flushed: *sent}
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
 			w.pause()
-			pending = append(pending, buf[:n]...)
-			rest := pending
-			for {
-				ev, after, ok := nextEvent(rest)
-				if !ok {
-					break
-				}
-				if werr := send(ev); werr != nil {
-					return werr
-				}
-				rest = after
+			if werr := c.take(buf[:n]); werr != nil {
+				return werr
 			}
-			pending = append(pending[:0], rest...)
-			if werr := flush(); werr != nil {
+			if werr := c.flush(); werr != nil {
 				return werr
 			}
 			w.resume()
 		}
 		switch {
 		case err == io.EOF:
-			if len(pending) > 0 {
-				if werr := send(pending); werr != nil {
-					return werr
-				}
+			if werr := c.end(); werr != nil {
+				return werr
 			}
-			return flush()
+			return c.flush()
 		case err != nil && w.fired():
 			return errIdle
 		case err != nil:
 			return err
 		}
 	}
+}
+
+// eventCopy is copyEvents' state: the scanner over the stream, and the
+// event begun in an earlier read.
+type eventCopy struct {
+	o       *response
+	f       follower
+	s       sse.Scanner
+	pending []byte // the event under way, begun in an earlier read
+	passing bool   // the event under way was too long to hold, and goes as it comes
+	started *bool
+	sent    *int64
+	flushed int64 // the bytes sent at the last flush
+}
+
+// take forwards the whole events in p, the stream's next bytes, and
+// keeps the start of the one that does not end in p.
+func (c *eventCopy) take(p []byte) error {
+	for len(p) > 0 {
+		n, ended := c.s.Scan(p)
+		raw := p[:n]
+		p = p[n:]
+		switch {
+		case c.passing:
+			if err := c.write(raw); err != nil {
+				return err
+			}
+			if ended {
+				c.passing = false
+				c.f.passed(c.s.Event())
+			}
+		case !ended:
+			c.pending = append(c.pending, raw...)
+			if len(c.pending) > maxPending {
+				c.passing = true
+				err := c.write(c.pending)
+				c.pending = c.pending[:0]
+				if err != nil {
+					return err
+				}
+			}
+		default:
+			if len(c.pending) > 0 {
+				c.pending = append(c.pending, raw...)
+				raw = c.pending
+			}
+			out, err := c.f.event(raw, c.s.Event())
+			c.pending = c.pending[:0]
+			if err != nil {
+				return err
+			}
+			if err := c.write(out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// end takes the stream's clean end: the event under way, without the
+// blank line that would end it, goes to f as it is.
+func (c *eventCopy) end() error {
+	if c.passing || len(c.pending) == 0 {
+		return nil
+	}
+	raw := c.pending
+	if _, ended := c.s.Scan([]byte("\n\n")); !ended {
+		return nil // blank lines alone: nothing a client reads
+	}
+	out, err := c.f.event(raw, c.s.Event())
+	if err != nil {
+		return err
+	}
+	return c.write(out)
+}
+
+// write sends out, if any, to the caller.
+func (c *eventCopy) write(out []byte) error {
+	if len(out) == 0 {
+		return nil
+	}
+	*c.started = true
+	if _, err := c.o.w.Write(out); err != nil {
+		return errClientGone
+	}
+	*c.sent += int64(len(out))
+	return nil
+}
+
+// flush flushes what was written since the last flush.
+func (c *eventCopy) flush() error {
+	if *c.sent == c.flushed {
+		return nil
+	}
+	c.flushed = *c.sent
+	if c.o.rc.Flush() != nil {
+		return errClientGone
+	}
+	return nil
 }
 
 // endStream ends a stream whose answer s saw whole, with the last events

@@ -16,9 +16,13 @@ type bodyFields struct {
 	// the body, quotes included, if it is a string; modelEnd is 0 when
 	// there is none.
 	modelAt, modelEnd int
+	// The Responses API's store and background: 1 for true, -1 for
+	// false, 0 when absent or not a boolean.
+	store, background int8
 }
 
-// scanBody reads "model", "stream" and "id_slot" from the top level of a
+// scanBody reads "model", "stream", "id_slot", "store" and "background"
+// from the top level of a
 // JSON object in one pass, skipping every other value without decoding
 // it. It is not a validator: the upstream judges the body. A body it
 // cannot follow yields what it had read so far, and ok false.
@@ -80,7 +84,22 @@ func (f *bodyFields) set(key []byte, v []byte) {
 		if n, err := strconv.Atoi(string(v)); err == nil && n >= 0 {
 			f.slot = n
 		}
+	case "store":
+		f.store = boolean(v)
+	case "background":
+		f.background = boolean(v)
 	}
+}
+
+// boolean reads a JSON boolean as 1 or -1, and anything else as 0.
+func boolean(v []byte) int8 {
+	switch string(v) {
+	case "true":
+		return 1
+	case "false":
+		return -1
+	}
+	return 0
 }
 
 // jsonString decodes the string token v, quotes included, by JSON's

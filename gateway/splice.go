@@ -3,8 +3,11 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/outlast-llm/outlast/internal/sse"
 )
 
 // streamAPI is the API a stream speaks, as its events show it.
@@ -16,14 +19,25 @@ const (
 	apiAnthropic           // Messages events, from message_start to message_stop
 )
 
+// restartProbe is how much of the answer's opening a continuation's text
+// is compared with: a continuation that begins with the answer's first
+// restartProbe bytes (or all of the answer, if shorter) started over
+// rather than continued.
+const restartProbe = 64
+
+// errRestarted ends a continuation that started the answer over: its
+// server answered the prefill rather than continuing it.
+var errRestarted = errors.New("its continuation started the answer over instead of continuing it")
+
 // splice follows a stream forwarded to the caller, event by event, for its
-// continuation: the answer's text as the caller has it, whether the answer
-// is whole, and whether it can be continued safely. Once a continuation is
-// under way it rewrites the new stream's events so that the caller reads
-// one stream: the first stream's id, its choice and content-block indices,
-// no second preamble, and the whitespace cut from the prefill's end
-// neither lost nor repeated. Only whole events pass through it, so a break
-// never leaves half an event with the caller.
+// continuation with a prefill: the answer's text as the caller has it,
+// whether the answer is whole, and whether it can be continued safely.
+// Once a continuation is under way it rewrites the new stream's events so
+// that the caller reads one stream: the first stream's id, its choice and
+// content-block indices, no second preamble, one end, and the whitespace
+// cut from the prefill's end neither lost nor repeated. It holds the
+// continuation's first events until its text shows it continues the
+// answer rather than starting it over (see restartProbe).
 type splice struct {
 	api  streamAPI
 	id   string          // the first stream's id: chatcmpl-… or msg_…
@@ -33,10 +47,10 @@ type splice struct {
 	// whole, though its last events may not have.
 	finished bool
 	done     bool // the terminal event came: [DONE] or message_stop
-	// broke says the upstream ended the stream with an error of its own
+	// broke holds the data of an error the upstream ended the stream with
 	// (an error event, or an OpenAI error chunk), which the splice kept
 	// from the caller: the stream broke there, and may be continued.
-	broke bool
+	broke []byte
 
 	// Anthropic: the text block the answer is in, and whether it is open.
 	block int
@@ -47,6 +61,13 @@ type splice struct {
 	contBase int    // Anthropic: the index its block 0 maps to
 	skipWS   string // whitespace cut from the prefill's end: dropped from the continuation's start
 	contOpen bool   // Anthropic: its block 0 continues the open block
+
+	// The check that a continuation continues: the answer's opening, the
+	// continuation's text so far, and its events held until it shows.
+	checking bool
+	opening  string
+	contText strings.Builder
+	held     [][]byte
 }
 
 // continuable returns why the stream cannot be continued, or "".
@@ -64,69 +85,88 @@ func (s *splice) continuable() string {
 // that the caller already has.
 func (s *splice) begin(cut string) {
 	s.cont, s.skipWS = true, cut
+	s.broke, s.finished, s.done = nil, false, false
 	s.contOpen = s.api == apiAnthropic && s.open
 	s.contBase = s.block
 	if !s.open {
 		s.contBase = s.block + 1
 	}
+	s.contText, s.held = strings.Builder{}, nil
+	s.opening = strings.TrimLeft(s.text.String(), " \t\r\n")
+	s.opening = s.opening[:min(len(s.opening), restartProbe)]
+	s.checking = s.opening != "" // with no answer yet, there is nothing to repeat
 }
 
-// event observes ev, one whole event with its blank line, and returns
-// what goes to the caller: ev itself, a rewritten event, or nil for none.
-func (s *splice) event(ev []byte) []byte {
-	name, data := parseEvent(ev)
-	if data == nil {
-		return ev // a comment, or an event without data: no client dispatches it
+// event observes ev, one whole event whose bytes are raw, and returns
+// what goes to the caller: raw itself, a rewritten event, or nil for
+// none; or errRestarted, which ends a continuation that started over.
+func (s *splice) event(raw []byte, ev *sse.Event) ([]byte, error) {
+	if !ev.HasData {
+		return raw, nil // a comment, or an event without data: no client dispatches it
+	}
+	if s.done {
+		return nil, nil // the caller has the stream's end: one end, and nothing after it
 	}
 	if s.api == apiUnknown {
-		s.api = detectAPI(name, data)
+		s.api = detectAPI(ev)
 	}
+	var out []byte
+	text := ""
 	switch s.api {
 	case apiOpenAI:
-		return s.openAI(ev, data)
+		out, text = s.openAI(raw, ev.Data)
 	case apiAnthropic:
-		return s.anthropic(ev, name, data)
+		out, text = s.anthropic(raw, string(ev.Name), ev.Data)
+	default:
+		out = raw
 	}
-	return ev
+	if !s.checking {
+		s.text.WriteString(text)
+		return out, nil
+	}
+	return s.check(out, text)
 }
 
-// parseEvent returns an event's name and its data, the data lines joined
-// by newlines, as WHATWG's event stream parsing reads them; data is nil
-// when the event has none.
-func parseEvent(ev []byte) (name string, data []byte) {
-	for len(ev) > 0 {
-		i := bytes.IndexAny(ev, "\r\n")
-		line := ev
-		if i >= 0 {
-			line, ev = ev[:i], ev[i+1:]
-		} else {
-			ev = nil
-		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "event":
-			name = string(value)
-		case "data":
-			if data != nil {
-				data = append(data, '\n')
-			}
-			data = append(data, value...)
-		}
+// check holds a continuation's events, and its text, until the text
+// shows whether it continues the answer: it does once it differs from the
+// answer's opening, or the stream ends with no text; it started over if
+// it begins with the opening, or is all the opening's start. The events
+// held, and their text, go on together once it shows; the text joins the
+// answer only then, since the caller has it only then.
+func (s *splice) check(out []byte, text string) ([]byte, error) {
+	s.contText.WriteString(text)
+	c := strings.TrimLeft(s.contText.String(), " \t\r\n")
+	n := min(len(c), len(s.opening))
+	switch {
+	case c[:n] != s.opening[:n]:
+		s.checking = false // it diverged: a continuation
+	case len(c) > 0 && (n == len(s.opening) || s.done || s.finished):
+		return nil, errRestarted
+	case s.done || s.finished:
+		s.checking = false // no text at all before its end
 	}
-	return name, data
+	if out != nil {
+		s.held = append(s.held, bytes.Clone(out))
+	}
+	if s.checking {
+		return nil, nil
+	}
+	s.text.WriteString(s.contText.String())
+	all := bytes.Join(s.held, nil)
+	s.held = nil
+	return all, nil
 }
 
 // detectAPI tells the stream's API from its first event with data.
-func detectAPI(name string, data []byte) streamAPI {
-	if name == "message_start" || bytes.HasPrefix(data, []byte(`{"type":"message_start"`)) {
+func detectAPI(ev *sse.Event) streamAPI {
+	if string(ev.Name) == "message_start" || bytes.HasPrefix(ev.Data, []byte(`{"type":"message_start"`)) {
 		return apiAnthropic
 	}
 	var probe struct {
 		Object string `json:"object"`
 		Type   string `json:"type"`
 	}
-	if json.Unmarshal(data, &probe) != nil {
+	if json.Unmarshal(ev.Data, &probe) != nil {
 		return apiUnknown
 	}
 	switch {
@@ -156,22 +196,23 @@ type oaChunk struct {
 	} `json:"choices"`
 }
 
-// openAI observes, and in a continuation rewrites, an OpenAI event.
-func (s *splice) openAI(ev, data []byte) []byte {
+// openAI observes, and in a continuation rewrites, an OpenAI event, and
+// returns what goes to the caller and the text it adds.
+func (s *splice) openAI(raw, data []byte) ([]byte, string) {
 	if string(data) == "[DONE]" {
 		s.done = true
-		return ev
+		return raw, ""
 	}
 	var c oaChunk
 	if err := json.Unmarshal(data, &c); err != nil {
 		// Forwarded as it came, as any gateway would; it is not text
 		// the splice can account for.
 		s.unsupported("an event that is not a chunk outlast can read")
-		return ev
+		return raw, ""
 	}
 	if present(c.Error) {
-		s.broke = true // kept from the caller, who may yet get the answer
-		return nil
+		s.broke = bytes.Clone(data) // kept from the caller, who may yet get the answer
+		return nil, ""
 	}
 	if s.id == "" {
 		s.id = c.ID
@@ -193,7 +234,6 @@ func (s *splice) openAI(ev, data []byte) []byte {
 			if s.cont {
 				content = s.strip(content)
 			}
-			s.text.WriteString(content)
 		}
 		if ch.FinishReason != nil {
 			s.finished = true
@@ -208,12 +248,12 @@ func (s *splice) openAI(ev, data []byte) []byte {
 		keep = true // the usage chunk
 	}
 	if !s.cont {
-		return ev
+		return raw, content
 	}
 	if !keep {
-		return nil
+		return nil, ""
 	}
-	return rewriteChunk(data, s.id, content)
+	return rewriteChunk(data, s.id, content), content
 }
 
 // present reports whether a JSON value is there and not null.
@@ -244,14 +284,10 @@ func rewriteChunk(data []byte, id, content string) []byte {
 	return eventOf("", b)
 }
 
-// eventOf returns an event named name (none if empty) with data.
+// eventOf returns an event named name (none if empty) with data, as the
+// one SSE scanner reads it back.
 func eventOf(name string, data []byte) []byte {
-	var b []byte
-	if name != "" {
-		b = append(append(append(b, "event: "...), name...), '\n')
-	}
-	b = append(append(append(b, "data: "...), data...), "\n\n"...)
-	return b
+	return sse.Append(nil, &sse.Event{Name: []byte(name), Data: data, HasData: true})
 }
 
 // anEvent is what the splice reads of an Anthropic Messages event.
@@ -272,12 +308,12 @@ type anEvent struct {
 }
 
 // anthropic observes, and in a continuation rewrites, an Anthropic
-// event.
-func (s *splice) anthropic(ev []byte, name string, data []byte) []byte {
+// event, and returns what goes to the caller and the text it adds.
+func (s *splice) anthropic(raw []byte, name string, data []byte) ([]byte, string) {
 	var e anEvent
 	if err := json.Unmarshal(data, &e); err != nil {
 		s.unsupported("an event that outlast cannot read")
-		return ev
+		return raw, ""
 	}
 	if name == "" {
 		name = e.Type
@@ -289,7 +325,7 @@ func (s *splice) anthropic(ev []byte, name string, data []byte) []byte {
 	switch e.Type {
 	case "message_start":
 		if s.cont {
-			return nil // the caller has the first stream's
+			return nil, "" // the caller has the first stream's
 		}
 		s.id = e.Message.ID
 	case "content_block_start":
@@ -299,7 +335,7 @@ func (s *splice) anthropic(ev []byte, name string, data []byte) []byte {
 			s.block, s.open = index, true
 		}
 		if s.cont && e.Index == 0 && s.contOpen {
-			return nil // it carries on the block the caller has open
+			return nil, "" // it carries on the block the caller has open
 		}
 	case "content_block_delta":
 		if e.Delta.Type != "text_delta" {
@@ -310,13 +346,13 @@ func (s *splice) anthropic(ev []byte, name string, data []byte) []byte {
 		if s.cont {
 			text = s.strip(text)
 			if text == "" {
-				return nil
+				return nil, ""
 			}
 		}
-		s.text.WriteString(text)
 		if s.cont {
-			return rewriteAnthropic(name, data, index, text, true)
+			return rewriteAnthropic(name, data, index, text, true), text
 		}
+		return raw, text
 	case "content_block_stop":
 		if index == s.block {
 			s.open = false
@@ -328,13 +364,13 @@ func (s *splice) anthropic(ev []byte, name string, data []byte) []byte {
 	case "message_stop":
 		s.done = true
 	case "error":
-		s.broke = true // kept from the caller, who may yet get the answer
-		return nil
+		s.broke = bytes.Clone(data) // kept from the caller, who may yet get the answer
+		return nil, ""
 	}
 	if s.cont && index != e.Index {
-		return rewriteAnthropic(name, data, index, "", false)
+		return rewriteAnthropic(name, data, index, "", false), ""
 	}
-	return ev
+	return raw, ""
 }
 
 // rewriteAnthropic returns a continuation's event as the caller's stream
@@ -366,6 +402,12 @@ func (s *splice) unsupported(why string) {
 	}
 }
 
+// passed takes an event too long to hold, which went to the caller as it
+// came: the splice cannot account for it.
+func (s *splice) passed(*sse.Event) {
+	s.unsupported("an event too long to hold")
+}
+
 // strip drops from t, a continuation's text, the whitespace at its start
 // that the prefill's end had and the caller already has.
 func (s *splice) strip(t string) string {
@@ -376,38 +418,4 @@ func (s *splice) strip(t string) string {
 		s.skipWS = "" // the continuation's own text has begun
 	}
 	return t
-}
-
-// nextEvent splits the first whole event, with the blank line that ends
-// it, off buf: an event ends at an empty line, whichever line endings
-// the stream uses, mixed or not (WHATWG: CRLF, LF or CR). Empty lines
-// before an event's first line are part of it, as they end nothing. A CR
-// at buf's end may be half a CRLF: it ends the event only if it ends the
-// blank line, so that a stream of CRs alone is not held back, and the LF
-// that may follow joins the next event as an empty line.
-func nextEvent(buf []byte) (ev, rest []byte, ok bool) {
-	seen := false // a line with content has been read
-	for i := 0; i < len(buf); {
-		j := bytes.IndexAny(buf[i:], "\r\n")
-		if j < 0 {
-			break
-		}
-		empty, end := j == 0, i+j+1
-		if buf[i+j] == '\r' {
-			switch {
-			case end < len(buf):
-				if buf[end] == '\n' {
-					end++
-				}
-			case !(empty && seen):
-				return nil, buf, false // the CR's line may go on with an LF
-			}
-		}
-		if empty && seen {
-			return buf[:end], buf[end:], true
-		}
-		seen = seen || !empty
-		i = end
-	}
-	return nil, buf, false
 }

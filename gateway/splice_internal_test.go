@@ -3,11 +3,14 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/outlast-llm/outlast/internal/sse"
 )
 
 // The continuation's request: the answer so far as the final assistant
@@ -112,34 +115,21 @@ func TestSpliceStrip(t *testing.T) {
 	}
 }
 
-// An event ends at an empty line, whichever line endings the stream uses.
-func TestNextEvent(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct{ in, ev, rest string }{
-		{"data: a\n\ndata: b", "data: a\n\n", "data: b"},
-		{"data: a\r\n\r\nrest", "data: a\r\n\r\n", "rest"},
-		{"data: a\r\rrest", "data: a\r\r", "rest"},
-		{"data: a\n", "", "data: a\n"},
-		// Mixed endings: LF then CRLF, CRLF then CR, LF then CR.
-		{"data: a\n\r\nrest", "data: a\n\r\n", "rest"},
-		{"data: a\r\n\rrest", "data: a\r\n\r", "rest"},
-		{"data: a\n\rrest", "data: a\n\r", "rest"},
-		{"data: a\r\r\nrest", "data: a\r\r\n", "rest"},
-		// Two lines, then the blank one.
-		{"event: x\r\ndata: a\n\nrest", "event: x\r\ndata: a\n\n", "rest"},
-		// A blank line before any content ends nothing.
-		{"\ndata: a\n\nrest", "\ndata: a\n\n", "rest"},
-		// A CR at the end: the blank line's ends the event; a line's
-		// may be half a CRLF, and waits.
-		{"data: a\r\r", "data: a\r\r", ""},
-		{"data: a\r", "", "data: a\r"},
-		{"data: a\n\r", "data: a\n\r", ""},
-	} {
-		ev, rest, ok := nextEvent([]byte(c.in))
-		if string(ev) != c.ev || string(rest) != c.rest || ok != (c.ev != "") {
-			t.Errorf("nextEvent(%q) = %q, %q, %v; want %q, %q", c.in, ev, rest, ok, c.ev, c.rest)
+// feed passes stream's whole events through s, as a relay does, and
+// returns what goes to the caller, event by event, and the error that
+// ended it, if any.
+func feed(s *splice, stream string) (out []string, err error) {
+	blocks, _ := sse.Split([]byte(stream))
+	for i := range blocks {
+		b, err := s.event(blocks[i].Raw, &blocks[i].Event)
+		if err != nil {
+			return out, err
+		}
+		if b != nil {
+			out = append(out, string(b))
 		}
 	}
+	return out, nil
 }
 
 // A continuation after Anthropic's text block had stopped opens a block
@@ -147,16 +137,18 @@ func TestNextEvent(t *testing.T) {
 func TestSpliceAnthropicAfterBlockStop(t *testing.T) {
 	t.Parallel()
 	s := &splice{}
+	var first strings.Builder
 	for _, e := range []string{
 		`{"type":"message_start","message":{"id":"msg_1"}}`,
 		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
 		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`,
 		`{"type":"content_block_stop","index":0}`,
 	} {
-		s.event([]byte("data: " + e + "\n\n"))
+		first.WriteString("data: " + e + "\n\n")
 	}
+	feed(s, first.String())
 	s.begin("")
-	var out []string
+	var cont strings.Builder
 	for _, e := range []string{
 		`{"type":"message_start","message":{"id":"msg_2"}}`,
 		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
@@ -164,23 +156,111 @@ func TestSpliceAnthropicAfterBlockStop(t *testing.T) {
 		`{"type":"content_block_stop","index":0}`,
 		`{"type":"message_stop"}`,
 	} {
-		if b := s.event([]byte("event: x\ndata: " + e + "\n\n")); b != nil {
-			_, data := parseEvent(b)
-			out = append(out, string(data))
-		}
+		cont.WriteString("event: x\ndata: " + e + "\n\n")
 	}
-	if len(out) != 4 || !strings.Contains(out[0], `"index":1`) || !strings.Contains(out[1], `"index":1`) || !strings.Contains(out[2], `"index":1`) {
-		t.Errorf("got %q, want the message_start dropped and the new block at index 1", out)
+	got, err := feed(s, cont.String())
+	blocks, _ := sse.Split([]byte(strings.Join(got, "")))
+	var out []string
+	for _, b := range blocks {
+		out = append(out, string(b.Data))
+	}
+	if err != nil || len(out) != 4 || !strings.Contains(out[0], `"index":1`) || !strings.Contains(out[1], `"index":1`) || !strings.Contains(out[2], `"index":1`) {
+		t.Errorf("got %q, %v; want the message_start dropped and the new block at index 1", out, err)
 	}
 	if s.text.String() != "Hello world" || !s.done {
 		t.Errorf("text %q, done %v; want Hello world, done", s.text.String(), s.done)
 	}
 }
 
-// FuzzSplice feeds any bytes through the event framing and the splice, as
-// a first stream and then as a continuation: it never panics, and what it
-// sends the caller is whole events; the framing loses no byte, and cuts
-// only after a line's end.
+// chunk is an OpenAI chat chunk event with text, or with the role alone
+// when text is "".
+func chunk(text string) string {
+	if text == "" {
+		return `data: {"id":"c2","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}` + "\n\n"
+	}
+	b, _ := json.Marshal(text)
+	return `data: {"id":"c2","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":` + string(b) + `}}]}` + "\n\n"
+}
+
+// A continuation must continue: one whose text begins with the answer's
+// opening started over, and is ended before any of it reaches the
+// caller; one that differs goes on, its held events at once. The text
+// held is the answer's only once it goes on.
+func TestSpliceRestart(t *testing.T) {
+	t.Parallel()
+	const finish = `data: {"id":"c2","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" + "data: [DONE]\n\n"
+	for _, c := range []struct {
+		why, answer string
+		cont        []string
+		restarted   bool
+		sent        string // the text that reaches the caller
+	}{
+		// The server answered the prefill from the start.
+		{"the opening again", "The quick brown fox", []string{"", "The", " quick", " brown", " fox jumps"}, true, ""},
+		// Past restartProbe bytes of the opening: it started over.
+		{"a long opening again", strings.Repeat("word ", 20), []string{"", strings.Repeat("word ", 13), "more"}, true, ""},
+		// A continuation that begins as the answer did, then differs.
+		{"diverges", "The quick brown fox", []string{"", " The", " lazy dog."}, false, " The lazy dog."},
+		// All of a short continuation is the opening's start: it
+		// would repeat it.
+		{"all of it the opening's start", "The quick brown fox", []string{"", " The"}, true, ""},
+		// A continuation that continues.
+		{"continues", "The quick brown", []string{"", " fox", " jumps."}, false, " fox jumps."},
+	} {
+		t.Run(c.why, func(t *testing.T) {
+			t.Parallel()
+			s := &splice{}
+			feed(s, chunk("")+chunk(c.answer))
+			s.begin("")
+			var stream strings.Builder
+			for _, p := range c.cont {
+				stream.WriteString(chunk(p))
+			}
+			stream.WriteString(finish)
+			out, err := feed(s, stream.String())
+			var text strings.Builder
+			blocks, _ := sse.Split([]byte(strings.Join(out, "")))
+			for _, b := range blocks {
+				var ch oaChunk
+				if json.Unmarshal(b.Data, &ch) == nil && len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != nil {
+					text.WriteString(*ch.Choices[0].Delta.Content)
+				}
+			}
+			if got := errors.Is(err, errRestarted); got != c.restarted || text.String() != c.sent {
+				t.Errorf("restarted %v, sent %q; want %v, %q", got, text.String(), c.restarted, c.sent)
+			}
+			if want := c.answer + c.sent; s.text.String() != want {
+				t.Errorf("the answer as the caller has it: %q, want %q", s.text.String(), want)
+			}
+		})
+	}
+}
+
+// An error event mid-stream is kept from the caller, and a continuation
+// after it makes one stream with one end: the splice that saw the break
+// starts afresh, and drops what comes after the end.
+func TestSpliceOneEnd(t *testing.T) {
+	t.Parallel()
+	s := &splice{}
+	feed(s, chunk("")+chunk("Hello")+`data: {"error":{"type":"server_error"}}`+"\n\n")
+	if s.broke == nil || s.ended(nil) != endBroken {
+		t.Fatalf("broke %q, ended %v; want the error held back, and the stream broken", s.broke, s.ended(nil))
+	}
+	s.begin("")
+	out, err := feed(s, chunk("")+chunk(" world")+`data: {"id":"c2","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n"+"data: [DONE]\n\n"+"data: [DONE]\n\n")
+	done := 0
+	for _, o := range out {
+		done += strings.Count(o, "[DONE]")
+	}
+	if err != nil || done != 1 || s.ended(nil) != endWhole || s.text.String() != "Hello world" {
+		t.Errorf("got %q, %v, ended %v, text %q; want one [DONE], whole, Hello world", out, err, s.ended(nil), s.text.String())
+	}
+}
+
+// FuzzSplice feeds any bytes through the one SSE scanner and the splice,
+// as a first stream and then as a continuation: it never panics, and
+// what it sends the caller is whole events, which the scanner reads back
+// with nothing left over.
 func FuzzSplice(f *testing.F) {
 	f.Add([]byte("data: {\"id\":\"a\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]\n\n"), []byte("data: {\"id\":\"b\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\" y\"}}]}\n\n"))
 	f.Add([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\"}}\n\n"), []byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" z\"}}\n\n"))
@@ -190,21 +270,12 @@ func FuzzSplice(f *testing.F) {
 	f.Fuzz(func(t *testing.T, first, second []byte) {
 		s := &splice{}
 		check := func(stream []byte) {
-			for {
-				ev, rest, ok := nextEvent(stream)
-				if !ok {
-					break
+			out, _ := feed(s, string(stream))
+			for _, o := range out {
+				blocks, rest := sse.Split([]byte(o))
+				if len(blocks) == 0 || len(rest) != 0 {
+					t.Fatalf("the splice sent %q, which is not whole events", o)
 				}
-				if len(ev) == 0 || !bytes.Equal(append(ev[:len(ev):len(ev)], rest...), stream) {
-					t.Fatalf("nextEvent(%q) split it into %q and %q", stream, ev, rest)
-				}
-				if last := ev[len(ev)-1]; last != '\n' && last != '\r' {
-					t.Fatalf("nextEvent(%q) gave %q, which does not end a line", stream, ev)
-				}
-				if out := s.event(ev); out != nil && !bytes.HasSuffix(out, []byte("\n\n")) && !bytes.Equal(out, ev) {
-					t.Fatalf("event %q became %q, which is not a whole event", ev, out)
-				}
-				stream = rest
 			}
 		}
 		check(first)
@@ -266,7 +337,7 @@ func TestCopyEventsFlushesOncePerRead(t *testing.T) {
 	body := chunkReader{ev1 + ev2 + ev3[:20], ev3[20:], end}
 	var started bool
 	var sent int64
-	if err := o.copyEvents(&body, &splice{}, 0, func(error) {}, &started, &sent); err != nil {
+	if err := o.copyEvents(&body, &watch{}, 0, func(error) {}, &started, &sent); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{ev1 + ev2, ev1 + ev2 + ev3, ev1 + ev2 + ev3 + end}

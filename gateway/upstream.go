@@ -29,7 +29,8 @@ type upstream struct {
 	transport *outlast.Transport // for a request that does not stream
 	stream    *outlast.Transport // for one that does: transport, with StreamHeaderTimeout
 	gates     *slotGates
-	latency   ewma // attempt durations, for busy responses' Retry-After
+	latency   ewma     // attempt durations, for busy responses' Retry-After
+	prefills  refusals // the models that refused a prefill (ContinuePrefill)
 	// models is Models with each new name as its JSON string, made once
 	// rather than for each request; nil without Models.
 	models map[string][]byte

@@ -55,7 +55,7 @@ func zeroSeries(upstreams ...string) map[string]float64 {
 			want[fmt.Sprintf(`%s{upstream=%q}`, name, u)] = 0
 		}
 		want[fmt.Sprintf(`outlast_gate_queue_depth{slot="",upstream=%q}`, u)] = 0
-		for _, o := range []string{"continued", "refused", "failed", "unsupported"} {
+		for _, o := range []string{"continued", "resumed", "refused", "failed", "restarted", "unsupported"} {
 			want[fmt.Sprintf(`outlast_continuations_total{outcome=%q,upstream=%q}`, o, u)] = 0
 		}
 	}

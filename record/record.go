@@ -89,15 +89,16 @@ type Request struct {
 	Moves []Move
 	// Continuations are the continuations of the request's stream, one
 	// for each time it broke after its first byte on an upstream that
-	// continues streams (outlast serve --continuation prefill), oldest
-	// first, those it could not make too. Nil when there were none.
+	// continues streams (outlast serve --continuation prefill or resume),
+	// oldest first, those it could not make too. Nil when there were none.
 	Continuations []Continuation
 }
 
 // A Continuation is one continuation of a stream that broke after its
 // first byte had reached the caller: the request sent again with the
 // answer so far as its final assistant message, the caller's stream
-// carrying on with the new text. Its JSON form is its tags'.
+// carrying on with the new text; or, for the Responses API, the stream
+// resumed after its last event forwarded. Its JSON form is its tags'.
 type Continuation struct {
 	// Upstream names the upstream whose stream broke.
 	Upstream string `json:"upstream"`
@@ -107,8 +108,9 @@ type Continuation struct {
 	// prefill; 0 when it sent the request as it was, nothing of the
 	// answer having come yet.
 	Prefill int64 `json:"prefill"`
-	// Outcome is how it ended: ContinuationOK, ContinuationRefused,
-	// ContinuationFailed or ContinuationUnsupported.
+	// Outcome is how it ended: ContinuationOK, ContinuationResumed,
+	// ContinuationRefused, ContinuationFailed, ContinuationRestarted or
+	// ContinuationUnsupported.
 	Outcome string `json:"outcome"`
 	// Reason says why it was not made, or failed; "" when it carried the
 	// stream on.
@@ -127,9 +129,23 @@ const (
 	ContinuationFailed = "failed"
 	// ContinuationUnsupported: the stream could not be continued safely
 	// (a tool call, reasoning, more than one choice, a shape outlast does
-	// not know), and was not.
+	// not know, a model that refused a prefill lately), and was not.
 	ContinuationUnsupported = "unsupported"
+	// ContinuationRestarted: the continuation's text began with the
+	// answer's opening (its server answered the prefill from the start
+	// rather than continuing it), and none of it reached the caller.
+	ContinuationRestarted = "restarted"
+	// ContinuationResumed: the stream was resumed after its last event
+	// forwarded (Responses API, serve --continuation resume), and carried
+	// the answer on.
+	ContinuationResumed = "resumed"
 )
+
+// CarriedOn reports whether the continuation carried the answer on:
+// continued or resumed.
+func (c Continuation) CarriedOn() bool {
+	return c.Outcome == ContinuationOK || c.Outcome == ContinuationResumed
+}
 
 // Answered returns the name of the upstream whose answer the caller got:
 // the one the last move went to, or Upstream. It may have made no

@@ -242,7 +242,7 @@ func (p *printer) table(r record.Request) {
 		fmt.Fprintf(tw, "  -\t-\t%s\n", strings.TrimSuffix(skipped, " "))
 	}
 	for _, c := range r.Continuations {
-		if c.Outcome != record.ContinuationOK {
+		if !c.CarriedOn() {
 			// A continuation with no attempt of its own, or whose
 			// attempts got no stream: the stream ended there.
 			fmt.Fprintf(tw, "  ~\t-\tthe stream broke after %d bytes and was not continued: %s (%s)\n", c.After, c.Outcome, c.Reason)

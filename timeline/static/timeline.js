@@ -455,7 +455,7 @@
     b.title = `attempt ${a.n}: ${what}, ${fmtDur(end - a.start)}` +
       (a.error && a.status ? ` (${a.error})` : "") +
       (a.probe ? "\nthe upstream's probe, while it was down" : "") +
-      (a.continued ? `\ncontinued the stream that broke, with ${a.prefill_bytes} bytes of the answer as its prefill` : "") +
+      (a.continued ? (a.prefill_bytes ? `\ncontinued the stream that broke, with ${a.prefill_bytes} bytes of the answer as its prefill` : "\ncarried on the stream that broke") : "") +
       (a.admission_wait ? `\nwaited ${fmtDur(a.admission_wait)} for the upstream` : "") +
       (a.retry_after ? `\nRetry-After ${fmtDur(a.retry_after)}` : "") +
       (a.retry_in ? `\nnext attempt in ${fmtDur(a.retry_in)}` : "");

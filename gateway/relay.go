@@ -1,0 +1,272 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/outlast-llm/outlast/internal/sse"
+	"github.com/outlast-llm/outlast/record"
+)
+
+// A follower reads the events that a relay forwards, on their way to the
+// caller.
+type follower interface {
+	// event takes one whole block of the stream, its bytes and its
+	// fields, and returns what goes to the caller: raw, a rewritten
+	// event, or nil for none; or an error that ends the stream there.
+	event(raw []byte, ev *sse.Event) ([]byte, error)
+	// passed tells of a block too long to hold (over maxPending), which
+	// went to the caller as it came.
+	passed(ev *sse.Event)
+	// ended says, once the stream's copy ended with err (nil at its
+	// clean end), how the stream the follower saw ended.
+	ended(err error) streamEnd
+}
+
+// A carrier is a follower that can carry a broken stream on: with a
+// prefill (splice), or by resuming it (resumer).
+type carrier interface {
+	follower
+	// carryOn sends, as r's next continuation, the request that carries
+	// the stream on after it broke with broke; it returns the stream that
+	// carries it on, or a *notContinued that says why there is none.
+	carryOn(r *relay, broke error) (*continued, error)
+}
+
+// streamEnd is how a stream that a relay forwarded ended.
+type streamEnd uint8
+
+const (
+	// endWhole: the caller has the answer's end, or it came but for its
+	// last events, which the relay adds (see splice's finish).
+	endWhole streamEnd = iota
+	// endFailed: the upstream's own error event reached the caller, and
+	// ends the stream.
+	endFailed
+	// endBroken: the stream broke before its end: cut, silent, closed
+	// early, or ended by an error event held back from the caller.
+	endBroken
+)
+
+// errEndedEarly is a stream that ended, cleanly, before its last event.
+var errEndedEarly = errors.New("the stream ended before its last event")
+
+// upstreamError is a stream that the upstream ended with an error event
+// of its own, mid-answer, which the relay held back from the caller: the
+// caller's error event quotes it.
+type upstreamError struct{ data []byte }
+
+func (e *upstreamError) Error() string { return "the upstream ended the stream with an error event" }
+
+// relay carries a committed event stream to the caller, to its end. It
+// is what the exchange does once the answer is committed: it forwards
+// whole events only, so that an error the gateway adds after a break is
+// an event a client reads, never joined to half of one; its follower
+// reads each event on the way, to tell a stream that ended in the
+// upstream's error event, or to carry the stream on when it breaks. Its
+// one way back to the exchange's attempts is exchange.again.
+type relay struct {
+	x     *exchange
+	from  *upstream // whose stream the caller is reading
+	n     int       // continuations made
+	broke error     // what broke the stream last
+}
+
+// continued is a stream that carries a broken one on, committed, with
+// the context of its attempts and the cancel that ends them.
+type continued struct {
+	resp   *http.Response
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// relay forwards resp, a committed event stream, through its follower,
+// and carries it on each time it breaks, while the follower may. It
+// returns the context of the stream forwarded last and nil once the
+// caller has the stream's end (the answer's, or the upstream's error
+// event), or the error that broke it, with why it was not carried on.
+func (x *exchange) relay(ctx context.Context, resp *http.Response, cancel context.CancelCauseFunc, failed bool) (context.Context, error) {
+	r := &relay{x: x, from: x.cur}
+	var f follower = &watch{}
+	if !failed {
+		f = r.follower()
+	}
+	defer func() {
+		if rs, ok := f.(*resumer); ok {
+			rs.release(r)
+		}
+	}()
+	body := resp.Body
+	for {
+		err := x.out.copyEvents(body, f, x.cur.IdleTimeout, cancel, &x.rec.Committed, &x.rec.Bytes)
+		body.Close()
+		if errors.Is(err, errClientGone) || x.r.Context().Err() != nil || errors.Is(context.Cause(ctx), errShutdown) {
+			return ctx, err // the caller left, or the gateway is stopping: nobody to carry it on for
+		}
+		if errors.Is(err, errRestarted) {
+			r.restarted()
+			return ctx, &notContinued{r.broke, errRestarted.Error()}
+		}
+		switch f.ended(err) {
+		case endWhole:
+			if s, ok := f.(*splice); ok {
+				// Whole, though the last events may not have come: the
+				// caller gets the end it would have had.
+				x.out.endStream(s, &x.rec.Bytes)
+			}
+			return ctx, nil
+		case endFailed:
+			x.rec.Error = record.ErrorUpstreamError
+			return ctx, nil
+		}
+		r.broke = brokeBy(f, err)
+		c, ok := f.(carrier)
+		if !ok {
+			return ctx, r.broke
+		}
+		cancel(nil)
+		next, cerr := c.carryOn(r, r.broke)
+		if cerr != nil {
+			return ctx, cerr
+		}
+		body, ctx, cancel = next.resp.Body, next.ctx, next.cancel
+	}
+}
+
+// brokeBy returns the failure that broke a stream: the upstream's error
+// event that f held back, err, or, at a clean end, errEndedEarly.
+func brokeBy(f follower, err error) error {
+	if s, ok := f.(*splice); ok && s.broke != nil {
+		return &upstreamError{s.broke}
+	}
+	if err == nil {
+		return errEndedEarly
+	}
+	return err
+}
+
+// follower returns the follower of the stream: a resumer for a Responses
+// API stream from an upstream that resumes them, a splice for one that
+// continues streams with a prefill, and a watch otherwise.
+func (r *relay) follower() follower {
+	switch r.from.Continuation {
+	case ContinuePrefill:
+		return &splice{}
+	case ContinueResume:
+		if r.x.resumable() {
+			return newResumer()
+		}
+	}
+	return &watch{}
+}
+
+// note records a continuation of the stream the caller is reading, under
+// the name of the upstream whose stream broke.
+func (r *relay) note(outcome, reason string, prefill int64) {
+	x := r.x
+	x.rec.Continuations = append(x.rec.Continuations, record.Continuation{
+		Upstream: r.from.Name, After: x.rec.Bytes, Prefill: prefill, Outcome: outcome, Reason: reason,
+	})
+}
+
+// splice makes the stream of the continuation just recorded the one the
+// caller reads: the bytes forwarded so far were the attempt's that broke
+// (done counts them so if the continuation fails instead).
+func (r *relay) splice() {
+	x := r.x
+	x.rec.Attempts[x.forwarder].Bytes = x.rec.Bytes - x.spliced
+	x.spliced = x.rec.Bytes
+	x.forwarder, r.from, x.streaming = len(x.rec.Attempts)-1, x.cur, x.cur
+}
+
+// restarted records that the continuation under way started the answer
+// over: the caller never had any of it.
+func (r *relay) restarted() {
+	cs := r.x.rec.Continuations
+	if n := len(cs); n > 0 {
+		cs[n-1].Outcome, cs[n-1].Reason = record.ContinuationRestarted, errRestarted.Error()
+	}
+}
+
+// bounded returns why the stream may not be carried on once more, or "":
+// each continuation bills the prompt again, and like a retry none is
+// started past the request's deadline less its reserve.
+func (r *relay) bounded() string {
+	switch {
+	case r.n == maxContinuations:
+		return fmt.Sprintf("it was carried on %d times already", maxContinuations)
+	case r.x.pastBound():
+		return "its deadline less its reserve has come"
+	}
+	return ""
+}
+
+// pastBound reports whether the request's deadline less its reserve has
+// come: a continuation, like a retry, is not started past it.
+func (x *exchange) pastBound() bool {
+	bound := x.opts.policy.Bound(x.opts.deadline)
+	return !bound.IsZero() && !time.Now().Before(bound)
+}
+
+// watch is the follower of a stream that is not carried on: every event
+// goes to the caller as it came, and watch notes whether one of them was
+// the upstream's error event, which ends the stream as its failure.
+type watch struct {
+	failed bool
+}
+
+func (w *watch) event(raw []byte, ev *sse.Event) ([]byte, error) {
+	if !w.failed && ev.HasData && sse.IsFailure(ev) {
+		w.failed = true
+	}
+	return raw, nil
+}
+
+func (w *watch) passed(ev *sse.Event) {
+	if ev.HasData && sse.IsFailure(ev) {
+		w.failed = true
+	}
+}
+
+// ended: a stream that is not carried on is whole at its clean end, last
+// event or not, as the upstream sent it; the caller has any error event
+// it sent.
+func (w *watch) ended(err error) streamEnd {
+	switch {
+	case w.failed:
+		return endFailed
+	case err == nil:
+		return endWhole
+	}
+	return endBroken
+}
+
+// ended: a stream continued with a prefill is whole once its answer's end
+// came (a finish reason, or the terminal event) with no error held back.
+func (s *splice) ended(err error) streamEnd {
+	if (err == nil || s.finished) && s.broke == nil && (s.done || s.finished) {
+		return endWhole
+	}
+	return endBroken
+}
+
+// quoted returns the upstream's error event that broke err's stream, if
+// the relay held one back, for the caller's error event to quote.
+func quoted(err error) []byte {
+	if ue, ok := errors.AsType[*upstreamError](err); ok {
+		return bytes.TrimSpace(ue.data)
+	}
+	return nil
+}
+
+// notContinuedWhy returns why err's stream was not carried on, or "".
+func notContinuedWhy(err error) string {
+	if nc, ok := errors.AsType[*notContinued](err); ok {
+		return nc.why
+	}
+	return ""
+}

@@ -1,0 +1,186 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outlast-llm/outlast/internal/redact"
+	"github.com/outlast-llm/outlast/internal/sse"
+	"github.com/outlast-llm/outlast/record"
+)
+
+// cancelTimeout bounds the request that cancels a background response
+// nobody will read.
+const cancelTimeout = 5 * time.Second
+
+// resumer follows a stream of OpenAI's Responses API that its upstream
+// makes in background (see ContinueResume): it notes the response's id
+// and the sequence number of the last event forwarded, so that a break
+// is resumed after it, and forwards each event once.
+type resumer struct {
+	id     string // the response's, from its first event
+	seq    int64  // the sequence_number of the last event forwarded; -1 before any
+	end    bool   // the stream's last event came: the response completed, incomplete or failed
+	failed bool   // and it was a failure, which the caller has
+	why    string // why the stream cannot be resumed, once known
+}
+
+func newResumer() *resumer { return &resumer{seq: -1} }
+
+// resumable reports whether the request is one its upstream resumes: a
+// stream of the Responses API's create, sent in background.
+func (x *exchange) resumable() bool {
+	return x.r.Method == http.MethodPost && strings.HasSuffix(x.path, "/responses") &&
+		x.rec.Stream && x.fields.store >= 0 && x.fields.background >= 0
+}
+
+// event forwards ev unless the caller has it from before a resumption,
+// and notes its sequence number and, from the first, the response's id.
+func (rs *resumer) event(raw []byte, ev *sse.Event) ([]byte, error) {
+	if !ev.HasData {
+		return raw, nil
+	}
+	var f struct {
+		Type     string `json:"type"`
+		Seq      *int64 `json:"sequence_number"`
+		Response struct {
+			ID string `json:"id"`
+		} `json:"response"`
+	}
+	if json.Unmarshal(ev.Data, &f) != nil || f.Seq == nil {
+		if rs.why == "" {
+			rs.why = "an event without a sequence_number"
+		}
+		return raw, nil
+	}
+	if *f.Seq <= rs.seq {
+		return nil, nil // the caller has it, from before the resumption
+	}
+	rs.seq = *f.Seq
+	if rs.id == "" {
+		rs.id = f.Response.ID
+	}
+	typ := f.Type
+	if len(ev.Name) > 0 {
+		typ = string(ev.Name)
+	}
+	switch typ {
+	case "response.completed", "response.incomplete":
+		rs.end = true
+	case "response.failed", "error":
+		rs.end, rs.failed = true, true
+	}
+	return raw, nil
+}
+
+// passed takes an event too long to hold: its sequence number is not
+// known, so what follows it cannot be asked for.
+func (rs *resumer) passed(*sse.Event) {
+	if rs.why == "" {
+		rs.why = "an event too long to hold"
+	}
+}
+
+// ended: a resumed stream is whole at its last event, and broken at any
+// end before it, a clean one included.
+func (rs *resumer) ended(error) streamEnd {
+	switch {
+	case rs.failed:
+		return endFailed
+	case rs.end:
+		return endWhole
+	}
+	return endBroken
+}
+
+// carryOn streams the rest of the response from the upstream the request
+// is at, after the last event forwarded, as a retry of the stream that
+// broke.
+func (rs *resumer) carryOn(r *relay, broke error) (*continued, error) {
+	why := rs.why
+	if why == "" && rs.id == "" {
+		why = "no response id came before the break"
+	}
+	if why == "" {
+		why = r.bounded()
+	}
+	if why != "" {
+		r.note(record.ContinuationUnsupported, why, 0)
+		return nil, &notContinued{broke, why}
+	}
+	r.n++
+	x := r.x
+	next, err := x.again(x.cur.stream, func(ctx context.Context) *http.Request {
+		return rs.request(ctx, x, "?stream=true&starting_after="+strconv.FormatInt(rs.seq, 10))
+	}, 0)
+	return r.judged(next, err, record.ContinuationResumed, 0, broke)
+}
+
+// request returns the request for the response's path with suffix: a GET
+// of it with a query, or its cancel; with the caller's headers and the
+// upstream's credential, as the request that created it had.
+func (rs *resumer) request(ctx context.Context, x *exchange, suffix string) *http.Request {
+	path, query, _ := strings.Cut(x.path+"/"+url.PathEscape(rs.id)+suffix, "?")
+	out := x.cur.outbound(ctx, x.r, path, false)
+	out.URL = x.cur.target(path, query)
+	out.Method, out.Body, out.GetBody, out.ContentLength = http.MethodGet, http.NoBody, nil, 0
+	if strings.HasSuffix(path, "/cancel") {
+		out.Method = http.MethodPost
+	}
+	if x.cur.Auth != nil {
+		x.cur.Auth.apply(out.Header)
+	}
+	return out
+}
+
+// release cancels the background response once the relay is done with a
+// stream that did not reach its end: nobody will read the rest, and it
+// must not go on generating, and billing, for nobody.
+func (rs *resumer) release(r *relay) {
+	if rs.end || rs.id == "" {
+		return
+	}
+	x := r.x
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.r.Context()), cancelTimeout)
+	defer cancel()
+	req := rs.request(ctx, x, "/cancel")
+	resp, err := x.cur.transport.Base.RoundTrip(req)
+	if err == nil {
+		discardBody(resp)
+		if resp.StatusCode >= 300 {
+			err = &statusText{resp.Status}
+		}
+	}
+	if err != nil {
+		x.g.logger.Warn("outlast: cancelling the background response failed", "id", x.rec.ID, "upstream", x.cur.Name, "error", redact.Text(err.Error()))
+		return
+	}
+	x.g.logger.Info("outlast: cancelled the background response no caller reads", "id", x.rec.ID, "upstream", x.cur.Name)
+}
+
+// statusText is a response's status as an error.
+type statusText struct{ status string }
+
+func (e *statusText) Error() string { return "status " + e.status }
+
+// withBackground returns body, a JSON object, with "background": true as
+// its first member.
+func withBackground(body []byte) []byte {
+	i := bytes.IndexByte(body, '{')
+	if i < 0 {
+		return body
+	}
+	rest := body[i+1:]
+	member := `"background":true`
+	if len(bytes.TrimLeft(rest, " \t\r\n")) > 0 && bytes.TrimLeft(rest, " \t\r\n")[0] != '}' {
+		member += ","
+	}
+	b := make([]byte, 0, len(body)+len(member))
+	return append(append(append(b, body[:i+1]...), member...), rest...)
+}
