@@ -268,16 +268,16 @@ var settings = []setting{
 			}
 		})},
 	{flag: "first-byte-timeout", key: "first_byte_timeout", scope: upstream, def: "5m", arg: "DURATION", example: "10m",
-		help: "bounds an attempt's wait for its answer's first byte, a whole non-stream answer as a rule (a stream's: its first event with data); a slower attempt is retried. 0 means no bound",
+		help: "bounds an attempt's wait for its answer's first byte, a whole non-stream answer as a rule (a stream's: its first event that carries the answer, past message_start, a role chunk or response.created); a slower attempt is retried. 0 means no bound",
 		set:  duration(func(t target, d time.Duration) { t.up.FirstByteTimeout = d })},
 	{flag: "stream-header-timeout", key: "stream_header_timeout", scope: upstream, def: "30s", arg: "DURATION", example: "10s",
 		help: "bounds a streaming attempt's wait for the upstream's response headers, which a server sends when it takes the request: a silent upstream is retried after this, while a model that thinks before its first token still has --first-byte-timeout. 0 means no bound of its own",
 		set:  duration(func(t target, d time.Duration) { t.up.StreamHeaderTimeout = d })},
 	{flag: "continuation", key: "continuation", scope: upstream, def: "off", arg: "HOW", example: "prefill",
-		help: "what becomes of a stream that breaks after its first byte reached the caller: off ends it with an error event; prefill sends the request again with the answer so far as its final assistant message and carries the caller's stream on with the new text (Anthropic, and OpenAI-compatible servers that continue one, such as vLLM and llama.cpp; not OpenAI's own API, which is refused). The prompt is billed again, with the answer so far as input",
+		help: "what becomes of a stream that breaks after its first byte reached the caller: off ends it with an error event; prefill sends the request again with the answer so far as its final assistant message and carries the caller's stream on with the new text (Anthropic, and OpenAI-compatible servers that continue one, such as vLLM and llama.cpp; not OpenAI's own API, which is refused); the prompt is billed again, with the answer so far as input. resume, for OpenAI's Responses API, creates each streamed response in background (stored by the provider, so not for zero-data-retention accounts) and streams the rest of a broken one after its last event, the same bytes, with no second generation",
 		set: func(t target, s string) (err error) {
 			if t.up.Continuation, err = gateway.ParseContinuation(s); err != nil {
-				return errors.New("want off or prefill")
+				return errors.New("want off, prefill or resume")
 			}
 			return nil
 		}},
