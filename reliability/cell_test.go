@@ -25,6 +25,7 @@ import (
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gate"
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/internal/sse"
 	"github.com/outlast-llm/outlast/mockllm"
 	"github.com/outlast-llm/outlast/record"
 )
@@ -404,7 +405,7 @@ func read(r *request, body io.ReadCloser, cancel context.CancelFunc) string {
 			timer.Reset(callerPatience)
 		}
 		switch {
-		case err == io.EOF && bytes.Contains(got.Bytes(), []byte("event: error")):
+		case err == io.EOF && hasErrorEvent(got.Bytes()):
 			return "error event"
 		case err == io.EOF:
 			return ""
@@ -414,6 +415,19 @@ func read(r *request, body io.ReadCloser, cancel context.CancelFunc) string {
 			return "cut"
 		}
 	}
+}
+
+// hasErrorEvent reports whether a stream holds an error event, as the one
+// SSE scanner reads it: "event: error", or an error object as data, as
+// OpenAI sends one mid-stream.
+func hasErrorEvent(stream []byte) bool {
+	blocks, _ := sse.Split(stream)
+	for i := range blocks {
+		if blocks[i].HasData && sse.IsFailure(&blocks[i].Event) {
+			return true
+		}
+	}
+	return false
 }
 
 // outcome is the request's cell text: the attempts the caller is told of

@@ -116,6 +116,12 @@ var faults = []fault{
 	{id: "sse-error-first-sliced", name: "the same, in 8-byte slices", how: "mockllm `overloaded-stream`, Toxiproxy `slicer`",
 		script: "overloaded-stream", toxic: &toxic{"slicer", map[string]int{"average_size": 8, "size_variation": 4, "delay": 100}},
 		want: every("3 → 200, error event")},
+	// An error after the stream's preamble, before any of the answer: the
+	// commit point is the first event that carries the answer, so this is
+	// a failed attempt too. A request that is not a stream gets the error
+	// as the 500 it stands for.
+	{id: "sse-error-after-preamble", name: "a 200 stream's error event after its preamble (the role chunk), before any text", how: "mockllm `error-after=0`",
+		script: "error-after=0", want: [4]string{"3 → 500", "3 → 200, error event", "3 → 500", "3 → 200, error event"}},
 	// Past the commit point: the caller has bytes, so nothing is re-sent.
 	// The gateway's non-stream caller has the status line and every byte
 	// the record counts, and then a cut connection.
@@ -225,7 +231,7 @@ func runCell(t *testing.T, f fault, p path) string {
 func renderMatrix(got map[string]string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Each cell is a request (four in the last row) through the library's `outlast.Transport` or through the gateway, under a policy of three attempts with waits of %v (%v where the upstream restarts), to `mockllm`, behind Toxiproxy for the network's faults. The first-byte timeout is %v where the fault is a silence, and %v elsewhere, where no attempt comes near it; the gateway's idle timeout is %v. Unless its row says otherwise, a fault lasts for every attempt.\n\n", policyWait, restartWait, shortFirstByte, longFirstByte, idleTimeout)
-	b.WriteString("A cell reads *attempts → what the caller got*: the status, with the gateway's `Outlast-Error` kind if it made the answer itself, or the error the Transport returned, as `outlast.Classify` names it; then how the body ended, if not cleanly: *cut* (the connection broke), *error event* (the stream ended with `event: error`) or *stalled* (the caller's own read timeout of ")
+	b.WriteString("A cell reads *attempts → what the caller got*: the status, with the gateway's `Outlast-Error` kind if it made the answer itself, or the error the Transport returned, as `outlast.Classify` names it; then how the body ended, if not cleanly: *cut* (the connection broke), *error event* (the stream ended with an error event: `event: error`, or an error object as data, as OpenAI sends one) or *stalled* (the caller's own read timeout of ")
 	fmt.Fprintf(&b, "%v gave up). Every cell also checks that no attempt started after a byte of the body reached the caller, and that the attempts in the record (the Transport's hooks; the gateway's `Outlast-Attempts` and its `record.Observer`) are the requests the upstream saw (the mock's count, plus the connections the kernel refused).\n\n", callerPatience)
 	b.WriteString("| fault | injected by |")
 	for _, p := range paths {
