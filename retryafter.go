@@ -1,8 +1,9 @@
 package outlast
 
 import (
-	"errors"
-	"math"
+	"bytes"
+	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -55,8 +56,9 @@ func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 
 // parseDelay parses a non-negative decimal number of units, of any
 // length (RFC 9110's delay-seconds is 1*DIGIT, unbounded), capped at
-// maxDelay. It refuses signs, exponents, hex, "Inf" and "NaN", which
-// strconv.ParseFloat would otherwise take.
+// maxDelay. It refuses signs, exponents, hex, "Inf" and "NaN". The
+// arithmetic is exact, in whole nanoseconds: digits past a nanosecond are
+// dropped.
 func parseDelay(s string, unit time.Duration) (time.Duration, bool) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -72,19 +74,24 @@ func parseDelay(s string, unit time.Duration) (time.Duration, bool) {
 			return 0, false
 		}
 	}
-	// s is digits with at most one dot, so ParseFloat's only error is
-	// ErrRange, for a number past float64's range (310 digits or more),
-	// and then f is +Inf: a valid delay, capped below like any other
-	// past maxDelay, not ignored.
-	f, err := strconv.ParseFloat(s, 64)
-	if (err != nil && !errors.Is(err, strconv.ErrRange)) || math.IsNaN(f) || f < 0 {
-		return 0, false
+	whole, frac, _ := strings.Cut(s, ".")
+	whole = strings.TrimLeft(whole, "0")
+	limit := uint64(maxDelay / unit)
+	if len(whole) > 19 {
+		return maxDelay, true // past uint64, and far past the cap
 	}
-	d := f * float64(unit)
-	if d >= float64(maxDelay) {
+	n := uint64(0)
+	if whole != "" {
+		n, _ = strconv.ParseUint(whole, 10, 64) // digits only, at most 19: it cannot fail
+	}
+	if n >= limit {
 		return maxDelay, true
 	}
-	return time.Duration(d), true
+	d := time.Duration(n) * unit
+	for i, place := 0, unit/10; i < len(frac) && place > 0; i, place = i+1, place/10 {
+		d += time.Duration(frac[i]-'0') * place
+	}
+	return min(d, maxDelay), true
 }
 
 // RateLimitReset returns how long until a response's rate limit lets a
@@ -116,4 +123,74 @@ func RateLimitReset(h http.Header, now time.Time) (time.Duration, bool) {
 		}
 	}
 	return 0, false
+}
+
+// maxRetryInfo bounds how much of a failed response's body is read for
+// its delay: an error object with its details is far smaller.
+const maxRetryInfo = 16 << 10
+
+// retryInfo returns the delay a failed response's JSON body asks for, as
+// Google's APIs (Gemini's among them) send it instead of a Retry-After:
+// google.rpc.RetryInfo's retryDelay among the error's details, a
+// protobuf Duration such as "45.8s". The body is an error object, or a
+// list of them, of which the first counts. It reports false for a body
+// that holds no such delay, or one that is malformed or negative.
+func retryInfo(body []byte) (time.Duration, bool) {
+	type status struct {
+		Error struct {
+			Details []struct {
+				Type       string `json:"@type"`
+				RetryDelay string `json:"retryDelay"`
+			} `json:"details"`
+		} `json:"error"`
+	}
+	var s status
+	if err := json.Unmarshal(body, &s); err != nil {
+		var list []status
+		if json.Unmarshal(body, &list) != nil || len(list) == 0 {
+			return 0, false
+		}
+		s = list[0]
+	}
+	for _, d := range s.Error.Details {
+		if !strings.HasSuffix(d.Type, "google.rpc.RetryInfo") {
+			continue
+		}
+		// A Duration's JSON is seconds with up to nine decimals and an
+		// "s": what parseDelay reads, less the unit.
+		if v, ok := strings.CutSuffix(d.RetryDelay, "s"); ok {
+			return parseDelay(v, time.Second)
+		}
+	}
+	return 0, false
+}
+
+// bodyRetryInfo returns the delay that a failed response asks for in its
+// JSON body (see retryInfo), for a 429 or 503 whose headers ask for none.
+// It reads up to maxRetryInfo bytes of the body and puts them back, so
+// that the caller reads the body whole.
+func bodyRetryInfo(resp *http.Response) (time.Duration, bool) {
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable || resp.Body == nil || resp.Body == http.NoBody {
+		return 0, false
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "" && !strings.Contains(ct, "json") {
+		return 0, false
+	}
+	head, err := io.ReadAll(io.LimitReader(resp.Body, maxRetryInfo))
+	resp.Body = readCloser{io.MultiReader(bytes.NewReader(head), errReader{err}, resp.Body), resp.Body}
+	if err != nil {
+		return 0, false
+	}
+	return retryInfo(head)
+}
+
+// errReader returns err, if any, where a body's read failed, so that a
+// body read again fails where it did.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	return 0, io.EOF
 }

@@ -316,7 +316,10 @@ func (c *call) judge(r *http.Request, resp *http.Response, err error, res *resul
 			res.at.Status = se.StatusCode
 		}
 	case isFailure(resp.StatusCode):
-		d, _ := RetryAfter(resp.Header, res.at.End)
+		d, ok := RetryAfter(resp.Header, res.at.End)
+		if !ok {
+			d, _ = bodyRetryInfo(resp)
+		}
 		d, res.at.RetryAfterCut = c.capDelay(r, d)
 		res.fail = &StatusError{StatusCode: resp.StatusCode, Header: resp.Header, RetryAfter: d}
 		res.at.Status, res.at.RetryAfter = resp.StatusCode, d

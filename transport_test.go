@@ -942,3 +942,33 @@ func TestTransportOwnedHeaders(t *testing.T) {
 		}
 	}
 }
+
+// Gemini's 429 carries its wait in the body, as google.rpc.RetryInfo's
+// retryDelay, and no Retry-After: it is honoured as one, within
+// MaxRetryAfter, and the caller that gets the 429 reads its body whole.
+func TestTransportGeminiRetryDelay(t *testing.T) {
+	body := `{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"3s"}]}}`
+	gemini := step{status: 429, header: map[string]string{"Content-Type": "application/json; charset=UTF-8"}, body: body}
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(gemini, step{})
+		tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: ms(100)}, Logger: discardLogger()}
+		if code, _, err := get(t, context.Background(), tr); err != nil || code != 200 {
+			t.Fatalf("got %d %v, want 200", code, err)
+		}
+		if at := fake.attempts(); len(at) != 2 || at[1].at.Sub(at[0].at) < 3*time.Second {
+			t.Errorf("attempts at %v, want the retry at least 3 s after the 429", at)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(gemini)
+		tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: ms(100), MaxAttempts: 2}, MaxRetryAfter: time.Second, Logger: discardLogger()}
+		start := time.Now()
+		code, got, err := get(t, context.Background(), tr)
+		if err != nil || code != 429 || got != body {
+			t.Fatalf("got %d %q %v, want the 429 with its body whole", code, got, err)
+		}
+		if took := time.Since(start); took != time.Second {
+			t.Errorf("waited %v, want the delay cut to MaxRetryAfter, 1s", took)
+		}
+	})
+}
