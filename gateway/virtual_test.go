@@ -173,6 +173,53 @@ func TestProgressComments(t *testing.T) {
 	})
 }
 
+// pausedBody is a body that sends its first part, waits pause, then
+// sends the rest, in virtual time.
+type pausedBody struct {
+	first, rest string
+	pause       time.Duration
+}
+
+func (b *pausedBody) Read(p []byte) (int, error) {
+	switch {
+	case b.first != "":
+		n := copy(p, b.first)
+		b.first = b.first[n:]
+		return n, nil
+	case b.pause > 0:
+		time.Sleep(b.pause)
+		b.pause = 0
+	case b.rest == "":
+		return 0, io.EOF
+	}
+	n := copy(p, b.rest)
+	b.rest = b.rest[n:]
+	return n, nil
+}
+
+func (b *pausedBody) Close() error { return nil }
+
+// The events before a stream's answer are held until its first content
+// event, and progress comments flow while they are: a model that takes
+// 40 s to its first token after message_start keeps the caller's
+// connection alive, and the caller then reads the stream whole, its
+// preamble once.
+func TestProgressWhilePreambleHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"content\":[]}}\n\n"
+		text := "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"
+		f := &fakeUpstream{script: []func() *http.Response{func() *http.Response {
+			return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: &pausedBody{first: start, rest: text, pause: 40 * time.Second}}
+		}}}
+		g := virtualGateway(t, f, &outlast.Policy{Waits: []time.Duration{time.Second}})
+		rec := serve(g, `{"stream":true}`, map[string]string{"Outlast-Progress": "sse"})
+		want := ": outlast waiting\n\n" + ": outlast waiting\n\n" + start + text
+		if rec.Code != 200 || rec.Body.String() != want || f.attempts() != 1 {
+			t.Errorf("got %d after %d attempts\n%s\nwant 200 after 1\n%s", rec.Code, f.attempts(), rec.Body.String(), want)
+		}
+	})
+}
+
 // Once progress comments have gone out, an upstream failure before the
 // stream starts ends the response as an error event, and the record
 // keeps the failure the caller got, not the 200 that carried it.
