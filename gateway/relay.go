@@ -16,12 +16,13 @@ import (
 // caller.
 type follower interface {
 	// event takes one whole block of the stream, its bytes and its
-	// fields, and returns what goes to the caller: raw, a rewritten
-	// event, or nil for none; or an error that ends the stream there.
-	event(raw []byte, ev *sse.Event) ([]byte, error)
+	// fields (which share raw's), and returns what goes to the caller:
+	// raw, a rewritten event, or nil for none; or an error that ends the
+	// stream there.
+	event(raw []byte, ev sse.Event) ([]byte, error)
 	// passed tells of a block too long to hold (over maxPending), which
 	// went to the caller as it came.
-	passed(ev *sse.Event)
+	passed(ev sse.Event)
 	// ended says, once the stream's copy ended with err (nil at its
 	// clean end), how the stream the follower saw ended.
 	ended(err error) streamEnd
@@ -74,6 +75,7 @@ type relay struct {
 	from  *upstream // whose stream the caller is reading
 	n     int       // continuations made
 	broke error     // what broke the stream last
+	watch watch     // the follower of a stream that is not carried on
 }
 
 // continued is a stream that carries a broken one on, committed, with
@@ -91,7 +93,7 @@ type continued struct {
 // event), or the error that broke it, with why it was not carried on.
 func (x *exchange) relay(ctx context.Context, resp *http.Response, cancel context.CancelCauseFunc, failed bool) (context.Context, error) {
 	r := &relay{x: x, from: x.cur}
-	var f follower = &watch{}
+	var f follower = &r.watch
 	if !failed {
 		f = r.follower()
 	}
@@ -161,7 +163,7 @@ func (r *relay) follower() follower {
 			return newResumer()
 		}
 	}
-	return &watch{}
+	return &r.watch
 }
 
 // note records a continuation of the stream the caller is reading, under
@@ -219,15 +221,15 @@ type watch struct {
 	failed bool
 }
 
-func (w *watch) event(raw []byte, ev *sse.Event) ([]byte, error) {
-	if !w.failed && ev.HasData && sse.IsFailure(ev) {
+func (w *watch) event(raw []byte, ev sse.Event) ([]byte, error) {
+	if !w.failed && ev.HasData && sse.IsFailure(&ev) {
 		w.failed = true
 	}
 	return raw, nil
 }
 
-func (w *watch) passed(ev *sse.Event) {
-	if ev.HasData && sse.IsFailure(ev) {
+func (w *watch) passed(ev sse.Event) {
+	if ev.HasData && sse.IsFailure(&ev) {
 		w.failed = true
 	}
 }

@@ -345,7 +345,7 @@ func (c *eventCopy) take(p []byte) error {
 			}
 			if ended {
 				c.passing = false
-				c.f.passed(c.s.Event())
+				c.f.passed(*c.s.Event())
 			}
 		case !ended:
 			c.pending = append(c.pending, raw...)
@@ -362,7 +362,7 @@ func (c *eventCopy) take(p []byte) error {
 				c.pending = append(c.pending, raw...)
 				raw = c.pending
 			}
-			out, err := c.f.event(raw, c.s.Event())
+			out, err := c.f.event(raw, *c.s.Event())
 			c.pending = c.pending[:0]
 			if err != nil {
 				return err
@@ -382,15 +382,18 @@ func (c *eventCopy) end() error {
 		return nil
 	}
 	raw := c.pending
-	if _, ended := c.s.Scan([]byte("\n\n")); !ended {
+	if _, ended := c.s.Scan(blankLine); !ended {
 		return nil // blank lines alone: nothing a client reads
 	}
-	out, err := c.f.event(raw, c.s.Event())
+	out, err := c.f.event(raw, *c.s.Event())
 	if err != nil {
 		return err
 	}
 	return c.write(out)
 }
+
+// blankLine ends an event.
+var blankLine = []byte("\n\n")
 
 // write sends out, if any, to the caller.
 func (c *eventCopy) write(out []byte) error {

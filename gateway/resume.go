@@ -42,7 +42,7 @@ func (x *exchange) resumable() bool {
 
 // event forwards ev unless the caller has it from before a resumption,
 // and notes its sequence number and, from the first, the response's id.
-func (rs *resumer) event(raw []byte, ev *sse.Event) ([]byte, error) {
+func (rs *resumer) event(raw []byte, ev sse.Event) ([]byte, error) {
 	if !ev.HasData {
 		return raw, nil
 	}
@@ -81,7 +81,7 @@ func (rs *resumer) event(raw []byte, ev *sse.Event) ([]byte, error) {
 
 // passed takes an event too long to hold: its sequence number is not
 // known, so what follows it cannot be asked for.
-func (rs *resumer) passed(*sse.Event) {
+func (rs *resumer) passed(sse.Event) {
 	if rs.why == "" {
 		rs.why = "an event too long to hold"
 	}

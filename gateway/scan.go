@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/outlast-llm/outlast/internal/jsonscan"
 )
 
 // bodyFields are what the gateway reads from a JSON request body.
@@ -31,40 +33,18 @@ type bodyFields struct {
 // and was most of the gateway's cost with 16 KiB bodies.
 func scanBody(b []byte) (f bodyFields, ok bool) {
 	f.slot = -1
-	s := scanner{b: b}
-	if !s.next('{') {
-		return f, false
-	}
-	if s.space(); s.peek() == '}' {
-		return f, true
-	}
-	for {
-		key, kok := s.str()
-		if !kok || !s.next(':') {
-			return f, false
-		}
-		s.space()
-		start := s.i
-		if !s.skipValue() {
-			return f, false
-		}
-		f.set(key, b[start:s.i])
+	s := jsonscan.Scanner{B: b}
+	ok = s.Members(func(key, v []byte) {
+		f.set(key, v)
 		if string(key) == "model" {
 			f.modelAt, f.modelEnd = 0, 0
-			if b[start] == '"' {
-				f.modelAt, f.modelEnd = start, s.i
+			if v[0] == '"' {
+				f.modelAt = s.I - len(v)
+				f.modelEnd = f.modelAt + len(v)
 			}
 		}
-		switch s.space(); s.peek() {
-		case ',':
-			s.i++
-			s.space()
-		case '}':
-			return f, true
-		default:
-			return f, false
-		}
-	}
+	})
+	return f, ok
 }
 
 // set records the value of a field the gateway reads. As in
@@ -117,111 +97,4 @@ func jsonString(v []byte) string {
 		return string(raw)
 	}
 	return s
-}
-
-// scanner walks a JSON text without decoding it.
-type scanner struct {
-	b []byte
-	i int
-}
-
-func (s *scanner) peek() byte {
-	if s.i < len(s.b) {
-		return s.b[s.i]
-	}
-	return 0
-}
-
-func (s *scanner) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-// next skips space and then c, and reports whether c was there.
-func (s *scanner) next(c byte) bool {
-	s.space()
-	if s.peek() != c {
-		return false
-	}
-	s.i++
-	return true
-}
-
-// str reads a string and returns its raw contents: only keys are read
-// this way, and the keys the gateway wants have no escapes. The contents
-// are not copied, since most keys are only compared and dropped.
-func (s *scanner) str() ([]byte, bool) {
-	s.space()
-	start := s.i
-	if !s.skipString() {
-		return nil, false
-	}
-	return s.b[start+1 : s.i-1], true
-}
-
-// skipString skips a string, escapes included.
-func (s *scanner) skipString() bool {
-	if s.peek() != '"' {
-		return false
-	}
-	for s.i++; s.i < len(s.b); s.i++ {
-		switch s.b[s.i] {
-		case '\\':
-			s.i++
-		case '"':
-			s.i++
-			return true
-		}
-	}
-	return false
-}
-
-// skipValue skips one value: a string, or anything up to the end of its
-// nesting, counting brackets outside strings.
-func (s *scanner) skipValue() bool {
-	switch s.peek() {
-	case '"':
-		return s.skipString()
-	case '{', '[':
-		return s.skipNested()
-	}
-	start := s.i
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return s.i > start
-		}
-		s.i++
-	}
-	return false
-}
-
-// skipNested skips an object or array.
-func (s *scanner) skipNested() bool {
-	depth := 0
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case '"':
-			if !s.skipString() {
-				return false
-			}
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			depth--
-			if depth == 0 {
-				s.i++
-				return true
-			}
-		}
-		s.i++
-	}
-	return false
 }

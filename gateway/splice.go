@@ -100,7 +100,7 @@ func (s *splice) begin(cut string) {
 // event observes ev, one whole event whose bytes are raw, and returns
 // what goes to the caller: raw itself, a rewritten event, or nil for
 // none; or errRestarted, which ends a continuation that started over.
-func (s *splice) event(raw []byte, ev *sse.Event) ([]byte, error) {
+func (s *splice) event(raw []byte, ev sse.Event) ([]byte, error) {
 	if !ev.HasData {
 		return raw, nil // a comment, or an event without data: no client dispatches it
 	}
@@ -108,7 +108,7 @@ func (s *splice) event(raw []byte, ev *sse.Event) ([]byte, error) {
 		return nil, nil // the caller has the stream's end: one end, and nothing after it
 	}
 	if s.api == apiUnknown {
-		s.api = detectAPI(ev)
+		s.api = detectAPI(&ev)
 	}
 	var out []byte
 	text := ""
@@ -404,7 +404,7 @@ func (s *splice) unsupported(why string) {
 
 // passed takes an event too long to hold, which went to the caller as it
 // came: the splice cannot account for it.
-func (s *splice) passed(*sse.Event) {
+func (s *splice) passed(sse.Event) {
 	s.unsupported("an event too long to hold")
 }
 

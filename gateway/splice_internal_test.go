@@ -121,7 +121,7 @@ func TestSpliceStrip(t *testing.T) {
 func feed(s *splice, stream string) (out []string, err error) {
 	blocks, _ := sse.Split([]byte(stream))
 	for i := range blocks {
-		b, err := s.event(blocks[i].Raw, &blocks[i].Event)
+		b, err := s.event(blocks[i].Raw, blocks[i].Event)
 		if err != nil {
 			return out, err
 		}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+
+	"github.com/outlast-llm/outlast/internal/jsonscan"
 )
 
 // A Kind is what an event means to the commit point: whether it carries
@@ -48,47 +50,138 @@ func (k Kind) String() string {
 	return "Kind(?)"
 }
 
-// fields is what the kinds read of an event's JSON data, for every API
-// at once: one decoding a judged event.
-type fields struct {
-	Type    string          `json:"type"`
-	Object  string          `json:"object"`
-	Error   json.RawMessage `json:"error"`
-	Code    json.RawMessage `json:"code"`
-	Usage   json.RawMessage `json:"usage"`
-	Choices []struct {
-		Delta struct {
-			Content          *string         `json:"content"`
-			Refusal          *string         `json:"refusal"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-			FunctionCall     json.RawMessage `json:"function_call"`
-			ReasoningContent *string         `json:"reasoning_content"`
-			Reasoning        *string         `json:"reasoning"`
-		} `json:"delta"`
-		Text         *string `json:"text"` // a legacy completion's
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	ContentBlock struct {
-		Type     string `json:"type"`
-		Text     string `json:"text"`
-		Thinking string `json:"thinking"`
-	} `json:"content_block"`
-	Item struct {
-		Type    string            `json:"type"`
-		Content []json.RawMessage `json:"content"`
-		Summary []json.RawMessage `json:"summary"`
-	} `json:"item"`
-	Part struct {
-		Text string `json:"text"`
-	} `json:"part"`
-	Response struct {
-		Error json.RawMessage `json:"error"`
-	} `json:"response"`
+// facts are what the kinds read of an event's JSON data, for every API at
+// once, in one walk that decodes nothing and allocates nothing: the
+// commit point asks them of a stream's first events, and a relay whether
+// each event it forwards is a failure. Keys are matched as the APIs write
+// them; strings are compared raw, as type names hold no escapes.
+type facts struct {
+	typ, object []byte // the data's "type" and "object"
+	errorObject bool   // an "error" member that is an object
+	usage       bool   // a "usage" member that is not null
+	choices     bool   // a "choices" array: an OpenAI chunk, or a legacy completion's
+	carries     bool   // one of its choices carries the answer
+	blockType   []byte // Anthropic's content_block's type
+	blockFull   bool   // and its text or thinking is not empty
+	itemType    []byte // the Responses API's output item's type
+	itemFull    bool   // and its content or summary is not empty
+	partFull    bool   // its content part's text is not empty
 }
 
-// KindOf returns the kind of ev, an event with data. It decodes the
-// event's JSON; data that is not JSON is Content, as outlast does not
-// know it.
+// skim reads the facts of data, a JSON object, and reports whether it is
+// one: anything else is an event outlast does not know.
+func skim(data []byte) (f facts, ok bool) {
+	s := jsonscan.Scanner{B: data}
+	ok = s.Members(func(key, v []byte) {
+		switch string(key) {
+		case "type":
+			f.typ = rawString(v)
+		case "object":
+			f.object = rawString(v)
+		case "error":
+			f.errorObject = v[0] == '{'
+		case "usage":
+			f.usage = !isNull(v)
+		case "choices":
+			f.choices = v[0] == '['
+			f.carries = f.choices && choicesCarry(v)
+		case "content_block":
+			f.blockType, f.blockFull = nil, false
+			members(v, func(k, w []byte) {
+				switch string(k) {
+				case "type":
+					f.blockType = rawString(w)
+				case "text", "thinking":
+					f.blockFull = f.blockFull || nonEmpty(w)
+				}
+			})
+		case "item":
+			f.itemType, f.itemFull = nil, false
+			members(v, func(k, w []byte) {
+				switch string(k) {
+				case "type":
+					f.itemType = rawString(w)
+				case "content", "summary":
+					f.itemFull = f.itemFull || len(w) > 2 && w[0] == '[' && !isEmptyArray(w)
+				}
+			})
+		case "part":
+			f.partFull = false
+			members(v, func(k, w []byte) {
+				if string(k) == "text" {
+					f.partFull = nonEmpty(w)
+				}
+			})
+		}
+	})
+	s.Space()
+	return f, ok && s.I == len(data)
+}
+
+// choicesCarry reports whether one of an OpenAI chunk's choices carries
+// the answer: a finish reason, a legacy completion's text, or a delta
+// with content, a refusal, reasoning or a tool call.
+func choicesCarry(v []byte) bool {
+	carries := false
+	s := jsonscan.Scanner{B: v}
+	s.Elements(func(choice []byte) {
+		members(choice, func(k, w []byte) {
+			switch string(k) {
+			case "finish_reason":
+				carries = carries || !isNull(w)
+			case "text":
+				carries = carries || nonEmpty(w)
+			case "delta":
+				members(w, func(dk, dv []byte) {
+					switch string(dk) {
+					case "content", "refusal", "reasoning_content", "reasoning":
+						carries = carries || nonEmpty(dv)
+					case "tool_calls", "function_call":
+						carries = carries || !isNull(dv)
+					}
+				})
+			}
+		})
+	})
+	return carries
+}
+
+// members walks v's members if v is an object.
+func members(v []byte, member func(key, value []byte)) {
+	if len(v) > 0 && v[0] == '{' {
+		s := jsonscan.Scanner{B: v}
+		s.Members(member)
+	}
+}
+
+// rawString returns a JSON string's contents as they stand, or nil for a
+// value that is not a string.
+func rawString(v []byte) []byte {
+	if len(v) >= 2 && v[0] == '"' {
+		return v[1 : len(v)-1]
+	}
+	return nil
+}
+
+func isNull(v []byte) bool { return string(v) == "null" }
+
+// nonEmpty reports whether v is a string that is not empty.
+func nonEmpty(v []byte) bool { return len(v) > 2 && v[0] == '"' }
+
+// isEmptyArray reports whether v, an array, holds nothing but space.
+func isEmptyArray(v []byte) bool {
+	for _, c := range v[1 : len(v)-1] {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return true
+}
+
+// KindOf returns the kind of ev, an event with data. Data that is not a
+// JSON object is Content, as outlast does not know it; so is data with
+// text (see hasText), and a failure only if it may name an error (see
+// mayNameError), as IsFailure reads it.
 func KindOf(ev *Event) Kind {
 	switch string(ev.Name) {
 	case "error", "response.failed":
@@ -97,14 +190,17 @@ func KindOf(ev *Event) Kind {
 	if string(ev.Data) == "[DONE]" {
 		return End
 	}
+	if len(ev.Name) == 0 && !mayNameError(ev.Data) && hasText(ev.Data) {
+		return Content
+	}
 	f, typ, ok := decode(ev)
 	if !ok {
 		return Content
 	}
 	switch {
-	case f.failed(typ):
+	case f.failed(typ) && mayNameError(ev.Data):
 		return Failure
-	case f.Object == "chat.completion.chunk" || f.Choices != nil:
+	case string(f.object) == "chat.completion.chunk" || f.choices:
 		return f.chatKind()
 	}
 	switch typ {
@@ -112,15 +208,15 @@ func KindOf(ev *Event) Kind {
 		"response.created", "response.queued", "response.in_progress":
 		return Preamble
 	case "content_block_start":
-		if b := f.ContentBlock; (b.Type == "text" || b.Type == "thinking") && b.Text == "" && b.Thinking == "" {
+		if t := string(f.blockType); (t == "text" || t == "thinking") && !f.blockFull {
 			return Preamble
 		}
 	case "response.output_item.added":
-		if (f.Item.Type == "message" || f.Item.Type == "reasoning") && len(f.Item.Content) == 0 && len(f.Item.Summary) == 0 {
+		if t := string(f.itemType); (t == "message" || t == "reasoning") && !f.itemFull {
 			return Preamble
 		}
 	case "response.content_part.added", "response.reasoning_summary_part.added":
-		if f.Part.Text == "" {
+		if !f.partFull {
 			return Preamble
 		}
 	case "message_stop", "response.completed", "response.incomplete":
@@ -129,38 +225,28 @@ func KindOf(ev *Event) Kind {
 	return Content
 }
 
-// failed reports whether an event of type typ with these fields is an
+// failed reports whether an event of type typ with these facts is an
 // error: Anthropic's and the Responses API's error type, the Responses
 // API's response.failed, or an error object at the top, as an OpenAI
 // chunk or llama.cpp sends one.
-func (f *fields) failed(typ string) bool {
-	return typ == "error" || typ == "response.failed" || isObject(f.Error)
+func (f *facts) failed(typ string) bool {
+	return typ == "error" || typ == "response.failed" || f.errorObject
 }
 
 // chatKind is the kind of an OpenAI chat chunk (or a legacy completion's):
 // Preamble while no choice carries anything but its role, and a chunk
 // without choices carries no usage (Azure's first chunk holds only its
 // prompt filter results).
-func (f *fields) chatKind() Kind {
-	if len(f.Choices) == 0 {
-		if present(f.Usage) {
-			return Content
-		}
-		return Preamble
-	}
-	for _, c := range f.Choices {
-		d := c.Delta
-		if c.FinishReason != nil || nonEmpty(c.Text) || nonEmpty(d.Content) || nonEmpty(d.Refusal) || nonEmpty(d.ReasoningContent) ||
-			nonEmpty(d.Reasoning) || present(d.ToolCalls) || present(d.FunctionCall) {
-			return Content
-		}
+func (f *facts) chatKind() Kind {
+	if f.carries || f.usage {
+		return Content
 	}
 	return Preamble
 }
 
 // IsFailure reports whether ev, an event with data, is a Failure, as
-// KindOf would say, decoding the data only when it may name an error:
-// a relay asks it of every event it forwards.
+// KindOf would say, reading the data only when it may name an error: a
+// relay asks it of every event it forwards.
 func IsFailure(ev *Event) bool {
 	switch string(ev.Name) {
 	case "error", "response.failed":
@@ -173,40 +259,48 @@ func IsFailure(ev *Event) bool {
 	return ok && f.failed(typ)
 }
 
-// decode reads ev's data, and returns it with the event's type: its
-// name, as Anthropic's and the Responses API's events are named as their
-// type, or the data's type. ok is false for data that is not JSON.
-func decode(ev *Event) (f fields, typ string, ok bool) {
-	if json.Unmarshal(ev.Data, &f) != nil {
+// decode reads ev's data, and returns its facts with the event's type:
+// its name, as Anthropic's and the Responses API's events are named as
+// their type, or the data's type. ok is false for data that is not a
+// JSON object.
+func decode(ev *Event) (f facts, typ string, ok bool) {
+	if f, ok = skim(ev.Data); !ok {
 		return f, "", false
 	}
-	typ = f.Type
 	if len(ev.Name) > 0 {
-		typ = string(ev.Name)
+		return f, string(ev.Name), true
 	}
-	return f, typ, true
+	return f, string(f.typ), true
 }
 
-// mayNameError reports whether data could be a JSON error: one names
-// "error" or "failed", as a key or a type, in any case (as encoding/json
-// matches keys), unless an escape spells it.
+// mayNameError reports whether data may be a failure: only data that
+// holds "error" can be one (an "error" key or type; the Responses API's
+// response.failed holds the response's error object), unless its event's
+// name says so.
 func mayNameError(data []byte) bool {
-	if bytes.IndexByte(data, '\\') >= 0 {
-		return true
-	}
-	for i := 0; i+5 <= len(data); i++ {
-		switch data[i] | 0x20 {
-		case 'e':
-			if bytes.EqualFold(data[i:i+5], []byte("error")) {
-				return true
-			}
-		case 'f':
-			if i+6 <= len(data) && bytes.EqualFold(data[i:i+6], []byte("failed")) {
-				return true
-			}
+	// "rror" rather than "error": JSON is full of e's, each a false start
+	// of the search, and the r's are fewer (127 ns against 16 for an
+	// OpenAI chunk).
+	return bytes.Contains(data, []byte("rror"))
+}
+
+// hasText reports whether data, unnamed event's, holds a member named
+// content with a string value that is not empty, at any depth: an OpenAI
+// chunk's delta with text, the usual event. Such data holds no failure
+// unless it may name an error, and is Content whatever else it holds, so
+// KindOf need not read it all. A quote inside a JSON string is escaped,
+// so the quotes found are the text's own.
+func hasText(data []byte) bool {
+	for {
+		i := bytes.Index(data, []byte(`"content":`))
+		if i < 0 {
+			return false
+		}
+		data = bytes.TrimLeft(data[i+len(`"content":`):], " ")
+		if len(data) >= 2 && data[0] == '"' && data[1] != '"' {
+			return true
 		}
 	}
-	return false
 }
 
 // ErrorOf returns, for ev, a Failure, the error's type or code as the
@@ -216,7 +310,13 @@ func mayNameError(data []byte) bool {
 // is itself a status (llama.cpp's) is that status, a known type or code
 // its status, and anything else 500.
 func ErrorOf(ev *Event) (typ string, status int) {
-	var f fields
+	var f struct {
+		Error    json.RawMessage `json:"error"`
+		Code     json.RawMessage `json:"code"`
+		Response struct {
+			Error json.RawMessage `json:"error"`
+		} `json:"response"`
+	}
 	json.Unmarshal(ev.Data, &f)
 	var e struct {
 		Type string          `json:"type"`
@@ -270,13 +370,8 @@ var errorStatus = map[string]int{
 	"api_error":               http.StatusInternalServerError,
 }
 
-// present reports whether a JSON value is there and not null.
-func present(v json.RawMessage) bool { return len(v) > 0 && string(v) != "null" }
-
 // isObject reports whether a JSON value is an object.
 func isObject(v json.RawMessage) bool {
 	v = bytes.TrimLeft(v, " \t\r\n")
 	return len(v) > 0 && v[0] == '{'
 }
-
-func nonEmpty(s *string) bool { return s != nil && *s != "" }

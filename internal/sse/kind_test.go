@@ -28,6 +28,8 @@ var kindCases = []struct {
 	{"the role chunk", "", `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}]}`, Preamble, 0},
 	{"llama.cpp's role chunk, content null", "", `{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"created":1,"id":"chatcmpl-x","model":"m","object":"chat.completion.chunk"}`, Preamble, 0},
 	{"Azure's prompt filter results come first", "", `{"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[{"prompt_index":0,"content_filter_results":{}}]}`, Preamble, 0},
+	{"a content chunk, as Python writes JSON", "", `{"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": null}]}`, Content, 0},
+	{"the role chunk, as Python writes JSON", "", `{"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}`, Preamble, 0},
 	{"a content chunk", "", `{"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}`, Content, 0},
 	{"a tool call", "", `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}]}}]}`, Content, 0},
 	{"reasoning, as vLLM names it", "", `{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"reasoning_content":"Hmm"}}]}`, Content, 0},
@@ -88,7 +90,8 @@ func FuzzKind(f *testing.F) {
 	for _, c := range kindCases {
 		f.Add(c.name, []byte(c.data))
 	}
-	// Keys as encoding/json matches them: in any case, or escaped.
+	// Keys in another case, or escaped: not the keys the APIs write, and
+	// no failure to either reading.
 	f.Add("", []byte(`{"ERROR":{"type":"OVERLOADED"}}`))
 	f.Add("", []byte(`{"\u0065rror":{"type":"rate_limit_error"}}`))
 	f.Add("", []byte(`{"type":"response.FAILED"}`))

@@ -32,7 +32,23 @@ type Scanner struct {
 	seen    bool   // the block has a line that is not blank
 	ended   bool   // the block in ev has ended: the next Scan starts another
 	ev      Event
+
+	// ev's fields share the piece being scanned, as far as lent says,
+	// and are copied into name, data and id only when they must
+	// outlive it: a block with one data line, the usual event, is read
+	// without a copy.
+	lent           lent
+	name, data, id []byte
 }
+
+// lent says which of an Event's fields share the piece being scanned.
+type lent uint8
+
+const (
+	lentName lent = 1 << iota
+	lentData
+	lentID
+)
 
 // An Event is one block of an event stream, as a Scanner read it.
 type Event struct {
@@ -60,10 +76,38 @@ var utf8BOM = []byte("\ufeff")
 
 // Scan reads p, the stream's next bytes, up to the end of the first block
 // that ends in p. It returns how many bytes of p it read, and whether a
-// block ended there; that block is Event's until the next call. When no
-// block ends in p, it reads all of p, keeping a line it has not seen the
-// end of for the next call.
+// block ended there; that block is Event's until the next call, and its
+// fields may share p's bytes, so p must not change meanwhile. When no
+// block ends in p, it reads all of p, keeping what it needs of it (a
+// line it has not seen the end of, the fields read so far) for the next
+// call.
 func (s *Scanner) Scan(p []byte) (n int, ended bool) {
+	n, ended = s.scan(p)
+	if !ended {
+		s.keepLent()
+	}
+	return n, ended
+}
+
+// keepLent copies the fields that share a piece into the Scanner's own
+// buffers, for a block that goes on past the piece.
+func (s *Scanner) keepLent() {
+	if s.lent&lentName != 0 {
+		s.name = append(s.name[:0], s.ev.Name...)
+		s.ev.Name = s.name
+	}
+	if s.lent&lentData != 0 {
+		s.data = append(s.data[:0], s.ev.Data...)
+		s.ev.Data = s.data
+	}
+	if s.lent&lentID != 0 {
+		s.id = append(s.id[:0], s.ev.ID...)
+		s.ev.ID = s.id
+	}
+	s.lent = 0
+}
+
+func (s *Scanner) scan(p []byte) (n int, ended bool) {
 	if s.ended {
 		s.reset()
 	}
@@ -77,19 +121,19 @@ func (s *Scanner) Scan(p []byte) (n int, ended bool) {
 				continue
 			}
 		}
-		i := bytes.IndexAny(p[n:], "\r\n")
+		i := lineEnd(p[n:])
 		if i < 0 {
 			s.keep(p[n:])
 			return len(p), false
 		}
-		l := p[n : n+i]
+		l, shared := p[n:n+i], true
 		if len(s.line) > 0 {
 			s.keep(l)
-			l = s.line
+			l, shared = s.line, false
 		}
 		s.cr = p[n+i] == '\r'
 		n += i + 1
-		s.take(l)
+		s.take(l, shared)
 		s.line = s.line[:0]
 		if s.ended {
 			return n, true
@@ -98,14 +142,32 @@ func (s *Scanner) Scan(p []byte) (n int, ended bool) {
 	return n, false
 }
 
+// lineEnd returns the index of the first CR or LF in p, or -1: two
+// searches for one byte each, which the runtime makes fast, rather than
+// IndexAny's loop over every byte, since this runs over every byte that a
+// relay forwards.
+func lineEnd(p []byte) int {
+	i := bytes.IndexByte(p, '\n')
+	if i < 0 {
+		i = len(p)
+	}
+	if j := bytes.IndexByte(p[:i], '\r'); j >= 0 {
+		return j
+	}
+	if i == len(p) {
+		return -1
+	}
+	return i
+}
+
 // Event returns the block that the last Scan ended, or the one being
 // read. It is valid until the next call to Scan.
 func (s *Scanner) Event() *Event { return &s.ev }
 
-// reset starts a new block, keeping the buffers for it.
+// reset starts a new block.
 func (s *Scanner) reset() {
-	s.ended, s.seen = false, false
-	s.ev = Event{Name: s.ev.Name[:0], Data: s.ev.Data[:0], ID: s.ev.ID[:0]}
+	s.ended, s.seen, s.lent = false, false, 0
+	s.ev = Event{}
 }
 
 // keep adds b to the line being read, up to MaxLine.
@@ -116,8 +178,9 @@ func (s *Scanner) keep(b []byte) {
 	s.line = append(s.line, b...)
 }
 
-// take reads one line, without its line ending.
-func (s *Scanner) take(l []byte) {
+// take reads one line, without its line ending: a part of the piece
+// being scanned if shared, else the Scanner's own line.
+func (s *Scanner) take(l []byte, shared bool) {
 	if !s.started {
 		s.started = true
 		l = bytes.TrimPrefix(l, utf8BOM)
@@ -138,19 +201,36 @@ func (s *Scanner) take(l []byte) {
 	}
 	switch string(name) {
 	case "event":
-		s.ev.Name = append(s.ev.Name[:0], value...)
+		s.ev.Name = s.set(&s.name, lentName, value, shared)
 	case "data":
-		if s.ev.HasData {
-			s.ev.Data = append(s.ev.Data, '\n')
+		if !s.ev.HasData {
+			s.ev.Data, s.ev.HasData = s.set(&s.data, lentData, value, shared), true
+			return
 		}
-		s.ev.Data = append(s.ev.Data, value...)
-		s.ev.HasData = true
+		// A second line: the data is joined in the Scanner's own buffer.
+		if s.lent&lentData != 0 {
+			s.data = append(s.data[:0], s.ev.Data...)
+			s.lent &^= lentData
+		}
+		s.data = append(append(s.data, '\n'), value...)
+		s.ev.Data = s.data
 	case "id":
 		if bytes.IndexByte(value, 0) < 0 {
-			s.ev.ID = append(s.ev.ID[:0], value...)
-			s.ev.HasID = true
+			s.ev.ID, s.ev.HasID = s.set(&s.id, lentID, value, shared), true
 		}
 	}
+}
+
+// set returns a field's value: value itself if it is shared, noted in
+// lent, else a copy in own.
+func (s *Scanner) set(own *[]byte, l lent, value []byte, shared bool) []byte {
+	if shared {
+		s.lent |= l
+		return value
+	}
+	s.lent &^= l
+	*own = append((*own)[:0], value...)
+	return *own
 }
 
 // A Block is one block of a stream that Split read, with its bytes.

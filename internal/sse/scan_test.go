@@ -99,14 +99,19 @@ func refSplit(s string) (blocks []refBlock, rest string) {
 	return blocks, s[start:]
 }
 
-// scanPieces scans b cut into pieces at cuts (offsets, in order), and
-// returns its blocks, each with its bytes, and the rest.
+// scanPieces scans b cut into pieces at cuts (offsets, in order), each
+// read into one buffer that the next piece overwrites, as a read buffer
+// is, and returns its blocks, each with its bytes, and the rest.
 func scanPieces(b []byte, cuts []int) (blocks []refBlock, rest string) {
 	var s Scanner
 	var pending []byte
+	buf := make([]byte, len(b))
 	prev := 0
 	for _, c := range append(cuts, len(b)) {
-		p := b[prev:c]
+		for i := range buf {
+			buf[i] = 'x' // what the last piece lent must not be read again
+		}
+		p := buf[:copy(buf, b[prev:c])]
 		prev = c
 		for len(p) > 0 {
 			n, ended := s.Scan(p)
@@ -156,7 +161,7 @@ func TestScanner(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := []byte(c.in)
-			for _, cuts := range [][]int{nil, everyByte(len(b))} {
+			for _, cuts := range [][]int{nil, everyByte(len(b)), everyLine(b)} {
 				got, rest := scanPieces(b, cuts)
 				if fmt.Sprint(got) != fmt.Sprint(c.want) || rest != c.rest {
 					t.Errorf("cut at %v: got %+v, rest %q; want %+v, rest %q", cuts, got, rest, c.want, c.rest)
@@ -164,6 +169,18 @@ func TestScanner(t *testing.T) {
 			}
 		})
 	}
+}
+
+// everyLine cuts after each line ending: a line whole in one piece, its
+// block going on in the next.
+func everyLine(b []byte) []int {
+	var cuts []int
+	for i, c := range b[:max(len(b)-1, 0)] {
+		if c == '\n' || c == '\r' {
+			cuts = append(cuts, i+1)
+		}
+	}
+	return cuts
 }
 
 func everyByte(n int) []int {
