@@ -125,17 +125,19 @@ type Upstream struct {
 	Queue int
 
 	// FirstByteTimeout bounds the time from sending an attempt to its first
-	// body byte (for an event stream, its first event with data, past any
-	// keep-alive comments). An attempt that takes longer is retried. Zero
-	// means no bound.
+	// body byte (for an event stream, its first event that carries the
+	// answer, past the events before it and any keep-alive comments). An
+	// attempt that takes longer is retried. Zero means no bound.
 	FirstByteTimeout time.Duration
 
 	// Continuation says what becomes of a stream from this upstream that
 	// breaks after its first byte reached the caller, before its last
 	// event: ContinueOff (the zero value) ends it with an error event;
-	// ContinuePrefill continues it (see Continuation). New refuses
+	// ContinuePrefill continues it with a prefill, and ContinueResume
+	// resumes a Responses API stream (see Continuation). New refuses
 	// ContinuePrefill for api.openai.com and Azure OpenAI. A fallback
-	// takes a continuation only if it continues streams too.
+	// takes a prefill's continuation only if it continues streams too; a
+	// resumption goes only to the upstream that holds the response.
 	Continuation Continuation
 
 	// StreamHeaderTimeout bounds the time from sending a streaming
