@@ -288,8 +288,11 @@ func describeAttempt(a record.Attempt, upstream string) string {
 	if a.Probe {
 		s += ", probe"
 	}
-	if a.Continued {
+	switch {
+	case a.Continued && a.PrefillBytes > 0:
 		s += fmt.Sprintf(", continued the stream with %d bytes of the answer as its prefill", a.PrefillBytes)
+	case a.Continued:
+		s += ", carried on the stream that broke" // resumed, or sent again before any text
 	}
 	if a.QueuedAhead > 0 {
 		s += fmt.Sprintf(", queued behind %d for %v", a.QueuedAhead, a.GateWait.Round(time.Millisecond))

@@ -67,7 +67,11 @@ func TestRequestsCommand(t *testing.T) {
 	g.Attempts[1].Continued, g.Attempts[1].PrefillBytes = true, 321
 	g.Continuations = []record.Continuation{{Upstream: "up", After: 400, Prefill: 321, Outcome: record.ContinuationOK},
 		{Upstream: "up", After: 900, Outcome: record.ContinuationUnsupported, Reason: "a tool call"}}
-	spec := testJournal(t, testRecord("a", "run-1", t0), testRecord("b", "run-2", t0.Add(time.Minute)), testRecord("c", "run-1", t0.Add(2*time.Minute)), d, e, f, g)
+	// h's stream, of the Responses API, broke and was resumed.
+	h := testRecord("h", "run-7", t0.Add(-time.Minute))
+	h.Attempts[1].Continued = true
+	h.Continuations = []record.Continuation{{Upstream: "up", After: 700, Outcome: record.ContinuationResumed}}
+	spec := testJournal(t, testRecord("a", "run-1", t0), testRecord("b", "run-2", t0.Add(time.Minute)), testRecord("c", "run-1", t0.Add(2*time.Minute)), d, e, f, g, h)
 	cases := []struct {
 		name  string
 		args  []string
@@ -85,6 +89,9 @@ func TestRequestsCommand(t *testing.T) {
 			}
 			if !strings.Contains(out, "200, continued the stream with 321 bytes of the answer as its prefill") || !strings.Contains(out, "broke after 900 bytes and was not continued: unsupported (a tool call)") {
 				t.Errorf("want g's continuations:\n%s", out)
+			}
+			if !strings.Contains(out, "200, carried on the stream that broke") || strings.Contains(out, "was not continued: resumed") {
+				t.Errorf("want h's resumption, as an attempt that carried the stream on:\n%s", out)
 			}
 		}},
 		{"limit", []string{"--limit", "1"}, func(t *testing.T, out string) {
