@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strconv"
 
 	"github.com/outlast-llm/outlast/internal/jsonscan"
 )
@@ -333,6 +334,9 @@ func ErrorOf(ev *Event) (typ string, status int) {
 	var code string
 	var number int
 	if json.Unmarshal(e.Code, &code) != nil && json.Unmarshal(e.Code, &number) == nil && number >= 400 && number <= 599 {
+		if e.Type == "" {
+			return strconv.Itoa(number), number
+		}
 		return e.Type, number
 	}
 	for _, t := range []string{code, e.Type} {
