@@ -33,6 +33,10 @@ const retryBudgetTokens = 10 * 1000
 
 // Admission's defaults.
 const (
+	// DefaultShortDelay is the longest server's delay that leaves a key
+	// as it is (see Admission.ShortDelay): a few seconds, the first waits
+	// of a policy.
+	DefaultShortDelay = 5 * time.Second
 	// DefaultDownAfter is how many outage failures in a row mark a key down.
 	DefaultDownAfter = 3
 	// DefaultAdmissionQueue is how many requests per key may wait.
@@ -60,8 +64,9 @@ var DefaultProbeWaits = []time.Duration{time.Second, 2 * time.Second, 4 * time.S
 //
 //   - After DownAfter outage failures in a row (a refused or reset
 //     connection, a 5xx, a 529, no first byte in time), or when a server
-//     names a delay (Retry-After on a 429, 503 or 529, or a rate limit
-//     spent until its reset), the key is down.
+//     names a delay longer than ShortDelay (Retry-After on a 429, 503 or
+//     529), or a rate limit spent until its reset, the key is down. A
+//     short delay is the request's own to wait, at the same upstream.
 //   - While it is down, requests wait in one queue in the order they
 //     arrived, at most MaxQueue of them. One probe goes at a time, the
 //     front request's own attempt, on the ProbeWaits schedule and never
@@ -106,6 +111,16 @@ type Admission struct {
 	// attempts, if that Gate has a Capacity method (gate.Gate has), and
 	// DefaultMaxLimit if not.
 	MaxLimit int
+
+	// ShortDelay is the longest delay a server may name on a failed
+	// status (Retry-After on a 429, 503 or 529) and still leave the key
+	// as it is: such a wait is the request's own, which its policy waits
+	// out at the same upstream, as a rate limit that ends in a second or
+	// two should be, not an outage to hold every request for or to send
+	// them to a fallback. A longer delay is the key's not-before time.
+	// Zero means DefaultShortDelay (5 s); a negative value makes every
+	// delay the key's.
+	ShortDelay time.Duration
 
 	// DelaySpread is the most a server's delay is lengthened, at random,
 	// so that the clients told the same not-before time do not all come
@@ -290,6 +305,11 @@ const recoveryGrowth = 0.5
 func (a *Admission) startLimit(k *admKey) float64 {
 	m := a.maxLimit(k)
 	return float64(min(max(2, m/4), m))
+}
+
+// shortDelay returns ShortDelay in force: 0 when no delay is short.
+func (a *Admission) shortDelay() time.Duration {
+	return inForce(a.ShortDelay, DefaultShortDelay)
 }
 
 // delaySpread returns the most a server's delay is lengthened for a key:
@@ -650,11 +670,12 @@ type outcome struct {
 // the key answers the result and so spaces the retry while it stays
 // troubled: an outage failure, a 429 or a server's delay. held reports
 // whether a server's delay became the key's not-before time, which then
-// holds the retry as long as the server asked. troubled reports whether
-// the key is left not healthy.
-func (a *Admission) report(key string, ceiling int, tok *admToken, o outcome) (spaces, held, troubled bool) {
+// holds the retry as long as the server asked; own, whether it was short
+// and left to the request, whose retry waits it out itself (see
+// ShortDelay). troubled reports whether the key is left not healthy.
+func (a *Admission) report(key string, ceiling int, tok *admToken, o outcome) (spaces, held, own, troubled bool) {
 	if o.class == ClassCanceled || o.class == ClassBusy || o.class == ClassDown {
-		return false, false, false // says nothing of the upstream
+		return false, false, false, false // says nothing of the upstream
 	}
 	delay := max(o.delay, o.pause)
 	if o.delay > 0 && !(o.status == 429 || o.status == 503 || o.status == 529) {
@@ -665,9 +686,14 @@ func (a *Admission) report(key string, ceiling int, tok *admToken, o outcome) (s
 	var changes []transition
 	a.mu.Lock()
 	k := a.keys[key]
+	if delay == o.delay && o.delay > 0 && o.delay <= a.shortDelay() && (k == nil || k.state == Healthy) {
+		// A short delay at a healthy key is the request's own to wait
+		// out: the key, and every other request, go on as they were.
+		delay, own = o.pause, true
+	}
 	if k == nil && !isOutage(o.class) && delay == 0 {
 		a.mu.Unlock()
-		return false, false, false // a healthy key's answer, or a 429 left to the request's policy
+		return false, false, own, false // a healthy key's answer, or a 429 left to the request's policy
 	}
 	if k == nil {
 		k = a.troubledKey(key)
@@ -697,7 +723,7 @@ func (a *Admission) report(key string, ceiling int, tok *admToken, o outcome) (s
 		fleetDone(told)
 	}
 	a.notify(changes)
-	return failed || delay > 0, delay > 0, troubled
+	return failed || delay > 0, delay > 0, own, troubled
 }
 
 // newsOf translates an attempt's outcome into the events of its key: a

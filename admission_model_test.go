@@ -507,7 +507,10 @@ func runModel(t *testing.T, data []byte) {
 		start := time.Now()
 		u := &modelUpstream{sc: sc, start: start}
 		states := &stateLog{}
-		a := &outlast.Admission{DownAfter: sc.downAfter, ProbeWaits: sc.probeWaits, MaxQueue: sc.maxQueue, MaxLimit: sc.maxLimit, OnState: states.record}
+		// Every delay holds the key: the model checks the state machine
+		// with not-before times; a short delay, left to the request, is
+		// TestAdmissionShortDelay's.
+		a := &outlast.Admission{ShortDelay: -1, DownAfter: sc.downAfter, ProbeWaits: sc.probeWaits, MaxQueue: sc.maxQueue, MaxLimit: sc.maxLimit, OnState: states.record}
 		states.a = a
 		tr := &outlast.Transport{Base: u, Admission: a, Logger: discardLogger()}
 		root, cancel := context.WithCancel(t.Context())

@@ -334,7 +334,7 @@ func TestAdmissionDelaySpread(t *testing.T) {
 	}{
 		{"default", 0, "10", 10 * time.Second, time.Second},
 		{"set", 4 * time.Second, "10", 10 * time.Second, 4 * time.Second},
-		{"capped at half the delay", 4 * time.Second, "2", 2 * time.Second, time.Second},
+		{"capped at half the delay", 8 * time.Second, "8", 8 * time.Second, 4 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -425,3 +425,54 @@ func FuzzContextTooLong(f *testing.F) {
 		}
 	})
 }
+
+// A short rate limit is waited for, not fled: a 429 with Retry-After: 2 at
+// a healthy primary is retried there after 2 s, with no attempt at the
+// fallback and no wait of the policy's own; the key is not held, so the
+// next request goes to the primary at once. A longer delay holds the key
+// and sends the request on, as before.
+func TestFallbackWaitsOutShortRateLimit(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		retryAfter string
+		primary    int           // attempts at the primary
+		fallback   int           // and at the fallback
+		second     time.Duration // the primary's second attempt, after its first
+	}{
+		{"short", "2", 2, 0, 2 * time.Second},
+		{"long", "30", 1, 1, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				primary := newFake(step{status: 429, header: map[string]string{"Retry-After": c.retryAfter}}, step{})
+				fallback := newFake(step{})
+				// serve's defaults: waits of 1 s, 2 s, …, an Admission,
+				// preferring what is available.
+				p := &outlast.Policy{Waits: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}}
+				a := &outlast.Admission{}
+				f := &outlast.Fallback{Upstreams: []*outlast.Transport{
+					{Base: primary, Policy: p, Admission: a, Logger: discardLogger()},
+					{Base: fallback, Policy: p, Admission: &outlast.Admission{}, Logger: discardLogger()},
+				}}
+				ctx, cancel := context.WithTimeout(t.Context(), 9*time.Minute)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://primary.test/v1/chat/completions", strings.NewReader("{}"))
+				resp, err := f.RoundTrip(req)
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("got %v, %v; want the answer", resp, err)
+				}
+				resp.Body.Close()
+				at := primary.attempts()
+				if len(at) != c.primary || len(fallback.attempts()) != c.fallback {
+					t.Fatalf("%d attempts at the primary and %d at the fallback, want %d and %d", len(at), len(fallback.attempts()), c.primary, c.fallback)
+				}
+				if c.second > 0 && at[1].at.Sub(at[0].at) != c.second {
+					t.Errorf("the second attempt %v after the first, want the server's %v", at[1].at.Sub(at[0].at), c.second)
+				}
+				if st := a.State("primary.test"); c.name == "short" && (st.State != outlast.Healthy || !st.NotBefore.IsZero()) {
+					t.Errorf("the primary's key is %v, not before %v; want it healthy, not held", st.State, st.NotBefore)
+				}
+			})
+		})
+	}
+}

@@ -200,7 +200,7 @@ func TestFleetActsAsOne(t *testing.T) {
 // server's delay itself.
 func TestFleetSharesNotBefore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFake(step{status: 503, header: map[string]string{"Retry-After": "5"}}, step{})
+		f := newFake(step{status: 503, header: map[string]string{"Retry-After": "8"}}, step{})
 		_, members := newMemFleet(2, func() *outlast.Admission { return &outlast.Admission{} })
 		start := time.Now()
 		send1(t.Context(), &outlast.Transport{Base: f, Admission: members[0]}, "a")
@@ -211,8 +211,8 @@ func TestFleetSharesNotBefore(t *testing.T) {
 		if len(at) != 2 {
 			t.Fatalf("%d attempts, want 2", len(at))
 		}
-		if d := at[1].at.Sub(start); d < 5*time.Second || d > 5500*time.Millisecond {
-			t.Errorf("the other process's request went after %v, want at the not-before time the first learned, 5 s (to 5.5 s)", d)
+		if d := at[1].at.Sub(start); d < 8*time.Second || d > 8800*time.Millisecond {
+			t.Errorf("the other process's request went after %v, want at the not-before time the first learned, 8 s (to 8.8 s)", d)
 		}
 	})
 }

@@ -103,7 +103,7 @@ func doOnce(ctx context.Context, n int, hooks callHooks, attempt func(context.Co
 	retry := false
 	if err != nil {
 		// Do validated the policy, so decide cannot fail.
-		wait, retry, _ = s.decide(ctx, err, at.Start, false, false, false)
+		wait, retry, _ = s.decide(ctx, err, at.Start, false, keyNews{})
 		if retry {
 			at.RetryIn = wait
 			logRetry(ctx, slog.Default(), "", n, err, wait)
@@ -151,12 +151,8 @@ type schedule struct {
 // that the attempt went through a troubled key of an Admission: its
 // failure counts against MaxAttempts but does not advance the waits, since
 // the Admission, not the request's backoff, spaces the key's attempts.
-// spaced says that the key, still troubled after the failure, spaces the
-// retry itself (an outage failure, a 429, a server's delay): the retry has
-// no wait of its own. held says that the failure's server delay is the
-// key's not-before time, which holds the retry until then: the delay is
-// not slept either, but still ends retrying when it breaks a bound.
-func (s *schedule) decide(ctx context.Context, err error, start time.Time, admitted, spaced, held bool) (time.Duration, bool, error) {
+// k says what the Admission made of the failure (see keyNews).
+func (s *schedule) decide(ctx context.Context, err error, start time.Time, admitted bool, k keyNews) (time.Duration, bool, error) {
 	if s.p == nil || s.once {
 		return 0, false, nil
 	}
@@ -176,13 +172,29 @@ func (s *schedule) decide(ctx context.Context, err error, start time.Time, admit
 	if s.p.MaxAttempts > 0 && s.n >= s.p.MaxAttempts {
 		return 0, false, nil
 	}
-	wait, ok := s.waitFor(ctx, err, spaced, held)
+	wait, ok := s.waitFor(ctx, err, k)
 	return wait, ok, nil
+}
+
+// keyNews is what an Admission made of a failure, for its retry's wait.
+type keyNews struct {
+	// spaced says that the key, still troubled after the failure, spaces
+	// the retry itself (an outage failure, a 429, a server's delay): the
+	// retry has no wait of its own.
+	spaced bool
+	// held says that the failure's server delay is the key's not-before
+	// time, which holds the retry until then: the delay is not slept
+	// either, but still ends retrying when it breaks a bound.
+	held bool
+	// own says that the server's delay was short and left to the
+	// request (Admission.ShortDelay): the retry waits that delay, as the
+	// key would have held it, and not the policy's own wait.
+	own bool
 }
 
 // waitFor returns the wait before the retry after failure s.n, err, and
 // whether that wait fits the bounds.
-func (s *schedule) waitFor(ctx context.Context, err error, spaced, held bool) (time.Duration, bool) {
+func (s *schedule) waitFor(ctx context.Context, err error, k keyNews) (time.Duration, bool) {
 	p := s.p
 	deadline, hasDeadline := ctx.Deadline()
 	if !hasDeadline && s.n > len(p.Waits) {
@@ -197,7 +209,7 @@ func (s *schedule) waitFor(ctx context.Context, err error, spaced, held bool) (t
 	// bound, unless the policy ignores it; any other delay (on a 502, say,
 	// which the Admission does not take as one) is slept as before.
 	var w time.Duration
-	if !spaced {
+	if !k.spaced {
 		w = p.Waits[min(max(s.n-s.admitted, 1), len(p.Waits))-1]
 	}
 	limit := s.limit(deadline, hasDeadline)
@@ -206,10 +218,12 @@ func (s *schedule) waitFor(ctx context.Context, err error, spaced, held bool) (t
 		switch {
 		case p.RetryAfter == RetryAfterIgnore:
 			// Never looked at.
-		case held:
+		case k.held:
 			if d > limit {
 				return 0, false
 			}
+		case k.own:
+			w, serverSet = d, true
 		case p.RetryAfter == RetryAfterAtLeast:
 			serverSet = d >= w
 			w = max(w, d)

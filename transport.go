@@ -183,7 +183,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return res.resp, err
 		}
 		// The policy is read only now that an attempt has failed.
-		wait, retry, err := c.sched.decide(c.ctx, res.fail, res.at.Start, res.admitted, res.spaced, res.held)
+		wait, retry, err := c.sched.decide(c.ctx, res.fail, res.at.Start, res.admitted, keyNews{spaced: res.spaced, held: res.held, own: res.own})
 		if err != nil || !retry {
 			return c.stop(res, err)
 		}
@@ -241,6 +241,7 @@ type result struct {
 	admitted bool // the Admission let it through a troubled key: the request's waits do not advance
 	spaced   bool // and the key, still troubled after its failure, spaces what follows: the retry has no wait of its own
 	held     bool // and the server's delay is the key's not-before time, which holds the retry until then
+	own      bool // the server's delay was short, left by the Admission to the request: the retry waits it, and only it
 }
 
 // attempt makes the next attempt: it takes the gate, sends, and classifies
@@ -401,7 +402,8 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 		return
 	}
 	o := outcome{class: res.at.Class, status: res.at.Status, delay: res.at.RetryAfter, pause: pause, limit: c.t.maxRetryAfter(), err: res.fail}
-	spaces, held, troubled := a.report(c.t.admissionKey(r), c.t.gateCapacity(), tok, o)
+	spaces, held, own, troubled := a.report(c.t.admissionKey(r), c.t.gateCapacity(), tok, o)
+	res.own = res.fail != nil && own
 	if tok != nil && res.fail == nil && res.resp.StatusCode != http.StatusSwitchingProtocols {
 		res.resp.Body = &admBody{ReadCloser: res.resp.Body, tok: tok}
 		return

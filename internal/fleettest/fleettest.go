@@ -37,7 +37,9 @@ func members(t *testing.T, newFleet NewFleet, n, maxLimit int, probeWait time.Du
 	join := newFleet(t, maxLimit)
 	out := make([]*outlast.Admission, n)
 	for i := range out {
-		out[i] = &outlast.Admission{MaxLimit: maxLimit, ProbeWaits: []time.Duration{probeWait}}
+		// Every server's delay holds the key, however short, so that a
+		// test of a shared not-before time need not wait out a long one.
+		out[i] = &outlast.Admission{MaxLimit: maxLimit, ProbeWaits: []time.Duration{probeWait}, ShortDelay: -1}
 		join(out[i])
 	}
 	return out
