@@ -30,6 +30,11 @@ const (
 	// FallbackContextLength: the upstream answered 400 that the
 	// request is longer than its model's context (see Fallback).
 	FallbackContextLength FallbackReason = "context-length"
+	// FallbackSilent: the upstream's attempt got no headers, or no first
+	// byte, in time (ErrStalled): with PreferAvailable the request leaves
+	// it after that one attempt, rather than wait out the silence again;
+	// the upstream's Admission, not the request, tries it again.
+	FallbackSilent FallbackReason = "silent"
 )
 
 // A Preference says when a [Fallback] leaves an upstream that fails.
@@ -79,6 +84,9 @@ const DefaultFallbackAttempts = DefaultDownAfter
 //     left (a retryable status or error): [FallbackSpent]. With
 //     PreferAvailable, each upstream but the last gets at most
 //     MaxAttempts attempts of the request;
+//   - its attempt was silent: no headers or no first byte in time
+//     ([ErrStalled]): [FallbackSilent]. With PreferAvailable, the
+//     request leaves after that one attempt, without a retry there;
 //   - its queue was full ([ErrBusy]): [FallbackBusy];
 //   - it answered 400 because the request is longer than its model's
 //     context, as OpenAI (code "context_length_exceeded"), Anthropic
@@ -311,6 +319,8 @@ func fallbackReason(resp *http.Response, err error) (FallbackReason, bool) {
 	case isBusy(err):
 		return FallbackBusy, true
 	case isCallerDone(err):
+	case errors.Is(err, ErrStalled):
+		return FallbackSilent, true
 	case IsRetryable(err), errors.Is(err, ErrRetryBudget):
 		return FallbackSpent, true
 	}

@@ -476,3 +476,47 @@ func TestFallbackWaitsOutShortRateLimit(t *testing.T) {
 		})
 	}
 }
+
+// A silent primary is left after one attempt: no headers within the
+// stream-header timeout, and the request moves to the fallback at once
+// (FallbackSilent), rather than wait out the same silence twice more.
+// Preferring the primary, it retries there as its policy allows.
+func TestFallbackLeavesSilentUpstream(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		prefer  outlast.Preference
+		primary int
+		took    time.Duration
+	}{
+		{"available", outlast.PreferAvailable, 1, 30 * time.Second},
+		{"primary", outlast.PreferPrimary, 3, 90*time.Second + 3*time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				primary := newFake(step{delay: time.Hour})
+				fallback := newFake(step{})
+				p := &outlast.Policy{Waits: []time.Duration{time.Second, 2 * time.Second}, MaxAttempts: 3}
+				var reasons []outlast.FallbackReason
+				f := &outlast.Fallback{Prefer: c.prefer, Upstreams: []*outlast.Transport{
+					{Base: primary, Policy: p, ResponseHeaderTimeout: 30 * time.Second, Logger: discardLogger()},
+					{Base: fallback, Policy: p, Logger: discardLogger()},
+				}, OnFallback: func(_ *http.Request, _, _ int, reason outlast.FallbackReason, _ error) {
+					reasons = append(reasons, reason)
+				}}
+				start := time.Now()
+				req, _ := http.NewRequest(http.MethodPost, "http://primary.test/v1/chat/completions", strings.NewReader("{}"))
+				resp, err := f.RoundTrip(req)
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("got %v, %v; want the fallback's answer", resp, err)
+				}
+				resp.Body.Close()
+				if n := len(primary.attempts()); n != c.primary || time.Since(start) != c.took {
+					t.Errorf("%d attempts at the primary, answered after %v; want %d, %v", n, time.Since(start), c.primary, c.took)
+				}
+				if len(reasons) != 1 || reasons[0] != outlast.FallbackSilent && c.prefer == outlast.PreferAvailable {
+					t.Errorf("moved for %v, want once, silent", reasons)
+				}
+			})
+		})
+	}
+}

@@ -122,7 +122,7 @@ func (m *Metrics) register() {
 	m.gateWait = histogram("outlast_gate_wait_seconds", "Time a gated attempt waited at the gate.", gateWaitBuckets)
 	m.admWait = histogram("outlast_admission_wait_seconds", "Time an attempt waited for its upstream to come back, before the gate.", admissionWaitBuckets)
 	m.probes = counter("outlast_probes_total", "Attempts sent as the one probe of an upstream that was down.", "upstream")
-	m.fallbacks = counter("outlast_fallbacks_total", "Moves of a request from an upstream to its fallback (a request may move more than once), by why: down (it is down), spent (retryable failures, no retry left), busy (its queue full) or context-length (a 400: the request exceeds the model's context).", "from", "to", "reason")
+	m.fallbacks = counter("outlast_fallbacks_total", "Moves of a request from an upstream to its fallback (a request may move more than once), by why: down (it is down), spent (retryable failures, no retry left), silent (no headers or first byte in time), busy (its queue full) or context-length (a 400: the request exceeds the model's context).", "from", "to", "reason")
 	m.conts = counter("outlast_continuations_total", "Continuations of streams that broke after their first byte (serve --continuation prefill or resume), by the upstream whose stream broke and how they ended: continued, resumed, refused (a 4xx to the prefill or the resumption), failed (no stream to carry on with), restarted (the continuation began the answer over) or unsupported (not safe to continue: a tool call, reasoning, n > 1, …).", "upstream", "outcome")
 	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "outlast_journal_dropped_total",
@@ -268,7 +268,7 @@ var continuationOutcomes = []string{record.ContinuationOK, record.ContinuationRe
 // reasons, or "other" for a hand-made record.
 func fallbackReason(r string) string {
 	switch outlast.FallbackReason(r) {
-	case outlast.FallbackDown, outlast.FallbackSpent, outlast.FallbackBusy, outlast.FallbackContextLength:
+	case outlast.FallbackDown, outlast.FallbackSpent, outlast.FallbackBusy, outlast.FallbackContextLength, outlast.FallbackSilent:
 		return r
 	}
 	return "other"

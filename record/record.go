@@ -164,7 +164,7 @@ type Move struct {
 	From string `json:"from"`
 	// To names the upstream it moved to.
 	To string `json:"to"`
-	// Reason is why it moved: "down", "spent" or "busy", as
+	// Reason is why it moved: "down", "spent", "silent", "busy" or "context-length", as
 	// outlast.FallbackReason says.
 	Reason string `json:"reason"`
 }
@@ -215,7 +215,7 @@ type Attempt struct {
 	// or one it fell back to. Empty in records made before fallbacks.
 	Upstream string
 	// Fallback is why the request moved to this attempt's upstream
-	// ("down", "spent" or "busy", as outlast.FallbackReason says), on the
+	// ("down", "spent", "silent", "busy" or "context-length", as outlast.FallbackReason says), on the
 	// first attempt there after a move; else "". The request's Moves say
 	// where it moved from.
 	Fallback string
