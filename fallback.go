@@ -95,10 +95,12 @@ const DefaultFallbackAttempts = DefaultDownAfter
 //     say it: [FallbackContextLength]. A fallback with a longer context
 //     may serve it.
 //
-// Any other failure that is not retryable, such as another 400 or a 401,
-// is returned as it is, and so is a response that was returned to be
-// read: a stream that has sent its first byte never moves. A request that waited in an
-// upstream's queue and was then sent away may still move on, if the next
+// A rate limit that ends soon is none of these: a 429 or 503 whose delay
+// is at most the Admission's ShortDelay leaves the upstream healthy, and
+// the request's retry waits it out there. Any other failure that is not
+// retryable, such as another 400 or a 401, is returned as it is, and so
+// is a response that was returned to be read: a stream that has sent its
+// first byte never moves. A request that waited in an upstream's queue and was then sent away may still move on, if the next
 // upstream has time left for an attempt: the wait cost the upstream
 // nothing, and the next one is the request's best chance. A request sent
 // away when its wait reached its deadline less its reserve has just that

@@ -188,7 +188,7 @@ func readSome(r io.Reader, p []byte) (int, error) {
 // ErrStalled when the timer fired, and err otherwise.
 func stallCause(ctx, parent context.Context, err error) error {
 	if perr := parent.Err(); perr != nil {
-		return err
+		return perr // the caller's: its cancellation, or its deadline
 	}
 	if context.Cause(ctx) == ErrStalled {
 		return ErrStalled

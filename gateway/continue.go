@@ -61,9 +61,14 @@ const (
 	// response (POST /v1/responses/{id}/cancel). Other streams of such an
 	// upstream end with the error event of ContinueOff.
 	ContinueResume
+	// ContinueAuto is ContinuePrefill where the upstream continues a
+	// prefill, and ContinueOff for OpenAI's own API and Azure OpenAI,
+	// whose models answer one instead; it never resumes, which stores
+	// responses at the provider. It is outlast serve's default.
+	ContinueAuto
 )
 
-// String returns "off", "prefill" or "resume".
+// String returns "off", "prefill", "resume" or "auto".
 func (c Continuation) String() string {
 	switch c {
 	case ContinueOff:
@@ -72,11 +77,13 @@ func (c Continuation) String() string {
 		return "prefill"
 	case ContinueResume:
 		return "resume"
+	case ContinueAuto:
+		return "auto"
 	}
 	return fmt.Sprintf("Continuation(%d)", uint8(c))
 }
 
-// ParseContinuation reads "off", "prefill" or "resume".
+// ParseContinuation reads "off", "prefill", "resume" or "auto".
 func ParseContinuation(s string) (Continuation, error) {
 	switch s {
 	case "off":
@@ -85,22 +92,32 @@ func ParseContinuation(s string) (Continuation, error) {
 		return ContinuePrefill, nil
 	case "resume":
 		return ContinueResume, nil
+	case "auto":
+		return ContinueAuto, nil
 	}
-	return 0, fmt.Errorf("continuation %q: want off, prefill or resume", s)
+	return 0, fmt.Errorf("continuation %q: want off, prefill, resume or auto", s)
+}
+
+// answersPrefill reports whether u is OpenAI's own API or Azure OpenAI,
+// whose models answer a final assistant message rather than continue it.
+func answersPrefill(u *url.URL) bool {
+	host := strings.ToLower(u.Hostname())
+	return host == "api.openai.com" || strings.HasSuffix(host, ".openai.azure.com")
 }
 
 // checkContinuation refuses prefill for OpenAI's own API and Azure
-// OpenAI, whose models answer a final assistant message rather than
-// continue it.
-func checkContinuation(c Continuation, u *url.URL) error {
-	if c != ContinuePrefill {
-		return nil
+// OpenAI, and returns the continuation in force at u: ContinueAuto made
+// prefill or off.
+func checkContinuation(c Continuation, u *url.URL) (Continuation, error) {
+	switch {
+	case c == ContinuePrefill && answersPrefill(u):
+		return c, fmt.Errorf("continuation prefill: %s does not continue a final assistant message, it answers it; prefill is for Anthropic and for OpenAI-compatible servers that continue one (vLLM, llama.cpp)", strings.ToLower(u.Hostname()))
+	case c == ContinueAuto && answersPrefill(u):
+		return ContinueOff, nil
+	case c == ContinueAuto:
+		return ContinuePrefill, nil
 	}
-	host := strings.ToLower(u.Hostname())
-	if host == "api.openai.com" || strings.HasSuffix(host, ".openai.azure.com") {
-		return fmt.Errorf("continuation prefill: %s does not continue a final assistant message, it answers it; prefill is for Anthropic and for OpenAI-compatible servers that continue one (vLLM, llama.cpp)", host)
-	}
-	return nil
+	return c, nil
 }
 
 // maxContinuations bounds the continuations of one request's stream: a
@@ -109,8 +126,10 @@ func checkContinuation(c Continuation, u *url.URL) error {
 const maxContinuations = 5
 
 // prefillMemory is how long an upstream's model that refused a prefill
-// (a 400 or 422 to it) is sent none: newer Claude models refuse any, and
-// each would cost a refused request before the caller gets its error.
+// (a 400 or 422 to it) is sent none, and one whose replay differed from
+// the answer is not replayed: newer Claude models refuse any prefill, and
+// a model that samples answers a replay with other text; each would cost
+// a request before the caller gets its error.
 const prefillMemory = time.Hour
 
 // notContinued is the error that broke a stream, with why it was not
@@ -183,7 +202,10 @@ func (r *relay) judged(next *continued, err error, outcome string, prefill int64
 // carryOn continues s's stream with a prefill: where and when the policy
 // sends a retry, the break being the stream's failure, to the upstream
 // the request is at, then, after two failed attempts there (the break was
-// the first failure), to those of its fallbacks that continue streams.
+// the first failure), to those of its fallbacks that continue streams. A
+// model that refuses a prefill (a 400 or 422 to it, now or within the
+// last hour) is sent the request again as it was, a replay, whose answer
+// carries the caller's on only if it starts with the whole answer so far.
 func (s *splice) carryOn(r *relay, broke error) (*continued, error) {
 	x := r.x
 	text := s.text.String()
@@ -194,41 +216,79 @@ func (s *splice) carryOn(r *relay, broke error) (*continued, error) {
 	if why == "" {
 		why = r.bounded()
 	}
-	if why == "" && text != "" {
-		why = x.cur.prefills.refusal(x.fields.model, time.Now())
-	}
 	if why != "" {
 		r.note(record.ContinuationUnsupported, why, 0)
 		return nil, &notContinued{broke, why}
+	}
+	model := x.fields.model
+	if text != "" && x.cur.prefills.within(model, time.Now()) {
+		return s.replay(r, broke, fmt.Sprintf("model %q refused a prefill within the last %v", model, prefillMemory))
 	}
 	r.n++
 	prefill := int64(len(text) - len(cut))
 	x.body = body
 	x.fields, _ = scanBody(body)
 	next, err := x.again(x.continuationTripper(), func(ctx context.Context) *http.Request { return x.outbound(ctx, x.cur) }, prefill)
-	if err == nil && (next.resp.StatusCode == http.StatusBadRequest || next.resp.StatusCode == http.StatusUnprocessableEntity) && text != "" {
+	refused := err == nil && text != "" && (next.resp.StatusCode == http.StatusBadRequest || next.resp.StatusCode == http.StatusUnprocessableEntity)
+	if refused {
 		// The model refused the prefill: none goes to it for a while.
-		x.cur.prefills.refused(x.fields.model, time.Now())
+		x.cur.prefills.refused(model, time.Now())
 	}
 	next, err = r.judged(next, err, record.ContinuationOK, prefill, broke)
-	if err == nil {
+	switch {
+	case err == nil:
 		s.begin(cut)
+	case refused:
+		return s.replay(r, broke, "")
 	}
 	return next, err
 }
 
-// refusals are the models of one upstream that refused a prefill, each
-// with when; at most maxRefusals, since a model is the caller's to name.
-// It is safe for concurrent use.
+// replay sends the caller's request again, as it was, to the upstream
+// the request is at, and carries the caller's stream on with the part of
+// its answer past the answer so far, which the answer must start with
+// (see beginReplay): a model that takes no prefill and answers the same
+// request with the same text (at temperature 0, say) is carried on so.
+// A model whose replay differed lately is not replayed again; why says
+// why a prefill was not sent, for the record, if it was not.
+func (s *splice) replay(r *relay, broke error, why string) (*continued, error) {
+	x := r.x
+	if x.cur.replays.within(x.fields.model, time.Now()) {
+		reason := fmt.Sprintf("model %q answers a replay with other text", x.fields.model)
+		if why != "" {
+			reason = why + ", and " + reason
+		}
+		r.note(record.ContinuationUnsupported, reason, 0)
+		return nil, &notContinued{broke, reason}
+	}
+	if why := r.bounded(); why != "" {
+		r.note(record.ContinuationUnsupported, why, 0)
+		return nil, &notContinued{broke, why}
+	}
+	r.n++
+	x.body = x.callerBody
+	x.fields, _ = scanBody(x.body)
+	next, err := x.again(x.cur.stream, func(ctx context.Context) *http.Request { return x.outbound(ctx, x.cur) }, 0)
+	next, err = r.judged(next, err, record.ContinuationReplayed, 0, broke)
+	if err == nil {
+		s.beginReplay()
+	}
+	return next, err
+}
+
+// refusals are the models of one upstream that would not be carried on
+// one way (a prefill refused, a replay that differed), each with when;
+// at most maxRefusals, since a model is the caller's to name. It is safe
+// for concurrent use.
 type refusals struct {
 	mu sync.Mutex // guards at
 	at map[string]time.Time
 }
 
-// maxRefusals bounds the models an upstream remembers refusing a prefill.
+// maxRefusals bounds the models an upstream remembers.
 const maxRefusals = 1024
 
-// refused notes that model refused a prefill at now.
+// refused notes that model refused at now.
 func (f *refusals) refused(model string, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -252,15 +312,12 @@ func (f *refusals) refused(model string, now time.Time) {
 	f.at[model] = now
 }
 
-// refusal returns why model is sent no prefill at now, or "".
-func (f *refusals) refusal(model string, now time.Time) string {
+// within reports whether model refused within prefillMemory of now.
+func (f *refusals) within(model string, now time.Time) bool {
 	f.mu.Lock()
 	at, ok := f.at[model]
 	f.mu.Unlock()
-	if !ok || now.Sub(at) >= prefillMemory {
-		return ""
-	}
-	return fmt.Sprintf("model %q refused a prefill %v ago; none is sent to it for %v after a refusal", model, now.Sub(at).Round(time.Second), prefillMemory)
+	return ok && now.Sub(at) < prefillMemory
 }
 
 // continuationTripper sends a continuation: through the Transport of the
@@ -273,7 +330,7 @@ func (x *exchange) continuationTripper() http.RoundTripper {
 	}
 	var ups []*upstream
 	for _, u := range x.up.chain[min(i, len(x.up.chain)):] {
-		if u.Continuation == ContinuePrefill {
+		if u.carry == ContinuePrefill {
 			ups = append(ups, u)
 		}
 	}

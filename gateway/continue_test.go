@@ -285,22 +285,23 @@ func TestContinuationAnthropic(t *testing.T) {
 	}
 }
 
-// A continuation the upstream refuses, with a 400 to the prefill, ends the
-// caller's stream with an error event naming the break, not the 400, and
-// no [DONE]: the truncated answer is never presented as complete.
+// A continuation the upstream refuses, with a 400 to the prefill, and
+// whose replay fails too, ends the caller's stream with an error event
+// naming the break, not the 400, and no [DONE]: the truncated answer is
+// never presented as complete.
 func TestContinuationRefused(t *testing.T) {
 	t.Parallel()
-	m := mock(t, "reset-after=20,ok:refuse-prefill")
+	m := mock(t, "reset-after=20,ok:refuse-prefill,503")
 	base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", m.URL})
 	s := postStream(t, base+"/v1/chat/completions", openAIStream, nil)
 	_, _, _, done, _ := s.openAIText()
 	last := s.events[len(s.events)-1]
-	if last.name != "error" || done != 0 || strings.Contains(last.data, "prefill") || !strings.Contains(last.data, "refused its continuation") {
-		t.Errorf("ended with %+v, %d [DONE]; want an error event saying the continuation was refused, without the 400's text", last, done)
+	if last.name != "error" || done != 0 || strings.Contains(last.data, "prefill") || !strings.Contains(last.data, "upstream primary broke off the stream") {
+		t.Errorf("ended with %+v, %d [DONE]; want an error event naming the break, without the 400's text", last, done)
 	}
 	r := <-records
-	if len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationRefused || r.Error != record.ErrorUpstreamBroke {
-		t.Errorf("recorded %+v, %q; want one continuation, refused, and upstream-broke", r.Continuations, r.Error)
+	if len(r.Continuations) != 2 || r.Continuations[0].Outcome != record.ContinuationRefused || r.Continuations[1].Outcome != record.ContinuationFailed || r.Error != record.ErrorUpstreamBroke {
+		t.Errorf("recorded %+v, %q; want the prefill refused, the replay failed, and upstream-broke", r.Continuations, r.Error)
 	}
 	if len(r.Attempts) == 0 || r.Attempts[0].Bytes == 0 || r.Attempts[0].Bytes != r.Bytes {
 		t.Errorf("the broken attempt forwarded %d bytes of the request's %d: want all of them, none being the refused continuation's", attemptBytes(&r), r.Bytes)
@@ -424,20 +425,40 @@ func TestContinuationRefusedForOpenAI(t *testing.T) {
 	}
 }
 
-// A continuation that moves to a fallback that refuses the prefill ends
-// the caller's stream with the error that broke it, naming the upstream
-// whose stream broke, never the fallback's refusal.
-func TestContinuationRefusedAtFallback(t *testing.T) {
+// A model that refuses a prefill is sent the request again as it was, a
+// replay: its answer, the same text from the start, carries the caller's
+// stream on past what the caller has, and the caller reads one stream.
+func TestContinuationReplayed(t *testing.T) {
+	t.Parallel()
+	m := mock(t, "reset-after=20,ok:refuse-prefill")
+	base, log, records := continuing(t, 2*time.Second, nil, [2]string{"primary", m.URL})
+	s := postStream(t, base+"/v1/chat/completions", openAIStream, nil)
+	text, ids, roles, done, errs := s.openAIText()
+	if text != whole || len(ids) != 1 || roles != 1 || done != 1 || errs != 0 {
+		t.Errorf("got %q: %d ids, %d roles, %d [DONE], %d errors; want the whole text once, as one stream", text, len(ids), roles, done, errs)
+	}
+	r := <-records
+	if len(r.Continuations) != 2 || r.Continuations[0].Outcome != record.ContinuationRefused || r.Continuations[1].Outcome != record.ContinuationReplayed || r.Error != "" {
+		t.Errorf("recorded %+v, %q; want the prefill refused, then a replay, and no error", r.Continuations, r.Error)
+	}
+	if bodies := log.bodies(); len(bodies) != 3 || bodies[2] != openAIStream {
+		t.Errorf("sent %q, want the replay to be the request as the caller sent it", bodies)
+	}
+}
+
+// Scenario 14 of the failover suite: a continuation that moves to a
+// fallback that refuses the prefill is replayed there, and the caller
+// reads the whole answer, never the fallback's refusal.
+func TestContinuationReplayedAtFallback(t *testing.T) {
 	t.Parallel()
 	primary, fallback := mock(t, "reset-after=20,503"), mock(t, "ok:refuse-prefill")
 	base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", primary.URL}, [2]string{"fallback", fallback.URL})
 	s := postStream(t, base+"/v1/chat/completions", openAIStream, nil)
-	last := s.events[len(s.events)-1]
-	if last.name != "error" || !strings.Contains(last.data, "upstream primary broke off the stream") || strings.Contains(last.data, "does not support assistant message prefill") {
-		t.Errorf("ended with %+v, want the primary's break, without the refusal's text", last)
+	if text, _, _, done, errs := s.openAIText(); text != whole || done != 1 || errs != 0 {
+		t.Errorf("got %q, %d [DONE], %d errors; want the whole text", text, done, errs)
 	}
-	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationRefused || r.Continuations[0].Upstream != "primary" || fallback.Stats().Total != 1 {
-		t.Errorf("recorded %+v, the fallback saw %d; want one refused continuation, after the fallback's 400", r.Continuations, fallback.Stats().Total)
+	if r := <-records; len(r.Continuations) != 2 || r.Continuations[1].Outcome != record.ContinuationReplayed || r.Continuations[0].Upstream != "primary" || fallback.Stats().Total != 2 {
+		t.Errorf("recorded %+v, the fallback saw %d; want the primary's stream replayed at the fallback, after its 400", r.Continuations, fallback.Stats().Total)
 	}
 }
 

@@ -46,6 +46,10 @@ type exchange struct {
 	moved      string      // the reason of a fallback not yet on an attempt
 	deadline   untilCommit // the attempts' context with the request's deadline, if it has one
 
+	// hooksMu guards what the attempts' hooks change (the record's
+	// attempts and moves, moved, cur) while both sides of a hedge run.
+	hooksMu sync.Mutex
+
 	// A stream's continuations (see Continuation): whether the attempts
 	// now made continue it, with how long a prefill; which of the
 	// record's attempts is being forwarded; and the bytes forwarded
@@ -113,7 +117,13 @@ func (x *exchange) serve() {
 	x.hold(cancel)
 	stop := x.startProgress()
 	x.body, x.callerBody = body, body
-	resp, err := x.roundTripper().RoundTrip(x.outbound(ctx, x.up))
+	var resp *http.Response
+	var err error
+	if x.hedges() {
+		resp, err = x.hedged(ctx)
+	} else {
+		resp, err = x.roundTripper().RoundTrip(x.outbound(ctx, x.up))
+	}
 	stop()
 	if err != nil {
 		x.failed(ctx, err)
@@ -122,8 +132,20 @@ func (x *exchange) serve() {
 	// The response is committed: its first byte came before the
 	// deadline, and the deadline no longer ends it.
 	x.deadline.stop()
-	x.forwarder = max(len(x.rec.Attempts)-1, 0)
+	x.forwarder = x.committed()
 	x.forward(ctx, resp, cancel)
+}
+
+// committed returns the index of the attempt whose response is forwarded:
+// the last that succeeded, which a hedge's cancelled side may follow in
+// the record, or else the last.
+func (x *exchange) committed() int {
+	for i := len(x.rec.Attempts) - 1; i >= 0; i-- {
+		if x.rec.Attempts[i].Class == outlast.ClassNone {
+			return i
+		}
+	}
+	return max(len(x.rec.Attempts)-1, 0)
 }
 
 // hold keeps cancel, which ends the attempts, for the gateway's shutdown,
@@ -354,34 +376,47 @@ func (c *untilCommit) stop() {
 // with Fallbacks, an outlast.Fallback over it and theirs; for a stream,
 // their stream Transports.
 func (x *exchange) roundTripper() http.RoundTripper {
-	t, chain := x.up.transport, x.up.transports
-	if x.rec.Stream {
-		t, chain = x.up.stream, x.up.streams
-	}
 	if len(x.up.chain) == 0 {
-		return t
+		if x.rec.Stream {
+			return x.up.stream
+		}
+		return x.up.transport
+	}
+	return x.chainTripper(nil)
+}
+
+// chainTripper is the outlast.Fallback over the request's upstream and
+// its fallbacks. A move to an upstream for which stopped, if not nil,
+// reports true is not made: a hedge went there (see hedged).
+func (x *exchange) chainTripper(stopped func() bool) *outlast.Fallback {
+	chain := x.up.transports
+	if x.rec.Stream {
+		chain = x.up.streams
 	}
 	return &outlast.Fallback{
 		Upstreams: chain,
 		Prefer:    x.up.Prefer,
 		Rewrite: func(r *http.Request, i int) (*http.Request, error) {
+			if stopped != nil && stopped() {
+				return nil, errHedged
+			}
 			return x.outbound(r.Context(), x.up.chain[i]), nil
 		},
-		OnFallback: x.onFallback,
+		OnFallback: func(_ *http.Request, from, to int, reason outlast.FallbackReason, err error) {
+			if stopped == nil || !stopped() {
+				x.onMove(x.up.chain[from], x.up.chain[to], reason, err)
+			}
+		},
 	}
-}
-
-// onFallback notes a move along the request's chain: from and to index
-// it, and its first is the request's own upstream.
-func (x *exchange) onFallback(_ *http.Request, from, to int, reason outlast.FallbackReason, err error) {
-	x.onMove(x.up.chain[from], x.up.chain[to], reason, err)
 }
 
 // onMove notes a move to another upstream, in the record's moves, for the
 // record of its first attempt there and for the answer, and logs it.
 func (x *exchange) onMove(from, to *upstream, reason outlast.FallbackReason, err error) {
+	x.hooksMu.Lock()
 	x.moved, x.cur = string(reason), to
 	x.rec.Moves = append(x.rec.Moves, record.Move{From: from.Name, To: to.Name, Reason: x.moved})
+	x.hooksMu.Unlock()
 	x.g.logger.Info("outlast: falling back", "id", x.rec.ID, "from", from.Name, "to", to.Name,
 		"reason", string(reason), "error", redact.Text(err.Error()))
 	x.comment("fallback from=%s to=%s reason=%s", from.Name, to.Name, reason)
@@ -395,7 +430,9 @@ func (x *exchange) onMove(from, to *upstream, reason outlast.FallbackReason, err
 // one upstream's credential never reaches another.
 func (x *exchange) outbound(ctx context.Context, u *upstream) *http.Request {
 	take := !x.sent && len(x.up.chain) == 0
-	x.sent = true
+	if len(x.up.chain) == 0 {
+		x.sent = true // with fallbacks it never takes it, and a hedge's side may run beside this one
+	}
 	out := u.outbound(ctx, x.r, x.path, take)
 	if u.Auth != nil {
 		u.Auth.apply(out.Header)
@@ -412,9 +449,12 @@ func (x *exchange) outbound(ctx context.Context, u *upstream) *http.Request {
 }
 
 // The Transport's hooks: each tells the observer, and a caller that asked
-// for progress, what the attempts do.
+// for progress, what the attempts do. The two sides of a hedge call them
+// at once, so they hold hooksMu.
 
 func (x *exchange) queued(key string, ahead int) {
+	x.hooksMu.Lock()
+	defer x.hooksMu.Unlock()
 	if o := x.g.cfg.Observer.Queued; o != nil {
 		o(&x.rec, key, ahead)
 	}
@@ -423,6 +463,8 @@ func (x *exchange) queued(key string, ahead int) {
 
 func (x *exchange) attemptStart(a outlast.Attempt) {
 	x.setWaiting(false)
+	x.hooksMu.Lock()
+	defer x.hooksMu.Unlock()
 	if o := x.g.cfg.Observer.AttemptStart; o != nil {
 		o(&x.rec, x.attempt(a))
 	}
@@ -437,7 +479,7 @@ func (x *exchange) bodyFor(u *upstream) []byte {
 		r := make([]byte, 0, len(b)-(x.fields.modelEnd-x.fields.modelAt)+len(q))
 		b = append(append(append(r, b[:x.fields.modelAt]...), q...), b[x.fields.modelEnd:]...)
 	}
-	if u.Continuation == ContinueResume && x.fields.background == 0 && x.resumable() {
+	if u.carry == ContinueResume && x.fields.background == 0 && x.resumable() {
 		b = withBackground(b)
 	}
 	return b
@@ -453,20 +495,49 @@ func (x *exchange) attempt(a outlast.Attempt) record.Attempt {
 	return at
 }
 
-func (x *exchange) attemptEnd(a outlast.Attempt) {
+func (x *exchange) attemptEnd(a outlast.Attempt) { x.endAttempt(a, "") }
+
+// endAttempt records a, an attempt that ended; why, if not empty, is why
+// it went to its upstream, in place of the move the request made last (a
+// hedge's, whose side runs beside the request's own).
+func (x *exchange) endAttempt(a outlast.Attempt, why string) {
+	x.hooksMu.Lock()
 	at := x.attempt(a)
-	x.moved = ""
+	u := x.cur
+	if why != "" {
+		at.Fallback, u = why, x.named(a.Upstream)
+	} else {
+		x.moved = ""
+	}
 	x.rec.Attempts = append(x.rec.Attempts, at)
-	// The attempt went to the upstream the request is at: its pace is
-	// that upstream's, for its own busy answers' Retry-After.
-	x.cur.latency.observe(a.End.Sub(a.Start))
+	// The attempt went to u: its pace is that upstream's, for its own
+	// busy answers' Retry-After.
+	u.latency.observe(a.End.Sub(a.Start))
+	if u == x.up && a.Class == outlast.ClassNone && x.hedges() {
+		// Its time to its first content, which hedges learn from.
+		x.up.hedging.learn(x.fields.model, a.End.Sub(a.Start))
+	}
 	if o := x.g.cfg.Observer.AttemptEnd; o != nil {
 		o(&x.rec, at)
 	}
 	if a.RetryIn > 0 {
 		x.comment("retrying attempt=%d in=%v status=%d", at.N+1, a.RetryIn, a.Status)
+	}
+	x.hooksMu.Unlock()
+	if a.RetryIn > 0 {
 		x.setWaiting(true)
 	}
+}
+
+// named returns the upstream of the request's chain named name, or the
+// one the request is at.
+func (x *exchange) named(name string) *upstream {
+	for _, u := range x.up.chain {
+		if u.Name == name {
+			return u
+		}
+	}
+	return x.cur
 }
 
 // startProgress starts the progress comments of a streaming request that

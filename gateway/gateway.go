@@ -130,6 +130,19 @@ type Upstream struct {
 	// attempt that takes longer is retried. Zero means no bound.
 	FirstByteTimeout time.Duration
 
+	// Hedge, with Fallbacks, hedges a stream that has sent none of its
+	// answer after a delay: the same request also goes to the first
+	// fallback, the first to send content wins, and the other is
+	// cancelled. The delay is learned per model, the 95th percentile of
+	// the upstream's recent times to first content (at least 1 s), and
+	// DefaultHedgeDelay (10 s) until 32 are known; at most about one
+	// stream in twenty is hedged (a budget that each stream adds a
+	// twentieth of a hedge to, and a hedge takes one from), so that a
+	// model that always thinks long does not double its cost. A request
+	// from an outer outlast layer, or with Outlast-Retry: off, is not
+	// hedged. False means no hedging.
+	Hedge bool
+
 	// Continuation says what becomes of a stream from this upstream that
 	// breaks after its first byte reached the caller, before its last
 	// event: ContinueOff (the zero value) ends it with an error event;

@@ -109,9 +109,9 @@ func (x *exchange) relay(ctx context.Context, resp *http.Response, cancel contex
 		if errors.Is(err, errClientGone) || x.r.Context().Err() != nil || errors.Is(context.Cause(ctx), errShutdown) {
 			return ctx, err // the caller left, or the gateway is stopping: nobody to carry it on for
 		}
-		if errors.Is(err, errRestarted) {
-			r.restarted()
-			return ctx, &notContinued{r.broke, errRestarted.Error()}
+		if errors.Is(err, errRestarted) || errors.Is(err, errDiverged) {
+			r.repeated(err)
+			return ctx, &notContinued{r.broke, err.Error()}
 		}
 		switch f.ended(err) {
 		case endWhole:
@@ -155,7 +155,7 @@ func brokeBy(f follower, err error) error {
 // API stream from an upstream that resumes them, a splice for one that
 // continues streams with a prefill, and a watch otherwise.
 func (r *relay) follower() follower {
-	switch r.from.Continuation {
+	switch r.from.carry {
 	case ContinuePrefill:
 		return &splice{}
 	case ContinueResume:
@@ -185,12 +185,19 @@ func (r *relay) splice() {
 	x.forwarder, r.from, x.streaming = len(x.rec.Attempts)-1, x.cur, x.cur
 }
 
-// restarted records that the continuation under way started the answer
-// over: the caller never had any of it.
-func (r *relay) restarted() {
+// repeated records how the continuation under way failed, err: it started
+// the answer over (errRestarted), or its replay differed from the answer
+// (errDiverged), which the upstream's model then is not sent again for a
+// while. The caller never had any of it.
+func (r *relay) repeated(err error) {
+	outcome := record.ContinuationRestarted
+	if errors.Is(err, errDiverged) {
+		outcome = record.ContinuationDiverged
+		r.x.cur.replays.refused(r.x.fields.model, time.Now())
+	}
 	cs := r.x.rec.Continuations
 	if n := len(cs); n > 0 {
-		cs[n-1].Outcome, cs[n-1].Reason = record.ContinuationRestarted, errRestarted.Error()
+		cs[n-1].Outcome, cs[n-1].Reason = outcome, err.Error()
 	}
 }
 
@@ -216,32 +223,37 @@ func (x *exchange) pastBound() bool {
 
 // watch is the follower of a stream that is not carried on: every event
 // goes to the caller as it came, and watch notes whether one of them was
-// the upstream's error event, which ends the stream as its failure.
+// the upstream's error event, which ends the stream as its failure, or
+// its last event.
 type watch struct {
 	failed bool
+	done   bool // the stream's last event came: [DONE], message_stop, …
 }
 
 func (w *watch) event(raw []byte, ev sse.Event) ([]byte, error) {
-	if !w.failed && ev.HasData && sse.IsFailure(&ev) {
-		w.failed = true
-	}
+	w.passed(ev)
 	return raw, nil
 }
 
 func (w *watch) passed(ev sse.Event) {
-	if ev.HasData && sse.IsFailure(&ev) {
+	if !ev.HasData || w.failed {
+		return
+	}
+	if sse.IsFailure(&ev) {
 		w.failed = true
+	} else if !w.done && sse.IsEnd(&ev) {
+		w.done = true
 	}
 }
 
 // ended: a stream that is not carried on is whole at its clean end, last
-// event or not, as the upstream sent it; the caller has any error event
-// it sent.
+// event or not, as the upstream sent it, and at its last event, however
+// the connection ended after it; the caller has any error event it sent.
 func (w *watch) ended(err error) streamEnd {
 	switch {
 	case w.failed:
 		return endFailed
-	case err == nil:
+	case err == nil, w.done:
 		return endWhole
 	}
 	return endBroken
@@ -249,8 +261,15 @@ func (w *watch) ended(err error) streamEnd {
 
 // ended: a stream continued with a prefill is whole once its answer's end
 // came (a finish reason, or the terminal event) with no error held back.
+// One of events the splice does not know, which it cannot continue, ends
+// as a watch's does: at its clean end, or at an error event of its own.
 func (s *splice) ended(err error) streamEnd {
-	if (err == nil || s.finished) && s.broke == nil && (s.done || s.finished) {
+	switch {
+	case s.failed:
+		return endFailed
+	case s.api == apiUnknown && err == nil:
+		return endWhole
+	case (err == nil || s.finished) && s.broke == nil && (s.done || s.finished):
 		return endWhole
 	}
 	return endBroken

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,6 +121,7 @@ var streamBodies = map[string]string{
 	"/v1/chat/completions": openAIStream,
 	"/v1/messages":         `{"model":"claude","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"say it"}]}`,
 	"/v1/responses":        `{"model":"gpt-5","stream":true,"input":"say it"}`,
+	"/completion":          `{"prompt":"say it","stream":true}`,
 }
 
 // An error event after a stream's preamble, before any of the answer, is
@@ -155,16 +157,35 @@ func TestErrorBeforeContent(t *testing.T) {
 	}
 }
 
+// apiMode is a case of a stream test: an API's path, and the
+// continuation of the upstream it streams from.
+type apiMode struct {
+	path string
+	mode gateway.Continuation
+}
+
+func (c apiMode) String() string { return c.path + " " + c.mode.String() }
+
 // An upstream's error event after the answer began ends the stream: the
 // caller gets it, once and whole, and the record says the stream ended in
 // the upstream's error, never a 200 with no error.
+//
+// With continuation on, the same holds for a stream the splice cannot
+// continue, llama.cpp's own, whose error event is its end.
 func TestErrorEventRecorded(t *testing.T) {
 	t.Parallel()
-	for _, path := range []string{"/v1/chat/completions", "/v1/messages", "/v1/responses"} {
-		t.Run(path, func(t *testing.T) {
+	for _, c := range []apiMode{
+		{"/v1/chat/completions", gateway.ContinueOff},
+		{"/v1/messages", gateway.ContinueOff},
+		{"/v1/responses", gateway.ContinueOff},
+		{"/completion", gateway.ContinueOff},
+		{"/completion", gateway.ContinuePrefill},
+	} {
+		path := c.path
+		t.Run(c.String(), func(t *testing.T) {
 			t.Parallel()
 			m := mock(t, "error-after=6")
-			base, _, records := relaying(t, gateway.ContinueOff, 2*time.Second, m.URL)
+			base, _, records := relaying(t, c.mode, 2*time.Second, m.URL)
 			events, count := eventsOf(postRaw(t, base+path, streamBodies[path]))
 			if count["failure"] != 1 || !ssescan.IsFailure(&events[len(events)-1].Event) {
 				t.Errorf("got events %v, want the upstream's error event last, once", count)
@@ -233,27 +254,73 @@ func TestContinuationRestarted(t *testing.T) {
 }
 
 // A model that refused a prefill is sent no other for a while: the next
-// stream of it that breaks ends with the error event at once, with no
-// refused request, and the record says why.
+// stream of it that breaks is replayed at once, with no refused request
+// first.
 func TestPrefillRefusalRemembered(t *testing.T) {
 	t.Parallel()
-	m := &mockllm.Server{Script: mockllm.MustParseScript("reset-after=6"), Chunks: chunks, RefusePrefill: true}
+	// The first request breaks, its prefill is refused (the second step)
+	// and its replay answers; the second breaks and is replayed.
+	m := &mockllm.Server{Script: mockllm.MustParseScript("reset-after=6,ok,ok,reset-after=6,ok"), Chunks: chunks, RefusePrefill: true}
 	if err := m.Start(""); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
-	base, _, records := relaying(t, gateway.ContinuePrefill, 2*time.Second, m.URL)
+	base, log, records := relaying(t, gateway.ContinuePrefill, 2*time.Second, m.URL)
 	postRaw(t, base+"/v1/messages", streamBodies["/v1/messages"])
-	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationRefused {
-		t.Fatalf("first: recorded %+v, want one continuation, refused", r.Continuations)
+	if r := <-records; len(r.Continuations) != 2 || r.Continuations[0].Outcome != record.ContinuationRefused || r.Continuations[1].Outcome != record.ContinuationReplayed {
+		t.Fatalf("first: recorded %+v, want the prefill refused, then a replay", r.Continuations)
 	}
 	events, _ := eventsOf(postRaw(t, base+"/v1/messages", streamBodies["/v1/messages"]))
 	r := <-records
-	if len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationUnsupported || !strings.Contains(r.Continuations[0].Reason, `"claude" refused a prefill`) {
-		t.Errorf("second: recorded %+v, want one continuation, unsupported, saying the model refused a prefill", r.Continuations)
+	if len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationReplayed || textOf(events) != whole {
+		t.Errorf("second: recorded %+v, text %q; want one continuation, a replay, and the whole text", r.Continuations, textOf(events))
 	}
-	if n := m.Stats().Total; n != 3 || string(events[len(events)-1].Name) != "error" {
-		t.Errorf("the mock saw %d requests, want 3: no prefill the second time; the caller's last event %s", n, events[len(events)-1].Name)
+	if bodies := log.bodies(); len(bodies) != 5 || strings.Contains(bodies[4], `"assistant"`) {
+		t.Errorf("sent %d requests, the last %s; want 5, the last with no prefill", len(bodies), bodies[len(bodies)-1])
+	}
+}
+
+// A replay whose text differs from the answer so far, as a model that
+// samples gives, is ended before any of it reaches the caller, who gets
+// the error event of the break; the model is not replayed again for a
+// while, and the next break ends at once.
+func TestReplayDiverged(t *testing.T) {
+	t.Parallel()
+	chunk := func(id, text string) string {
+		b, _ := json.Marshal(text)
+		return `data: {"id":"` + id + `","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":` + string(b) + `}}]}` + "\n\n"
+	}
+	var n atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"assistant"`) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(400)
+			io.WriteString(w, `{"error":{"message":"This model does not support assistant message prefill.","type":"invalid_request_error"}}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		if n.Add(1)%2 == 1 { // the caller's requests: break after some text
+			io.WriteString(w, chunk("c1", "Hello")+chunk("c1", " there"))
+			w.(http.Flusher).Flush()
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close()
+			return
+		}
+		io.WriteString(w, chunk("c2", "Greetings")+chunk("c2", ", friend")+"data: [DONE]\n\n") // the replay: another text
+	}))
+	t.Cleanup(up.Close)
+	base, _, records := relaying(t, gateway.ContinuePrefill, 2*time.Second, up.URL)
+	events, _ := eventsOf(postRaw(t, base+"/v1/chat/completions", openAIStream))
+	if last := events[len(events)-1]; string(last.Name) != "error" || textOf(events) != "Hello there" || !strings.Contains(string(last.Data), "differs") {
+		t.Errorf("got text %q, ending %s %s; want the answer so far alone, and the error event", textOf(events), last.Name, last.Data)
+	}
+	if r := <-records; len(r.Continuations) != 2 || r.Continuations[1].Outcome != record.ContinuationDiverged {
+		t.Errorf("recorded %+v, want the prefill refused, then the replay diverged", r.Continuations)
+	}
+	postRaw(t, base+"/v1/chat/completions", openAIStream)
+	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationUnsupported || !strings.Contains(r.Continuations[0].Reason, "answers a replay with other text") {
+		t.Errorf("the next break: recorded %+v, want no continuation, saying why", r.Continuations)
 	}
 }
 
@@ -364,4 +431,47 @@ func TestResumeCancels(t *testing.T) {
 			t.Errorf("the mock saw %d cancels, want 1", n)
 		}
 	})
+}
+
+// A stream whose upstream breaks off after its last event ([DONE],
+// message_stop, response.completed) reached the caller whole: the record
+// says the request succeeded, never upstream-broke, and the caller gets
+// no error event. Continued or not, a break after the end is no failure.
+func TestBreakAfterEndIsWhole(t *testing.T) {
+	t.Parallel()
+	for _, c := range []apiMode{
+		{"/v1/chat/completions", gateway.ContinueOff},
+		{"/v1/messages", gateway.ContinueOff},
+		{"/v1/responses", gateway.ContinueOff},
+		{"/v1/chat/completions", gateway.ContinuePrefill},
+		{"/v1/messages", gateway.ContinuePrefill},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			t.Parallel()
+			m := mock(t, "ok")
+			// The whole stream, then the connection cut with no end to
+			// its chunked body: the gateway reads an unexpected EOF.
+			cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				resp, err := http.Post(m.URL+r.URL.Path, "application/json", r.Body)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer resp.Body.Close()
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.Copy(w, resp.Body)
+				w.(http.Flusher).Flush()
+				panic(http.ErrAbortHandler)
+			}))
+			t.Cleanup(cut.Close)
+			base, _, records := relaying(t, c.mode, 2*time.Second, cut.URL)
+			events, count := eventsOf(postRaw(t, base+c.path, streamBodies[c.path]))
+			if count["failure"] != 0 || len(events) == 0 || ssescan.KindOf(&events[len(events)-1].Event) != ssescan.End {
+				t.Errorf("got events %v, want the stream whole, its end last, no error", count)
+			}
+			if r := <-records; r.Status != 200 || r.Error != "" || len(r.Attempts) != 1 || len(r.Continuations) != 0 {
+				t.Errorf("recorded %d %q, %d attempts, continuations %+v; want 200, no error, 1 attempt, none", r.Status, r.Error, len(r.Attempts), r.Continuations)
+			}
+		})
+	}
 }

@@ -29,6 +29,10 @@ const restartProbe = 64
 // server answered the prefill rather than continuing it.
 var errRestarted = errors.New("its continuation started the answer over instead of continuing it")
 
+// errDiverged ends a replay whose text differs from the answer the
+// caller has: the rest of it is another answer's.
+var errDiverged = errors.New("its replay's text differs from the answer so far")
+
 // splice follows a stream forwarded to the caller, event by event, for its
 // continuation with a prefill: the answer's text as the caller has it,
 // whether the answer is whole, and whether it can be continued safely.
@@ -51,6 +55,9 @@ type splice struct {
 	// (an error event, or an OpenAI error chunk), which the splice kept
 	// from the caller: the stream broke there, and may be continued.
 	broke []byte
+	// failed says that an error event of a stream the splice does not
+	// know went to the caller, as a watch would let it: the stream's end.
+	failed bool
 
 	// Anthropic: the text block the answer is in, and whether it is open.
 	block int
@@ -59,7 +66,9 @@ type splice struct {
 	// A continuation under way.
 	cont     bool
 	contBase int    // Anthropic: the index its block 0 maps to
-	skipWS   string // whitespace cut from the prefill's end: dropped from the continuation's start
+	skip     string // text the continuation's start drops: the whitespace cut from a prefill's end, or a replay's whole answer so far
+	strict   bool   // a replay: its text must start with skip, whole
+	diverged bool   // a replay's text differed from skip
 	contOpen bool   // Anthropic: its block 0 continues the open block
 
 	// The check that a continuation continues: the answer's opening, the
@@ -84,7 +93,7 @@ func (s *splice) continuable() string {
 // begin starts a continuation whose prefill's end cut cut, whitespace
 // that the caller already has.
 func (s *splice) begin(cut string) {
-	s.cont, s.skipWS = true, cut
+	s.cont, s.skip, s.strict = true, cut, false
 	s.broke, s.finished, s.done = nil, false, false
 	s.contOpen = s.api == apiAnthropic && s.open
 	s.contBase = s.block
@@ -95,6 +104,14 @@ func (s *splice) begin(cut string) {
 	s.opening = strings.TrimLeft(s.text.String(), " \t\r\n")
 	s.opening = s.opening[:min(len(s.opening), restartProbe)]
 	s.checking = s.opening != "" // with no answer yet, there is nothing to repeat
+}
+
+// beginReplay starts a replay: the request sent again as it was, whose
+// answer, to carry the caller's on, must start with the whole answer so
+// far, which it drops; only the rest goes to the caller.
+func (s *splice) beginReplay() {
+	s.begin(s.text.String())
+	s.strict, s.checking = true, false
 }
 
 // event observes ev, one whole event whose bytes are raw, and returns
@@ -119,6 +136,10 @@ func (s *splice) event(raw []byte, ev sse.Event) ([]byte, error) {
 		out, text = s.anthropic(raw, string(ev.Name), ev.Data)
 	default:
 		out = raw
+		s.failed = s.failed || sse.IsFailure(&ev)
+	}
+	if s.diverged {
+		return nil, errDiverged
 	}
 	if !s.checking {
 		s.text.WriteString(text)
@@ -408,14 +429,22 @@ func (s *splice) passed(sse.Event) {
 	s.unsupported("an event too long to hold")
 }
 
-// strip drops from t, a continuation's text, the whitespace at its start
-// that the prefill's end had and the caller already has.
+// strip drops from t, a continuation's text, what the caller already
+// has: the whitespace that a prefill's end had, as far as it matches, or
+// a replay's whole answer so far, which must match.
 func (s *splice) strip(t string) string {
-	for s.skipWS != "" && t != "" && t[0] == s.skipWS[0] {
-		t, s.skipWS = t[1:], s.skipWS[1:]
+	for s.skip != "" && t != "" {
+		if t[0] != s.skip[0] {
+			if s.strict {
+				s.diverged = true
+				return ""
+			}
+			break
+		}
+		t, s.skip = t[1:], s.skip[1:]
 	}
 	if t != "" {
-		s.skipWS = "" // the continuation's own text has begun
+		s.skip = "" // the continuation's own text has begun
 	}
 	return t
 }

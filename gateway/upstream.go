@@ -29,8 +29,11 @@ type upstream struct {
 	transport *outlast.Transport // for a request that does not stream
 	stream    *outlast.Transport // for one that does: transport, with StreamHeaderTimeout
 	gates     *slotGates
-	latency   ewma     // attempt durations, for busy responses' Retry-After
-	prefills  refusals // the models that refused a prefill (ContinuePrefill)
+	latency   ewma         // attempt durations, for busy responses' Retry-After
+	carry     Continuation // Continuation in force: ContinueAuto made prefill or off
+	prefills  refusals     // the models that refused a prefill (ContinuePrefill)
+	replays   refusals     // the models whose replay differed from the answer (ContinuePrefill)
+	hedging   hedging      // its learned hedge delays and budget (Hedge)
 	// models is Models with each new name as its JSON string, made once
 	// rather than for each request; nil without Models.
 	models map[string][]byte
@@ -112,7 +115,8 @@ func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger,
 	case !(u.ReserveShare >= 0 && u.ReserveShare <= 1):
 		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): reserve share %v is outside [0, 1]", i, u.Name, u.ReserveShare)
 	}
-	if err := checkContinuation(u.Continuation, u.URL); err != nil {
+	carry, err := checkContinuation(u.Continuation, u.URL)
+	if err != nil {
 		return nil, fmt.Errorf("gateway: upstreams[%d] (%s): %w", i, u.Name, err)
 	}
 	if u.Queue == 0 {
@@ -126,7 +130,8 @@ func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger,
 			return nil, fmt.Errorf("gateway: upstreams[%d] (%s): status path %q does not start with /", i, u.Name, p)
 		}
 	}
-	up := &upstream{Upstream: u, gates: newSlotGates(u.Name, u.Slots, max(u.Queue, 0), gates)}
+	up := &upstream{Upstream: u, carry: carry, gates: newSlotGates(u.Name, u.Slots, max(u.Queue, 0), gates)}
+	up.hedging.shares = hedgeEvery // the first hedge, before any stream has earned it
 	for from, to := range u.Models {
 		if up.models == nil {
 			up.models = make(map[string][]byte, len(u.Models))

@@ -55,6 +55,7 @@ type Metrics struct {
 	probes    *prometheus.CounterVec
 	fallbacks *prometheus.CounterVec
 	conts     *prometheus.CounterVec
+	hedges    *prometheus.CounterVec
 
 	// byName holds the series of each upstream New was told of. It is
 	// written only by New, so lookups need no lock.
@@ -122,8 +123,9 @@ func (m *Metrics) register() {
 	m.gateWait = histogram("outlast_gate_wait_seconds", "Time a gated attempt waited at the gate.", gateWaitBuckets)
 	m.admWait = histogram("outlast_admission_wait_seconds", "Time an attempt waited for its upstream to come back, before the gate.", admissionWaitBuckets)
 	m.probes = counter("outlast_probes_total", "Attempts sent as the one probe of an upstream that was down.", "upstream")
-	m.fallbacks = counter("outlast_fallbacks_total", "Moves of a request from an upstream to its fallback (a request may move more than once), by why: down (it is down), spent (retryable failures, no retry left), silent (no headers or first byte in time), busy (its queue full) or context-length (a 400: the request exceeds the model's context).", "from", "to", "reason")
-	m.conts = counter("outlast_continuations_total", "Continuations of streams that broke after their first byte (serve --continuation prefill or resume), by the upstream whose stream broke and how they ended: continued, resumed, refused (a 4xx to the prefill or the resumption), failed (no stream to carry on with), restarted (the continuation began the answer over) or unsupported (not safe to continue: a tool call, reasoning, n > 1, …).", "upstream", "outcome")
+	m.fallbacks = counter("outlast_fallbacks_total", "Moves of a request from an upstream to its fallback (a request may move more than once), by why: down (it is down), spent (retryable failures, no retry left), silent (no headers or first byte in time), busy (its queue full), context-length (a 400: the request exceeds the model's context) or hedge (a hedge sent there answered first).", "from", "to", "reason")
+	m.conts = counter("outlast_continuations_total", "Continuations of streams that broke after their first byte (serve --continuation prefill or resume), by the upstream whose stream broke and how they ended: continued, resumed, replayed (sent again as it was, its answer past the answer so far), refused (a 4xx to the prefill or the resumption), failed (no stream to carry on with), restarted (the continuation began the answer over), diverged (the replay's text was another) or unsupported (not safe to continue: a tool call, reasoning, n > 1, …).", "upstream", "outcome")
+	m.hedges = counter("outlast_hedges_total", "Streams hedged (sent to the first fallback too, having sent no content after the hedge delay), by the upstream that was hedged and which side answered: won (the fallback's) or lost (the upstream's own).", "upstream", "outcome")
 	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "outlast_journal_dropped_total",
 		Help: "Records the journal dropped because its queue was full.",
@@ -133,7 +135,7 @@ func (m *Metrics) register() {
 		Help: "1 while the gates and admission state shared through Redis cannot be reached and this gateway's own stand in, else 0.",
 	}, m.gateDegraded)
 	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.retryWait, m.busy,
-		m.latency, m.gateWait, m.admWait, m.probes, m.fallbacks, m.conts, dropped, degraded, queueDepth{m}, admissionState{m})
+		m.latency, m.gateWait, m.admWait, m.probes, m.fallbacks, m.conts, m.hedges, dropped, degraded, queueDepth{m}, admissionState{m})
 }
 
 func (m *Metrics) newSeries(label string) *series {
@@ -162,6 +164,8 @@ func (m *Metrics) newSeries(label string) *series {
 	for _, o := range continuationOutcomes {
 		m.conts.WithLabelValues(label, o)
 	}
+	m.hedges.WithLabelValues(label, "won")
+	m.hedges.WithLabelValues(label, "lost")
 	return s
 }
 
@@ -251,6 +255,13 @@ func (m *Metrics) done(r *record.Request) {
 	for _, mv := range r.Moves {
 		m.fallbacks.WithLabelValues(m.upstreamLabel(mv.From), m.upstreamLabel(mv.To), fallbackReason(mv.Reason)).Inc()
 	}
+	if slices.ContainsFunc(r.Attempts, func(a record.Attempt) bool { return a.Fallback == record.ReasonHedge }) {
+		o := "lost"
+		if slices.ContainsFunc(r.Moves, func(mv record.Move) bool { return mv.Reason == record.ReasonHedge }) {
+			o = "won"
+		}
+		m.hedges.WithLabelValues(m.upstreamLabel(r.Upstream), o).Inc()
+	}
 	for _, c := range r.Continuations {
 		o := c.Outcome
 		if !slices.Contains(continuationOutcomes, o) {
@@ -262,13 +273,13 @@ func (m *Metrics) done(r *record.Request) {
 
 // continuationOutcomes are the outcome labels of a continuation, each
 // exported at zero for every upstream.
-var continuationOutcomes = []string{record.ContinuationOK, record.ContinuationResumed, record.ContinuationRefused, record.ContinuationFailed, record.ContinuationRestarted, record.ContinuationUnsupported}
+var continuationOutcomes = []string{record.ContinuationOK, record.ContinuationResumed, record.ContinuationReplayed, record.ContinuationRefused, record.ContinuationFailed, record.ContinuationRestarted, record.ContinuationDiverged, record.ContinuationUnsupported}
 
 // fallbackReason is the reason label of a move: one of outlast's
 // reasons, or "other" for a hand-made record.
 func fallbackReason(r string) string {
 	switch outlast.FallbackReason(r) {
-	case outlast.FallbackDown, outlast.FallbackSpent, outlast.FallbackBusy, outlast.FallbackContextLength, outlast.FallbackSilent:
+	case outlast.FallbackDown, outlast.FallbackSpent, outlast.FallbackBusy, outlast.FallbackContextLength, outlast.FallbackSilent, record.ReasonHedge:
 		return r
 	}
 	return "other"

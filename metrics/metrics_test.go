@@ -55,8 +55,11 @@ func zeroSeries(upstreams ...string) map[string]float64 {
 			want[fmt.Sprintf(`%s{upstream=%q}`, name, u)] = 0
 		}
 		want[fmt.Sprintf(`outlast_gate_queue_depth{slot="",upstream=%q}`, u)] = 0
-		for _, o := range []string{"continued", "resumed", "refused", "failed", "restarted", "unsupported"} {
+		for _, o := range []string{"continued", "resumed", "replayed", "refused", "failed", "restarted", "diverged", "unsupported"} {
 			want[fmt.Sprintf(`outlast_continuations_total{outcome=%q,upstream=%q}`, o, u)] = 0
+		}
+		for _, o := range []string{"won", "lost"} {
+			want[fmt.Sprintf(`outlast_hedges_total{outcome=%q,upstream=%q}`, o, u)] = 0
 		}
 	}
 	return want
@@ -630,6 +633,36 @@ func TestContinuations(t *testing.T) {
 		`outlast_continuations_total{outcome="refused",upstream="llama"}`: 1,
 		`outlast_continuations_total{outcome="other",upstream="api"}`:     1,
 		`outlast_continuations_total{outcome="failed",upstream="api"}`:    0,
+	} {
+		if got[k] != want {
+			t.Errorf("%s: got %v, want %v", k, got[k], want)
+		}
+	}
+}
+
+// A hedged stream counts once, by the upstream that was hedged and which
+// side answered; the hedge that won is a move too, and the one that lost
+// is not.
+func TestHedges(t *testing.T) {
+	t.Parallel()
+	m := metrics.New([]string{"api", "azure"})
+	drive(m.Observer(), record.Request{Upstream: "api", Status: 200, Attempts: []record.Attempt{
+		{Upstream: "azure", Fallback: "hedge", Class: outlast.ClassNone},
+		{Upstream: "api", Class: outlast.ClassCanceled},
+	}, Moves: []record.Move{{From: "api", To: "azure", Reason: "hedge"}}})
+	drive(m.Observer(), record.Request{Upstream: "api", Status: 200, Attempts: []record.Attempt{
+		{Upstream: "api", Class: outlast.ClassNone},
+		{Upstream: "azure", Fallback: "hedge", Class: outlast.ClassCanceled},
+	}})
+	drive(m.Observer(), record.Request{Upstream: "api", Status: 200, Attempts: []record.Attempt{
+		{Upstream: "api", Class: outlast.ClassNone},
+	}})
+	got := scrape(t, m.Handler())
+	for k, want := range map[string]float64{
+		`outlast_hedges_total{outcome="won",upstream="api"}`:            1,
+		`outlast_hedges_total{outcome="lost",upstream="api"}`:           1,
+		`outlast_hedges_total{outcome="won",upstream="azure"}`:          0,
+		`outlast_fallbacks_total{from="api",reason="hedge",to="azure"}`: 1,
 	} {
 		if got[k] != want {
 			t.Errorf("%s: got %v, want %v", k, got[k], want)

@@ -109,7 +109,8 @@ type Continuation struct {
 	// answer having come yet.
 	Prefill int64 `json:"prefill"`
 	// Outcome is how it ended: ContinuationOK, ContinuationResumed,
-	// ContinuationRefused, ContinuationFailed, ContinuationRestarted or
+	// ContinuationReplayed, ContinuationRefused, ContinuationFailed,
+	// ContinuationRestarted, ContinuationDiverged or
 	// ContinuationUnsupported.
 	Outcome string `json:"outcome"`
 	// Reason says why it was not made, or failed; "" when it carried the
@@ -139,12 +140,20 @@ const (
 	// forwarded (Responses API, serve --continuation resume), and carried
 	// the answer on.
 	ContinuationResumed = "resumed"
+	// ContinuationReplayed: the request was sent again as it was, to a
+	// model that takes no prefill, and the answer carried on with the
+	// part of its new answer past the answer so far, which it started
+	// with.
+	ContinuationReplayed = "replayed"
+	// ContinuationDiverged: the replay's text differed from the answer
+	// so far, and none of it reached the caller.
+	ContinuationDiverged = "diverged"
 )
 
 // CarriedOn reports whether the continuation carried the answer on:
-// continued or resumed.
+// continued, resumed or replayed.
 func (c Continuation) CarriedOn() bool {
-	return c.Outcome == ContinuationOK || c.Outcome == ContinuationResumed
+	return c.Outcome == ContinuationOK || c.Outcome == ContinuationResumed || c.Outcome == ContinuationReplayed
 }
 
 // Answered returns the name of the upstream whose answer the caller got:
@@ -164,10 +173,15 @@ type Move struct {
 	From string `json:"from"`
 	// To names the upstream it moved to.
 	To string `json:"to"`
-	// Reason is why it moved: "down", "spent", "silent", "busy" or "context-length", as
-	// outlast.FallbackReason says.
+	// Reason is why it moved: "down", "spent", "silent", "busy" or
+	// "context-length", as outlast.FallbackReason says, or ReasonHedge.
 	Reason string `json:"reason"`
 }
+
+// ReasonHedge is the Reason of a Move to a hedge that answered first,
+// and the Fallback of a hedge's first attempt: a stream that had sent no
+// content after its hedge delay was sent to the first fallback too.
+const ReasonHedge = "hedge"
 
 // The sources of a request's deadline (Request.DeadlineSource).
 const (
@@ -215,9 +229,11 @@ type Attempt struct {
 	// or one it fell back to. Empty in records made before fallbacks.
 	Upstream string
 	// Fallback is why the request moved to this attempt's upstream
-	// ("down", "spent", "silent", "busy" or "context-length", as outlast.FallbackReason says), on the
-	// first attempt there after a move; else "". The request's Moves say
-	// where it moved from.
+	// ("down", "spent", "silent", "busy" or "context-length", as
+	// outlast.FallbackReason says), on the first attempt there after a
+	// move; else "". The first attempt of a hedge, sent beside the
+	// request's own, says ReasonHedge, whether or not it won. The
+	// request's Moves say where it moved from.
 	Fallback string
 	// Start is when the attempt was sent, after the gate.
 	Start time.Time

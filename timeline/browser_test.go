@@ -125,6 +125,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("thousand", func(t *testing.T) { testThousand(t, newTab(t, b)) })
 	t.Run("admission", func(t *testing.T) { testAdmission(t, newTab(t, b)) })
 	t.Run("continuation", func(t *testing.T) { testContinuation(t, newTab(t, b)) })
+	t.Run("hedge", func(t *testing.T) { testHedge(t, newTab(t, b)) })
 }
 
 // newTab opens a tab in b's browser, closed when the test ends.
@@ -480,11 +481,7 @@ func fill(f *timeline.Feed, n, runs int) (inFlight int) {
 // panel's badge, which follows a change that comes live.
 func testAdmission(t *testing.T, tab context.Context) {
 	errs := jsErrors(t, tab)
-	up := httptest.NewServer(http.NotFoundHandler())
-	t.Cleanup(up.Close)
-	feed := timeline.New(0, 0)
-	base, _ := serve(t, feed, up.URL)
-	obs := feed.Observer()
+	base, obs := recordedPage(t)
 	at := time.Now().Add(-10 * time.Second)
 	ms := func(n int) time.Time { return at.Add(time.Duration(n) * time.Millisecond) }
 	change := func(n int, from, to outlast.UpstreamState) {
@@ -558,16 +555,22 @@ func testAdmission(t *testing.T, tab context.Context) {
 	}
 }
 
+// recordedPage serves the page of a feed that the test gives its records
+// by hand, through obs, in front of an upstream that is never called.
+func recordedPage(t *testing.T) (base string, obs record.Observer) {
+	up := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(up.Close)
+	feed := timeline.New(0, 0)
+	base, _ = serve(t, feed, up.URL)
+	return base, feed.Observer()
+}
+
 // testContinuation marks the splice: the attempt that continued a stream
 // that broke is a bar of its own, marked, whose title says what it
 // carried.
 func testContinuation(t *testing.T, tab context.Context) {
 	errs := jsErrors(t, tab)
-	up := httptest.NewServer(http.NotFoundHandler())
-	t.Cleanup(up.Close)
-	feed := timeline.New(0, 0)
-	base, _ := serve(t, feed, up.URL)
-	obs := feed.Observer()
+	base, obs := recordedPage(t)
 	at := time.Now().Add(-5 * time.Second)
 	r := &record.Request{ID: "spliced", Method: "POST", Path: "/v1/chat/completions", Upstream: "mock", Start: at, Stream: true}
 	for i, cont := range []bool{false, true} {
@@ -588,6 +591,37 @@ func testContinuation(t *testing.T, tab context.Context) {
 	title, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector('.bar[data-continued]').title`))
 	if err != nil || !strings.Contains(title, "continued the stream that broke, with 321 bytes") {
 		t.Errorf("got the title %q (%v), want it to say what the continuation carried", title, err)
+	}
+	if e := errs(); len(e) > 0 {
+		t.Errorf("the page's script failed: %q", e)
+	}
+}
+
+// testHedge marks a hedge: its attempt, beside the request's own and
+// overlapping it, is a bar of its own, marked, whose title names where
+// it went and why; no wait is drawn between the overlapping attempts.
+func testHedge(t *testing.T, tab context.Context) {
+	errs := jsErrors(t, tab)
+	base, obs := recordedPage(t)
+	at := time.Now().Add(-15 * time.Second)
+	r := &record.Request{ID: "hedged", Method: "POST", Path: "/v1/chat/completions", Upstream: "primary", Start: at, Stream: true}
+	for _, a := range []record.Attempt{
+		{N: 1, Upstream: "fallback", Fallback: record.ReasonHedge, Start: at.Add(10 * time.Second), End: at.Add(11 * time.Second), Status: 200},
+		{N: 2, Upstream: "primary", Start: at, End: at.Add(11 * time.Second), Class: outlast.ClassCanceled, Error: "outlast: hedged: the other attempt answered first"},
+	} {
+		r.Attempts = append(r.Attempts, a)
+		obs.AttemptEnd(r, a)
+	}
+	r.Status, r.End, r.Committed = 200, at.Add(12*time.Second), true
+	r.Moves = []record.Move{{From: "primary", To: "fallback", Reason: record.ReasonHedge}}
+	obs.Done(r)
+	open(t, tab, base)
+	if err := poll(tab, 5*time.Second, `document.querySelectorAll('.bar[data-hedge]').length === 1 && document.querySelectorAll('.bar').length === 2`); err != nil {
+		t.Fatalf("the page shows no marked hedge: %v", err)
+	}
+	got, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector('.bar[data-hedge]').title + "|" + document.querySelectorAll('.gap').length`))
+	if err != nil || !strings.Contains(got, "at fallback, a hedge") || !strings.HasSuffix(got, "|0") {
+		t.Errorf("got the title and gap count %q (%v), want the hedge named and no gap", got, err)
 	}
 	if e := errs(); len(e) > 0 {
 		t.Errorf("the page's script failed: %q", e)

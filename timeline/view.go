@@ -110,6 +110,13 @@ type Attempt struct {
 	AdmissionWait float64 `json:"admission_wait,omitempty"`
 	// Probe says it was its upstream's one probe while down.
 	Probe bool `json:"probe,omitempty"`
+	// Upstream names the upstream it went to: the request's own, or a
+	// fallback.
+	Upstream string `json:"upstream,omitempty"`
+	// Fallback is why it went to a fallback, on the first attempt there
+	// ("down", "spent", "silent", "busy", "context-length", or "hedge"
+	// for a hedge sent beside the request's own attempt), else "".
+	Fallback string `json:"fallback,omitempty"`
 	// Continued says it continued a stream that broke after its first
 	// byte, carrying PrefillBytes of the answer so far: the page marks
 	// the splice.
@@ -204,6 +211,8 @@ func attemptOf(a record.Attempt) Attempt {
 		GateWait:      ms(a.GateWait),
 		AdmissionWait: ms(a.AdmissionWait),
 		Probe:         a.Probe,
+		Upstream:      a.Upstream,
+		Fallback:      a.Fallback,
 		Continued:     a.Continued,
 		PrefillBytes:  a.PrefillBytes,
 		Start:         millis(a.Start),

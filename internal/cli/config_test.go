@@ -77,7 +77,8 @@ func TestServeConfigExample(t *testing.T) {
 		ReserveShare: 0.25, // auto
 		Slots:        0, Queue: 16, FirstByteTimeout: 5 * time.Minute, StreamHeaderTimeout: 30 * time.Second, IdleTimeout: 20 * time.Second,
 		StatusPaths: gateway.DefaultStatusPaths, Timeout: 9 * time.Minute, MaxTimeout: 30 * time.Minute, MaxRetryAfter: 5 * time.Minute,
-		Admission: &outlast.Admission{}, // on by default; recovery ends at DefaultMaxLimit
+		Admission:    &outlast.Admission{}, // on by default; recovery ends at DefaultMaxLimit
+		Continuation: gateway.ContinueAuto, Hedge: true,
 	}, {
 		Name: "llama", Prefix: "/llama", URL: mustURL(t, "http://127.0.0.1:8080"),
 		Policy: &outlast.Policy{
@@ -86,7 +87,8 @@ func TestServeConfigExample(t *testing.T) {
 		},
 		Slots: 2, Queue: 8, FirstByteTimeout: 10 * time.Minute, StreamHeaderTimeout: 30 * time.Second, IdleTimeout: 20 * time.Second,
 		StatusPaths: []string{"/health", "/slots", "/props"}, Timeout: 9 * time.Minute, MaxTimeout: 10 * time.Minute, MaxRetryAfter: 5 * time.Minute,
-		Admission: &outlast.Admission{MaxLimit: 2}, // recovery ends at the upstream's 2 slots
+		Admission:    &outlast.Admission{MaxLimit: 2}, // recovery ends at the upstream's 2 slots
+		Continuation: gateway.ContinueAuto, Hedge: true,
 	}}
 	got := cfg.Gateway.Upstreams
 	if len(got) != len(want) {

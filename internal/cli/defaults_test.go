@@ -492,3 +492,173 @@ func TestDefaultsUpstreamDownMessage(t *testing.T) {
 		}
 	})
 }
+
+// streamBody asks for a stream.
+const streamBody = `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+
+// answerStream is a stream whose first content comes after first.
+func answerStream(first time.Duration) func(*http.Request, int, time.Duration) (*http.Response, error) {
+	return func(r *http.Request, _ int, _ time.Duration) (*http.Response, error) {
+		return eventStream(r, []timedEvent{
+			{first, `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}`},
+			{first, "[DONE]"},
+		}), nil
+	}
+}
+
+// With serve's defaults and a fallback: a 429 with Retry-After: 2 is
+// waited out at the primary, 2 s, with no attempt at the fallback, and
+// the next request goes to the primary at once.
+func TestDefaultsShortRateLimitWaited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+			"primary.test": func(r *http.Request, n int, since time.Duration) (*http.Response, error) {
+				if n == 1 {
+					return reply(429, map[string]string{"Retry-After": "2"}, `{}`), nil
+				}
+				return answerStream(0)(r, n, since)
+			},
+			"fallback.test": answerStream(0),
+		})
+		g := defaultGateway(t, f, nil, "--config", writeConfig(t, fallbackConfig))
+		if rec, _ := sdkPost(g, "/v1/chat/completions", streamBody, nil); rec.Code != 200 {
+			t.Fatalf("got %d, want the primary's 200", rec.Code)
+		}
+		at := f.attempts("primary.test")
+		if len(at) != 2 || at[1]-at[0] < 1800*time.Millisecond || len(f.attempts("fallback.test")) != 0 {
+			t.Errorf("attempts at the primary at %v and %d at the fallback; want 2, at least 1.8 s apart, and none", at, len(f.attempts("fallback.test")))
+		}
+		if rec, took := sdkPost(g, "/v1/chat/completions", streamBody, nil); rec.Code != 200 || took != 0 || len(f.attempts("primary.test")) != 3 {
+			t.Errorf("the next request: got %d after %v, %d attempts at the primary; want the primary's answer at once", rec.Code, took, len(f.attempts("primary.test"))-2)
+		}
+	})
+}
+
+// silent is an upstream that never answers: its attempts end only when
+// they are cancelled.
+func silent(r *http.Request, _ int, _ time.Duration) (*http.Response, error) {
+	<-r.Context().Done()
+	return nil, r.Context().Err()
+}
+
+// With serve's defaults and a fallback: a primary that never answers gets
+// one attempt, and the fallback's answer comes within 45 s: the hedge
+// goes after 10 s, and the silent primary's attempt is cancelled.
+func TestDefaultsSilentPrimaryLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+			"primary.test":  silent,
+			"fallback.test": answerStream(0),
+		})
+		var rec record.Request
+		g := defaultGateway(t, f, func(r *record.Request) { rec = *r }, "--config", writeConfig(t, fallbackConfig))
+		res, took := sdkPost(g, "/v1/chat/completions", streamBody, nil)
+		if res.Code != 200 || took > 45*time.Second || len(f.attempts("primary.test")) != 1 || rec.Answered() != "fallback" {
+			t.Errorf("got %d from %q after %v, %d attempts at the primary; want the fallback's answer within 45 s, after 1", res.Code, rec.Answered(), took, len(f.attempts("primary.test")))
+		}
+	})
+	// Without the hedge (off, or its budget spent), the one attempt ends
+	// at the stream-header timeout, 30 s, and the request leaves: no
+	// retry at the silent primary.
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+			"primary.test":  silent,
+			"fallback.test": answerStream(0),
+		})
+		var rec record.Request
+		cfg := strings.Replace(fallbackConfig, "    fallbacks: [fallback]\n", "    fallbacks: [fallback]\n    hedge: false\n", 1)
+		g := defaultGateway(t, f, func(r *record.Request) { rec = *r }, "--config", writeConfig(t, cfg))
+		res, took := sdkPost(g, "/v1/chat/completions", streamBody, nil)
+		if res.Code != 200 || took > 45*time.Second || len(f.attempts("primary.test")) != 1 || rec.Answered() != "fallback" ||
+			len(rec.Moves) != 1 || rec.Moves[0].Reason != "silent" {
+			t.Errorf("got %d from %q after %v, %d attempts at the primary, moves %+v; want the fallback's answer within 45 s, after 1, moved as silent", res.Code, rec.Answered(), took, len(f.attempts("primary.test")), rec.Moves)
+		}
+	})
+}
+
+// With serve's defaults and a fallback: a primary whose first token comes
+// after 20 s is hedged, and the caller has the fallback's whole answer
+// within 15 s, the primary's attempt cancelled and recorded. Over 200
+// streams to a primary whose first token always takes 12 s, at most one
+// in twenty is hedged.
+func TestDefaultsHedge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+			"primary.test":  answerStream(20 * time.Second),
+			"fallback.test": answerStream(0),
+		})
+		var rec record.Request
+		g := defaultGateway(t, f, func(r *record.Request) { rec = *r }, "--config", writeConfig(t, fallbackConfig))
+		res, took := sdkPost(g, "/v1/chat/completions", streamBody, nil)
+		if res.Code != 200 || !strings.Contains(res.Body.String(), "[DONE]") || took > 15*time.Second {
+			t.Fatalf("got %d after %v:\n%s\nwant the whole answer within 15 s", res.Code, took, res.Body.String())
+		}
+		// The hedge's attempt ends first, with the answer; the primary's
+		// then, cancelled.
+		if a := rec.Attempts; rec.Answered() != "fallback" || len(a) != 2 || a[0].Fallback != "hedge" || a[0].Bytes == 0 ||
+			a[1].Upstream != "primary" || a[1].Class.String() != "canceled" || !strings.Contains(a[1].Error, "hedged") {
+			t.Errorf("recorded %+v by %q; want the hedge's answer, and the primary's attempt cancelled as hedged", rec.Attempts, rec.Answered())
+		}
+		if len(rec.Moves) != 1 || rec.Moves[0].Reason != "hedge" {
+			t.Errorf("moves %+v, want the hedge's", rec.Moves)
+		}
+	})
+	// The hedge fires at 10 s, but the primary's first token comes at
+	// 11 s, before the fallback's: the primary's answer is the caller's,
+	// and the hedge's attempt is the one cancelled.
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+			"primary.test":  answerStream(11 * time.Second),
+			"fallback.test": answerStream(5 * time.Second),
+		})
+		var rec record.Request
+		g := defaultGateway(t, f, func(r *record.Request) { rec = *r }, "--config", writeConfig(t, fallbackConfig))
+		res, _ := sdkPost(g, "/v1/chat/completions", streamBody, nil)
+		if res.Code != 200 || !strings.Contains(res.Body.String(), "[DONE]") {
+			t.Fatalf("got %d:\n%s\nwant the whole answer", res.Code, res.Body.String())
+		}
+		if n := len(f.attempts("fallback.test")); n != 1 {
+			t.Errorf("%d attempts at the fallback, want the hedge's 1", n)
+		}
+		a := rec.Attempts
+		// The primary's attempt ends first, with its first token; the
+		// hedge's then, cancelled.
+		if rec.Answered() != "primary" || len(rec.Moves) != 0 || len(a) != 2 ||
+			a[0].Upstream != "primary" || a[0].Error != "" || a[0].Bytes == 0 ||
+			a[1].Upstream != "fallback" || a[1].Fallback != "hedge" || !strings.Contains(a[1].Error, "hedged") {
+			t.Errorf("recorded %+v, moves %+v, by %q; want the primary's answer and the hedge cancelled", a, rec.Moves, rec.Answered())
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+			"primary.test":  answerStream(12 * time.Second),
+			"fallback.test": answerStream(0),
+		})
+		g := defaultGateway(t, f, nil, "--config", writeConfig(t, fallbackConfig))
+		for range 200 {
+			if res, _ := sdkPost(g, "/v1/chat/completions", streamBody, nil); res.Code != 200 {
+				t.Fatalf("got %d, want 200", res.Code)
+			}
+		}
+		if n := len(f.attempts("fallback.test")); n > 10 {
+			t.Errorf("%d of 200 streams hedged, want at most 5 %%", n)
+		}
+	})
+}
+
+// hedge: false, per upstream, turns hedging off: a slow first token is
+// waited for at the primary.
+func TestHedgeOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+			"primary.test":  answerStream(20 * time.Second),
+			"fallback.test": answerStream(0),
+		})
+		cfg := strings.Replace(fallbackConfig, "    fallbacks: [fallback]\n", "    fallbacks: [fallback]\n    hedge: false\n", 1)
+		g := defaultGateway(t, f, nil, "--config", writeConfig(t, cfg))
+		res, took := sdkPost(g, "/v1/chat/completions", streamBody, nil)
+		if res.Code != 200 || took < 20*time.Second || len(f.attempts("fallback.test")) != 0 {
+			t.Errorf("got %d after %v, %d attempts at the fallback; want the primary's answer at 20 s, none there", res.Code, took, len(f.attempts("fallback.test")))
+		}
+	})
+}

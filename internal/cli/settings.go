@@ -273,11 +273,17 @@ var settings = []setting{
 	{flag: "stream-header-timeout", key: "stream_header_timeout", scope: upstream, def: "30s", arg: "DURATION", example: "10s",
 		help: "bounds a streaming attempt's wait for the upstream's response headers, which a server sends when it takes the request: a silent upstream is retried after this, while a model that thinks before its first token still has --first-byte-timeout. 0 means no bound of its own",
 		set:  duration(func(t target, d time.Duration) { t.up.StreamHeaderTimeout = d })},
-	{flag: "continuation", key: "continuation", scope: upstream, def: "off", arg: "HOW", example: "prefill",
-		help: "what becomes of a stream that breaks after its first byte reached the caller: off ends it with an error event; prefill sends the request again with the answer so far as its final assistant message and carries the caller's stream on with the new text (Anthropic, and OpenAI-compatible servers that continue one, such as vLLM and llama.cpp; not OpenAI's own API, which is refused); the prompt is billed again, with the answer so far as input. resume, for OpenAI's Responses API, creates each streamed response in background (stored by the provider, so not for zero-data-retention accounts) and streams the rest of a broken one after its last event, the same bytes, with no second generation",
+	{flag: "hedge", key: "hedge", scope: upstream, def: "true", bool: true, example: "false",
+		help: "with --fallbacks, when a stream has sent none of its answer after a delay (learned per model: the 95th percentile of recent times to first content, at least 1s; 10s until 32 are known), send it to the first fallback too: the first to send content wins, the other is cancelled; at most about one stream in twenty is hedged",
+		set: func(t target, s string) (err error) {
+			t.up.Hedge, err = parseBool(s)
+			return err
+		}},
+	{flag: "continuation", key: "continuation", scope: upstream, def: "auto", arg: "HOW", example: "prefill",
+		help: "what becomes of a stream that breaks after its first byte reached the caller: off ends it with an error event; prefill sends the request again with the answer so far as its final assistant message and carries the caller's stream on with the new text (Anthropic, and OpenAI-compatible servers that continue one, such as vLLM and llama.cpp; not OpenAI's own API, which is refused), or, to a model that refuses a prefill, sends it again as it was and carries on only if its answer starts with the answer so far; the prompt is billed again. auto is prefill, but off for OpenAI's own API and Azure OpenAI. resume, for OpenAI's Responses API, creates each streamed response in background (stored by the provider, so not for zero-data-retention accounts) and streams the rest of a broken one after its last event, the same bytes, with no second generation",
 		set: func(t target, s string) (err error) {
 			if t.up.Continuation, err = gateway.ParseContinuation(s); err != nil {
-				return errors.New("want off, prefill or resume")
+				return errors.New("want auto, off, prefill or resume")
 			}
 			return nil
 		}},

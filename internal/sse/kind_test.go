@@ -83,8 +83,8 @@ func TestKindOf(t *testing.T) {
 	}
 }
 
-// FuzzKind checks, for any event, that IsFailure, which skips decoding
-// data that names no error, agrees with KindOf, and that a failure's
+// FuzzKind checks, for any event, that IsFailure and IsEnd, which skip
+// decoding data that names no error or end, agree with KindOf, and that a failure's
 // status is one a policy can judge.
 func FuzzKind(f *testing.F) {
 	for _, c := range kindCases {
@@ -100,6 +100,9 @@ func FuzzKind(f *testing.F) {
 		k := KindOf(ev)
 		if IsFailure(ev) != (k == Failure) {
 			t.Fatalf("event %q %q: KindOf %v, IsFailure %v", name, data, k, IsFailure(ev))
+		}
+		if IsEnd(ev) != (k == End) {
+			t.Fatalf("event %q %q: KindOf %v, IsEnd %v", name, data, k, IsEnd(ev))
 		}
 		if k == Failure {
 			if typ, status := ErrorOf(ev); status < 400 || status > 599 || typ == "" {

@@ -423,7 +423,7 @@
       }
       track.append(bar(a, v));
       const next = as[i + 1];
-      if (a.end && next) {
+      if (a.end && next && next.start - (next.gate_wait || 0) - (next.admission_wait || 0) > a.end) {
         track.append(gap(a.end, next.start - (next.gate_wait || 0) - (next.admission_wait || 0), a, v, false));
       } else if (a.end && a.retry_in && r.state !== "done") {
         track.append(gap(a.end, Math.min(v.t, a.end + a.retry_in), a, v, true));
@@ -450,10 +450,14 @@
     const b = place(el("div", "bar", { outcome: a.outcome, n: a.n }), v.x, a.start, end);
     if (a.probe) b.dataset.probe = "true";
     if (a.continued) b.dataset.continued = "true";
+    if (a.fallback === "hedge") b.dataset.hedge = "true";
     const what = a.status ? String(a.status) : (a.error || (a.outcome === "inflight" ? "in flight" : a.outcome));
     if ((end - a.start) * v.pxPerMs > 30) b.textContent = a.status ? String(a.status) : "";
     b.title = `attempt ${a.n}: ${what}, ${fmtDur(end - a.start)}` +
       (a.error && a.status ? ` (${a.error})` : "") +
+      (a.upstream ? `\nat ${a.upstream}` : "") +
+      (a.fallback === "hedge" ? ", a hedge: sent beside the request's own attempt, which had no content yet; the first to send content won" :
+        a.fallback ? `, a fallback (${a.fallback})` : "") +
       (a.probe ? "\nthe upstream's probe, while it was down" : "") +
       (a.continued ? (a.prefill_bytes ? `\ncontinued the stream that broke, with ${a.prefill_bytes} bytes of the answer as its prefill` : "\ncarried on the stream that broke") : "") +
       (a.admission_wait ? `\nwaited ${fmtDur(a.admission_wait)} for the upstream` : "") +
