@@ -8,13 +8,18 @@
 // module with go build, from a client that sends exactly the headers of
 // the openai npm package and makes no retries of its own.
 //
-// Each cell of the table scores pass, safe or fail:
+// Each cell of the table scores pass, partial, safe or fail, as the
+// public failover benchmark that the suite reproduces grades them:
 //
 //   - pass: the whole answer (the 60-chunk text, finish_reason stop and
 //     data: [DONE]) within 45 s of the request's start, after at most 6
 //     attempts at the primary and at most 2 in the 1.5 s after its first
-//     there; scenario 13 passes on the upstream's 400, unchanged, after
-//     one attempt at the primary and none at the fallback;
+//     there, and every check of the scenario's behaviour holds (such as
+//     a short rate limit waited for at the primary, a silent primary
+//     left after one attempt; see scenarios); scenario 13 passes on the
+//     upstream's 400, unchanged, after one attempt at the primary and
+//     none at the fallback;
+//   - partial: the answer so, but a check failed;
 //   - safe: no pass, but a bounded, clean error in time: an HTTP error
 //     status, an error event, or a connection that breaks;
 //   - fail: anything else, such as a truncated answer that ends as if

@@ -31,7 +31,7 @@ const section = "failover"
 // intro says what the table measures, before it.
 const intro = `Each row is a fault at the primary upstream, for one streamed OpenAI chat completion (twenty, 4 s apart, in scenario 15), sent through ` + "`outlast serve`" + ` as a new user runs it: the default settings, and a config file that gives only two upstreams, each a ` + "`mockllm`" + ` server of 60 content chunks run in the suite's process, the primary's ` + "`fallbacks: [fallback]`" + `, the fallback's ` + "`models: {gpt-4o: gpt-4o-fallback}`" + ` and a journal. Each configuration is a column: serve with those defaults and the flags it names. The client sends the headers the ` + "`openai`" + ` npm package %s sends (no X-Stainless-Timeout; ` + "`@anthropic-ai/sdk`" + ` %s sends ` + "`X-Stainless-Timeout: %s`" + `), asks for usage, and makes no retries of its own.
 
-A cell is **pass** when the caller gets the whole answer (the 60-chunk text, finish_reason stop and, but in scenario 11, ` + "`data: [DONE]`" + `) within %.0f s of the request's start (%.0f s in scenario %d), after at most %d attempts at the primary and at most %d in the %.1f s after its first there; scenario 13 passes on the upstream's 400, body unchanged, after one attempt at the primary and none at the fallback; scenario 16 also needs the fallback's model and a usage chunk; scenario 15 needs all twenty. It is **safe** when it is no pass but the caller sees a bounded, clean error in time: an HTTP error status, an error event, or a connection that breaks. It is **fail** otherwise: a truncated answer that ends as if complete, the budget exceeded, or too many attempts at the primary. In scenario 10 the client skips the one event it cannot parse and counts it, where the ` + "`openai`" + ` package would throw.
+A cell is **pass** when the caller gets the whole answer (the 60-chunk text, finish_reason stop and, but in scenario 11, ` + "`data: [DONE]`" + `) within %.0f s of the request's start (%.0f s in scenario %d), after at most %d attempts at the primary and at most %d in the %.1f s after its first there; scenario 13 passes on the upstream's 400, body unchanged, after one attempt at the primary and none at the fallback; scenario 16 also needs the fallback's model and a usage chunk; scenario 15 needs all twenty. A pass also needs every check of how the answer was got, as the public benchmark checks them: at most %d attempts at the primary in any %.1f s, and %s. A cell that has the answer but fails a check is **partial**. It is **safe** when it is no pass or partial but the caller sees a bounded, clean error in time: an HTTP error status, an error event, or a connection that breaks. It is **fail** otherwise: a truncated answer that ends as if complete, the budget exceeded, or too many attempts at the primary. In scenario 10 the client skips the one event it cannot parse and counts it, where the ` + "`openai`" + ` package would throw.
 
 A cell gives the time to the answer or the error, the status with the gateway's ` + "`Outlast-Error`" + ` kind, the attempts at the primary (in its first 1.5 s) and at the fallback, then why it is not a pass. The attempts are the gateway's record of each request, with the connections the primary refused; with one request, those that reached a mock are the mock's own count.`
 
@@ -41,7 +41,8 @@ func (rep report) markdown(w io.Writer) {
 	long := longest()
 	fmt.Fprintf(w, intro+"\n\n", header(openAIHeaders, "User-Agent")[len("OpenAI/JS "):],
 		header(anthropicHeaders, "User-Agent")[len("Anthropic/JS "):], header(anthropicHeaders, "X-Stainless-Timeout"),
-		budget.Seconds(), long.limit().Seconds(), long.n, maxAttempts, maxEarly, earlyWindow.Seconds())
+		budget.Seconds(), long.limit().Seconds(), long.n, maxAttempts, maxEarly, earlyWindow.Seconds(),
+		maxEarly, earlyWindow.Seconds(), checksText())
 	fmt.Fprint(w, "| # | scenario | primary | fallback |")
 	for _, cfg := range rep.configs {
 		fmt.Fprintf(w, " %s |", cfg.name)
@@ -68,6 +69,23 @@ func (rep report) markdown(w io.Writer) {
 		fmt.Fprintf(w, "%s\n", rep.summary(cfg))
 	}
 	fmt.Fprintf(w, "\nWritten by `%s`; the run took %v.\n", rep.command, rep.took.Round(time.Second))
+}
+
+// checksText lists each scenario's own checks, for the introduction: "in
+// scenario 1, at least 2 attempts at the primary, …; in scenario 3, …".
+func checksText() string {
+	var parts []string
+	for _, sc := range scenarios {
+		if len(sc.checks) == 0 {
+			continue
+		}
+		names := make([]string, len(sc.checks))
+		for i, c := range sc.checks {
+			names[i] = c.name
+		}
+		parts = append(parts, fmt.Sprintf("in scenario %d, %s", sc.n, strings.Join(names, ", ")))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // longest returns the scenario with the longest budget.
@@ -99,7 +117,7 @@ func (rep report) summary(cfg configuration) string {
 			n[c.outcome()]++
 		}
 	}
-	return fmt.Sprintf("%s: %d pass, %d safe, %d fail.", cfg.name, n[pass], n[safe], n[fail])
+	return fmt.Sprintf("%s: %d pass, %d partial, %d safe, %d fail.", cfg.name, n[pass], n[partial], n[safe], n[fail])
 }
 
 // details says why a cell scored as it did.
@@ -148,7 +166,7 @@ func manyDetails(c cell) []string {
 		}
 	}
 	parts := []string{
-		fmt.Sprintf("%d requests: %d pass, %d safe, %d fail", len(c.verdicts), n[pass], n[safe], n[fail]),
+		fmt.Sprintf("%d requests: %d pass, %d partial, %d safe, %d fail", len(c.verdicts), n[pass], n[partial], n[safe], n[fail]),
 		"slowest " + seconds(slowest),
 		fmt.Sprintf("primary at most %d a request (%d in 1.5 s)", most, mostEarly),
 		fmt.Sprintf("fallback %d in all", fallback),

@@ -49,8 +49,8 @@ func TestOutcomesRoundTrip(t *testing.T) {
 	for _, line := range []string{
 		"| 8 | stream cut (reset) after 40 of 60 tokens, once | `reset-after=40,ok` | `ok` | **safe**: 1.0 s · 503 upstream-down · primary 1 (1 in 1.5 s) · fallback 0 · an error status | **pass**: 2.0 s · 200 · primary 1 (1 in 1.5 s) · fallback 0 |",
 		"| 13 | 400 `content_policy_violation` |",
-		"defaults: 1 pass, 1 safe, 1 fail.",
-		"prefill: 1 pass, 0 safe, 0 fail.",
+		"defaults: 1 pass, 0 partial, 1 safe, 1 fail.",
+		"prefill: 1 pass, 0 partial, 0 safe, 0 fail.",
 		"Written by `cd bench && go run ./failover`; the run took 2m0s.",
 	} {
 		if !strings.Contains(b.String(), line) {

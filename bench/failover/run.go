@@ -74,7 +74,7 @@ func runCell(ctx context.Context, bin, dir string, sc scenario, cfg configuratio
 	}
 	c.attempts, c.note = attribute(c.results, recs, primary.arrivals(), fallback.arrivals())
 	for i, r := range c.results {
-		c.verdicts = append(c.verdicts, judge(sc, r, c.attempts[i]))
+		c.verdicts = append(c.verdicts, judge(sc, i, r, c.attempts[i]))
 	}
 	return c, nil
 }

@@ -62,10 +62,11 @@ type scenario struct {
 	budget   time.Duration // 0 means the 45 s budget
 
 	rule   rule
-	body   string // ruleUpstream400: the body the caller must get
-	noDone bool   // a pass needs no data: [DONE]
-	model  string // the model every chunk must name, or "" for any
-	usage  bool   // a pass needs the usage chunk
+	checks []check // of behaviour, besides every scenario's (see check)
+	body   string  // ruleUpstream400: the body the caller must get
+	noDone bool    // a pass needs no data: [DONE]
+	model  string  // the model every chunk must name, or "" for any
+	usage  bool    // a pass needs the usage chunk
 }
 
 // count returns how many requests the scenario sends.
@@ -90,28 +91,44 @@ func (sc scenario) primaryShown() string {
 // scenarios are the suite. A fault without "once" lasts for every
 // attempt; the cuts and pauses mid-stream happen once, as a network's
 // do, so that a continuation at the primary could succeed.
+//
+// Each lists its checks of behaviour: a short rate limit is waited for at
+// the primary, not fled; a failure once is retried there; a silent
+// primary is left after one attempt; a slow first token is not waited
+// for; a primary that is back is used again.
 var scenarios = []scenario{
-	{n: 1, name: "429 with `Retry-After: 2`, once", primary: "429:retry-after=2,ok", fallback: "ok"},
+	{n: 1, name: "429 with `Retry-After: 2`, once", primary: "429:retry-after=2,ok", fallback: "ok",
+		checks: []check{primaryAtLeast(2), spaced(1800 * time.Millisecond), fallbackTimes(0)}},
 	{n: 2, name: "429 with no delay, every attempt", primary: "429", fallback: "ok"},
-	{n: 3, name: "500 once", primary: "500,ok", fallback: "ok"},
+	{n: 3, name: "500 once", primary: "500,ok", fallback: "ok", checks: []check{primaryAtLeast(2), fallbackTimes(0)}},
 	{n: 4, name: "503 every attempt", primary: "503", fallback: "ok"},
-	{n: 5, name: "reset before the headers, once", primary: "reset,ok", fallback: "ok"},
-	{n: 6, name: "no answer for 120 s: every attempt's headers wait 120 s", primary: "slow-headers=120s", fallback: "ok", budget: 130 * time.Second},
-	{n: 7, name: "headers at once, first token after 20 s", primary: "ok:first-token-delay=20s", fallback: "ok"},
+	{n: 5, name: "reset before the headers, once", primary: "reset,ok", fallback: "ok", checks: []check{primaryAtLeast(2), fallbackTimes(0)}},
+	{n: 6, name: "no answer for 120 s: every attempt's headers wait 120 s", primary: "slow-headers=120s", fallback: "ok", budget: 130 * time.Second,
+		checks: []check{primaryAtMost(1), within(100 * time.Second)}},
+	{n: 7, name: "headers at once, first token after 20 s", primary: "ok:first-token-delay=20s", fallback: "ok",
+		checks: []check{within(15 * time.Second)}},
 	{n: 8, name: "stream cut (reset) after 40 of 60 tokens, once", primary: "reset-after=40,ok", fallback: "ok"},
 	{n: 9, name: "stream silent after 20 tokens for 30 s, then the rest, once", primary: "stall-after=20:resume=30s,ok", fallback: "ok"},
 	{n: 10, name: "a malformed event after 30 of 60 tokens, then the rest, once", primary: "malformed-after=30,ok", fallback: "ok"},
 	{n: 11, name: "no `[DONE]` (finish_reason and usage sent)", primary: "no-done", fallback: "ok", noDone: true},
 	{n: 12, name: "400 `context_length_exceeded`", primary: "400:body=" + contextLengthBody, fallback: "ok",
-		show: `400:body={"error":{…,"code":"context_length_exceeded"}}`},
+		show: `400:body={"error":{…,"code":"context_length_exceeded"}}`, checks: []check{primaryAtMost(1), fallbackTimes(1)}},
 	{n: 13, name: "400 `content_policy_violation`", primary: "400:body=" + contentPolicyBody, fallback: "ok",
 		show: `400:body={"error":{…,"code":"content_policy_violation"}}`, rule: ruleUpstream400, body: contentPolicyBody},
 	{n: 14, name: "as 8, but the primary 503s after the cut, and the fallback refuses an assistant prefill", primary: "reset-after=40,503", fallback: "ok:refuse-prefill",
 		rule: ruleNotTheRefusal},
 	{n: 15, name: "primary down 60 s (connections refused), 20 requests 4 s apart", primary: "refuse:60s,ok", fallback: "ok",
-		requests: 20, every: 4 * time.Second},
+		requests: 20, every: 4 * time.Second, checks: []check{primaryAtMost(3), backAfter(60 * time.Second)}},
 	{n: 16, name: "503 every attempt; the caller must see the fallback's model and usage", primary: "503", fallback: "ok",
 		model: fallbackName, usage: true},
+}
+
+// backAfter checks that a request sent two of the scenario's intervals
+// after the primary came back, at outage, was answered by the primary.
+func backAfter(outage time.Duration) check {
+	return check{"the primary's answer, back from its outage", func(sc scenario, i int, _ result, a attempts) bool {
+		return time.Duration(i)*sc.every < outage+2*sc.every || a.fallback == 0
+	}}
 }
 
 // A configuration is a column of the table: the scenarios under serve's
@@ -126,7 +143,7 @@ type configuration struct {
 // as a new user runs it.
 var configurations = []configuration{
 	{name: "defaults"},
-	{name: "defaults + `--continuation prefill`", flags: []string{"--continuation", "prefill"}, only: []int{8, 9, 14}},
+	{name: "defaults + `--continuation prefill`", flags: []string{"--continuation", "prefill"}},
 }
 
 // runs reports whether the configuration runs scenario n.

@@ -18,12 +18,16 @@ const (
 	// HTTP error status, a stream that ends with an error event, or a
 	// connection the client sees break.
 	safe
+	// partial: what the scenario asks for, within the budget and the
+	// bounds on attempts, but a check of how it was got failed (see
+	// check), as the public benchmark grades it.
+	partial
 	// pass: what the scenario asks for, within the budget and the bounds
-	// on attempts.
+	// on attempts, and every one of its checks holds.
 	pass
 )
 
-var outcomeNames = [...]string{fail: "fail", safe: "safe", pass: "pass"}
+var outcomeNames = [...]string{fail: "fail", safe: "safe", partial: "partial", pass: "pass"}
 
 func (o outcome) String() string { return outcomeNames[o] }
 
@@ -56,15 +60,83 @@ func (a attempts) early() int {
 	return n
 }
 
+// A check is one of a scenario's checks of behaviour: what a caller, or
+// the operator who set the fallback up, expects of how the answer was
+// got, beyond the answer itself. A pass needs every one; an answer with a
+// check that fails is partial.
+type check struct {
+	name string                                              // what it asks, as a cell says it when it fails
+	ok   func(sc scenario, i int, r result, a attempts) bool // of request i
+}
+
+// inAnyWindow is the most attempts at the primary in any earlyWindow.
+func (a attempts) inAnyWindow() int {
+	most := 0
+	for i, t := range a.primary {
+		n := 0
+		for _, u := range a.primary[i:] {
+			if u.Sub(t) <= earlyWindow {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	return most
+}
+
+// everyScenario are the checks of every scenario: a caller's retries
+// spaced as the public benchmark asks.
+var everyScenario = []check{
+	{fmt.Sprintf("at most %d attempts at the primary in any %.1f s", maxEarly, earlyWindow.Seconds()), func(_ scenario, _ int, _ result, a attempts) bool {
+		return a.inAnyWindow() <= maxEarly
+	}},
+}
+
+// primaryAtLeast checks that the primary was tried n times.
+func primaryAtLeast(n int) check {
+	return check{fmt.Sprintf("at least %s at the primary", attemptCount(n)), func(_ scenario, _ int, _ result, a attempts) bool { return len(a.primary) >= n }}
+}
+
+// primaryAtMost checks that the primary was tried at most n times.
+func primaryAtMost(n int) check {
+	return check{fmt.Sprintf("at most %s at the primary", attemptCount(n)), func(_ scenario, _ int, _ result, a attempts) bool { return len(a.primary) <= n }}
+}
+
+// fallbackTimes checks that the fallback was tried n times.
+func fallbackTimes(n int) check {
+	return check{fmt.Sprintf("%s at the fallback", attemptCount(n)), func(_ scenario, _ int, _ result, a attempts) bool { return a.fallback == n }}
+}
+
+// attemptCount says n attempts in words.
+func attemptCount(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return fmt.Sprintf("%d attempts", n)
+}
+
+// within checks that the answer came within d of the request's start.
+func within(d time.Duration) check {
+	return check{fmt.Sprintf("the answer within %.0f s", d.Seconds()), func(_ scenario, _ int, r result, _ attempts) bool { return r.elapsed <= d }}
+}
+
+// spaced checks that the primary's second attempt came at least d after
+// its first.
+func spaced(d time.Duration) check {
+	return check{fmt.Sprintf("the second attempt at the primary at least %.1f s after the first", d.Seconds()), func(_ scenario, _ int, _ result, a attempts) bool {
+		return len(a.primary) >= 2 && a.primary[1].Sub(a.primary[0]) >= d
+	}}
+}
+
 // A verdict is a request's outcome and, unless it passed, why.
 type verdict struct {
 	outcome outcome
 	why     string
 }
 
-// judge scores one request of sc from what its caller got and the
-// attempts the gateway made for it.
-func judge(sc scenario, r result, a attempts) verdict {
+// judge scores request i of sc from what its caller got and the attempts
+// the gateway made for it.
+func judge(sc scenario, i int, r result, a attempts) verdict {
 	switch {
 	case !a.known:
 		return verdict{fail, "no record of its attempts"}
@@ -75,7 +147,20 @@ func judge(sc scenario, r result, a attempts) verdict {
 	case a.early() > maxEarly:
 		return verdict{fail, fmt.Sprintf("%d attempts at the primary in its first %.1f s, more than %d", a.early(), earlyWindow.Seconds(), maxEarly)}
 	}
-	return rules[sc.rule](sc, r, a)
+	v := rules[sc.rule](sc, r, a)
+	if v.outcome != pass {
+		return v
+	}
+	var failed []string
+	for _, c := range append(everyScenario[:len(everyScenario):len(everyScenario)], sc.checks...) {
+		if !c.ok(sc, i, r, a) {
+			failed = append(failed, c.name)
+		}
+	}
+	if len(failed) > 0 {
+		return verdict{partial, "not " + strings.Join(failed, ", not ")}
+	}
+	return v
 }
 
 // rules judge what the caller got, once the budget and the attempts

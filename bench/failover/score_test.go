@@ -53,7 +53,7 @@ func TestJudge(t *testing.T) {
 		why  string // in the verdict's why
 	}{
 		// The whole answer, in time, from one attempt.
-		{"whole", 3, whole(), once, pass, ""},
+		{"whole", 4, whole(), once, pass, ""},
 		// Retries spread out are fine; the fallback may answer.
 		{"six attempts spread out", 4, whole(), tries(1, 0, time.Second, 2*time.Second, 3*time.Second, 4*time.Second, 5*time.Second), pass, ""},
 		// The bounds on attempts: seven in all, or three in the first
@@ -65,7 +65,7 @@ func TestJudge(t *testing.T) {
 		// the budget ended; scenario 6 has 130 s.
 		{"late answer", 7, with(func(r *result) { r.elapsed = 46 * time.Second }), once, fail, "over the 45 s budget"},
 		{"budget ended it", 4, result{elapsed: 45 * time.Second, overBudget: true}, once, fail, "over the 45 s budget"},
-		{"scenario 6 in 130 s", 6, with(func(r *result) { r.elapsed = 125 * time.Second }), once, pass, ""},
+		{"scenario 6 in 130 s", 6, with(func(r *result) { r.elapsed = 125 * time.Second }), once, partial, "not the answer within 100 s"},
 		// Clean errors are safe: a status, an error event, a cut, no
 		// response at all.
 		{"503", 4, result{elapsed: time.Second, status: 503, kind: "upstream-down"}, once, safe, "an error status"},
@@ -92,12 +92,24 @@ func TestJudge(t *testing.T) {
 		{"13 retried", 13, result{elapsed: time.Second, status: 400, body: contentPolicyBody}, tries(0, 0, 15*time.Second), safe, "after 2 attempts"},
 		{"13 asked the fallback", 13, result{elapsed: time.Second, status: 400, body: contentPolicyBody}, tries(1, 0), safe, "1 at the fallback"},
 		{"13 answered", 13, whole(), tries(1, 0), fail, "an answer where the upstream refused"},
+		// The answer, with a check of the scenario's failed, is partial:
+		// a short rate limit fled to the fallback, a failure once not
+		// retried at the primary, a silent primary tried again, a slow
+		// first token waited for, retries in a burst.
+		{"1 fled", 1, whole(), tries(1, 0), partial, "not at least 2 attempts at the primary"},
+		{"1 too soon", 1, whole(), tries(0, 0, time.Second), partial, "not the second attempt at the primary at least 1.8 s after the first"},
+		{"1 waited", 1, whole(), tries(0, 0, 2*time.Second), pass, ""},
+		{"3 not retried", 3, whole(), tries(1, 0), partial, "not at least 2 attempts at the primary, not 0 attempts at the fallback"},
+		{"6 tried thrice", 6, with(func(r *result) { r.elapsed = 93 * time.Second }), tries(1, 0, 31*time.Second, 62*time.Second), partial, "not at most 1 attempt at the primary"},
+		{"6 left at once", 6, with(func(r *result) { r.elapsed = 30 * time.Second }), tries(1, 0), pass, ""},
+		{"7 waited", 7, with(func(r *result) { r.elapsed = 20 * time.Second }), once, partial, "not the answer within 15 s"},
+		{"a burst later", 4, whole(), tries(1, 0, 5*time.Second, 5500*time.Millisecond, 6*time.Second), partial, "not at most 2 attempts at the primary in any 1.5 s"},
 		// Attempts nothing could tell fail.
 		{"unknown attempts", 15, whole(), attempts{}, fail, "no record"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			v := judge(scenarioN(t, tc.n), tc.r, tc.a)
+			v := judge(scenarioN(t, tc.n), 0, tc.r, tc.a)
 			if v.outcome != tc.want || !strings.Contains(v.why, tc.why) || (tc.want == pass) != (v.why == "") {
 				t.Errorf("got %s %q, want %s with %q", v.outcome, v.why, tc.want, tc.why)
 			}
@@ -117,6 +129,9 @@ func TestWorst(t *testing.T) {
 		{"all pass", []verdict{{pass, ""}, {pass, ""}}, pass},
 		// One safe makes the cell safe.
 		{"one safe", []verdict{{pass, ""}, {safe, "x"}, {pass, ""}}, safe},
+		// A partial is below a pass, above a safe.
+		{"one partial", []verdict{{pass, ""}, {partial, "x"}}, partial},
+		{"partial and safe", []verdict{{partial, "x"}, {safe, "y"}}, safe},
 		// One fail makes it fail, whatever else.
 		{"one fail", []verdict{{safe, "x"}, {fail, "y"}, {pass, ""}}, fail},
 	} {
@@ -144,7 +159,7 @@ func TestJudgeNotTheRefusal(t *testing.T) {
 		{"the refusal", result{status: 200, errorEvent: true, errorText: `{"error":{"message":"This model does not support assistant message prefill."}}`}, fail},
 		{"the refusal as the answer", result{status: 400, body: `{"error":{"message":"This model does not support assistant message prefill."}}`}, fail},
 	} {
-		if got := judge(sc, c.r, a).outcome; got != c.want {
+		if got := judge(sc, 0, c.r, a).outcome; got != c.want {
 			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
 		}
 	}
