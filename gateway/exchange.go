@@ -403,9 +403,7 @@ func (x *exchange) chainTripper(stopped func() bool) *outlast.Fallback {
 			return x.outbound(r.Context(), x.up.chain[i]), nil
 		},
 		OnFallback: func(_ *http.Request, from, to int, reason outlast.FallbackReason, err error) {
-			if stopped == nil || !stopped() {
-				x.onMove(x.up.chain[from], x.up.chain[to], reason, err)
-			}
+			x.move(x.up.chain[from], x.up.chain[to], reason, err, stopped)
 		},
 	}
 }
@@ -413,7 +411,19 @@ func (x *exchange) chainTripper(stopped func() bool) *outlast.Fallback {
 // onMove notes a move to another upstream, in the record's moves, for the
 // record of its first attempt there and for the answer, and logs it.
 func (x *exchange) onMove(from, to *upstream, reason outlast.FallbackReason, err error) {
+	x.move(from, to, reason, err, nil)
+}
+
+// move is onMove, unless stopped, if not nil, reports that a hedge has
+// fired: it is asked under the lock that the hedge fires under, so that
+// a move either comes first, and the hedge is not sent, or is not made,
+// and the Rewrite after it ends the request's side.
+func (x *exchange) move(from, to *upstream, reason outlast.FallbackReason, err error, stopped func() bool) {
 	x.hooksMu.Lock()
+	if stopped != nil && stopped() {
+		x.hooksMu.Unlock()
+		return
+	}
 	x.moved, x.cur = string(reason), to
 	x.rec.Moves = append(x.rec.Moves, record.Move{From: from.Name, To: to.Name, Reason: x.moved})
 	x.hooksMu.Unlock()

@@ -151,11 +151,18 @@ func (x *exchange) hedged(ctx context.Context) (*http.Response, error) {
 		return first.resp, first.err // answered or failed before the hedge
 	case <-timer.C:
 	}
-	if !x.up.hedging.spend() {
+	// A request that moved to the fallback on its own is there already;
+	// once the hedge is fired, the request's side moves no more.
+	x.hooksMu.Lock()
+	moved := x.cur != x.up
+	if !moved && x.up.hedging.spend() {
+		fired.Store(true)
+	}
+	x.hooksMu.Unlock()
+	if !fired.Load() {
 		first = <-results
 		return first.resp, first.err
 	}
-	fired.Store(true)
 	fallback := x.up.chain[1]
 	x.comment("hedge to=%s", fallback.Name)
 	go func() {
@@ -186,9 +193,8 @@ func (x *exchange) hedged(ctx context.Context) (*http.Response, error) {
 func (x *exchange) won(l leg, fallback *upstream) (*http.Response, error) {
 	if l.hedge {
 		x.hooksMu.Lock()
-		from := x.cur
 		x.cur = fallback
-		x.rec.Moves = append(x.rec.Moves, record.Move{From: from.Name, To: fallback.Name, Reason: record.ReasonHedge})
+		x.rec.Moves = append(x.rec.Moves, record.Move{From: x.up.Name, To: fallback.Name, Reason: record.ReasonHedge})
 		x.hooksMu.Unlock()
 	}
 	return l.resp, l.err

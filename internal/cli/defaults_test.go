@@ -646,6 +646,24 @@ func TestDefaultsHedge(t *testing.T) {
 	})
 }
 
+// A request that moved to the fallback on its own (the primary's 503s
+// spent its attempts) is not hedged there again when the fallback's first
+// token is slow: one attempt at the fallback.
+func TestHedgeNotAfterMove(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+			"primary.test":  always(503),
+			"fallback.test": answerStream(12 * time.Second),
+		})
+		var rec record.Request
+		g := defaultGateway(t, f, func(r *record.Request) { rec = *r }, "--config", writeConfig(t, fallbackConfig))
+		res, _ := sdkPost(g, "/v1/chat/completions", streamBody, nil)
+		if res.Code != 200 || len(f.attempts("fallback.test")) != 1 || len(rec.Moves) != 1 || rec.Moves[0].Reason != "spent" {
+			t.Errorf("got %d, %d attempts at the fallback, moves %+v; want its answer after one, moved as spent", res.Code, len(f.attempts("fallback.test")), rec.Moves)
+		}
+	})
+}
+
 // hedge: false, per upstream, turns hedging off: a slow first token is
 // waited for at the primary.
 func TestHedgeOff(t *testing.T) {
