@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -471,6 +472,31 @@ func TestBreakAfterEndIsWhole(t *testing.T) {
 			}
 			if r := <-records; r.Status != 200 || r.Error != "" || len(r.Attempts) != 1 || len(r.Continuations) != 0 {
 				t.Errorf("recorded %d %q, %d attempts, continuations %+v; want 200, no error, 1 attempt, none", r.Status, r.Error, len(r.Attempts), r.Continuations)
+			}
+		})
+	}
+}
+
+// An answer that repeats itself, as mockllm's fox sentence does, is
+// continued when it breaks after a whole sentence: the continuation
+// begins with the answer's opening, which recurs in the answer, so the
+// restart guard cannot call it a restart. The caller gets the whole
+// text, once.
+func TestContinuationOfRefrain(t *testing.T) {
+	t.Parallel()
+	const sentence = "The quick brown fox jumps over the lazy dog."
+	whole := strings.TrimSpace(strings.Repeat(sentence+" ", chunks/9) + strings.Join(strings.Fields(sentence)[:chunks%9], " "))
+	for _, n := range []int{27, 36, 45} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			t.Parallel()
+			m := mock(t, fmt.Sprintf("stall-after=%d,ok", n))
+			base, _, records := relaying(t, gateway.ContinuePrefill, 200*time.Millisecond, m.URL)
+			events, count := eventsOf(postRaw(t, base+"/v1/chat/completions", openAIStream))
+			if got := textOf(events); got != whole || count["failure"] != 0 || count["[DONE]"] != 1 {
+				t.Errorf("got %v and the text %q; want one [DONE], no error, and %q", count, got, whole)
+			}
+			if r := <-records; r.Error != "" || len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationOK {
+				t.Errorf("recorded %q, continuations %+v; want one, continued", r.Error, r.Continuations)
 			}
 		})
 	}

@@ -22,7 +22,9 @@ const (
 // restartProbe is how much of the answer's opening a continuation's text
 // is compared with: a continuation that begins with the answer's first
 // restartProbe bytes (or all of the answer, if shorter) started over
-// rather than continued.
+// rather than continued, unless the opening recurs in the answer so far:
+// an answer that repeats itself (a list, a refrain, a test's fox
+// sentence) may go on with its opening, and the check cannot tell.
 const restartProbe = 64
 
 // errRestarted ends a continuation that started the answer over: its
@@ -101,9 +103,11 @@ func (s *splice) begin(cut string) {
 		s.contBase = s.block + 1
 	}
 	s.contText, s.held = strings.Builder{}, nil
-	s.opening = strings.TrimLeft(s.text.String(), " \t\r\n")
-	s.opening = s.opening[:min(len(s.opening), restartProbe)]
-	s.checking = s.opening != "" // with no answer yet, there is nothing to repeat
+	answer := strings.TrimLeft(s.text.String(), " \t\r\n")
+	s.opening = answer[:min(len(answer), restartProbe)]
+	// With no answer yet there is nothing to repeat; with an opening that
+	// recurs in the answer, its repeat may be the answer's own.
+	s.checking = s.opening != "" && !strings.Contains(answer[1:], s.opening)
 }
 
 // beginReplay starts a replay: the request sent again as it was, whose

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -182,6 +183,19 @@ func chunk(text string) string {
 	return `data: {"id":"c2","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":` + string(b) + `}}]}` + "\n\n"
 }
 
+// fox is a sentence an answer may repeat.
+const fox = "The quick brown fox jumps over the lazy dog. "
+
+// counted returns the words wFrom … wTo, each followed by a space: text
+// that never repeats itself.
+func counted(from, to int) string {
+	var b strings.Builder
+	for i := from; i <= to; i++ {
+		fmt.Fprintf(&b, "w%d ", i)
+	}
+	return b.String()
+}
+
 // A continuation must continue: one whose text begins with the answer's
 // opening started over, and is ended before any of it reaches the
 // caller; one that differs goes on, its held events at once. The text
@@ -198,7 +212,14 @@ func TestSpliceRestart(t *testing.T) {
 		// The server answered the prefill from the start.
 		{"the opening again", "The quick brown fox", []string{"", "The", " quick", " brown", " fox jumps"}, true, ""},
 		// Past restartProbe bytes of the opening: it started over.
-		{"a long opening again", strings.Repeat("word ", 20), []string{"", strings.Repeat("word ", 13), "more"}, true, ""},
+		{"a long opening again", counted(1, 30), []string{"", counted(1, 19), "more"}, true, ""},
+		// An answer whose opening recurs in it (the fox sentence, again
+		// and again) may go on with its opening: cut after a whole
+		// sentence, the continuation is the sentence again, and is the
+		// caller's.
+		{"a refrain", strings.Repeat(fox, 3), []string{"", fox, fox[:20]}, false, fox + fox[:20]},
+		// Twice is not enough: the opening (64 bytes) is not in it again.
+		{"a sentence twice, then again", strings.Repeat(fox, 2), []string{"", fox, fox[:20]}, true, ""},
 		// A continuation that begins as the answer did, then differs.
 		{"diverges", "The quick brown fox", []string{"", " The", " lazy dog."}, false, " The lazy dog."},
 		// All of a short continuation is the opening's start: it

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -252,7 +253,11 @@ func (r result) failure() (string, bool) {
 		// The status and kind are in the cell already.
 		return "an error status", true
 	case r.errorEvent:
-		return fmt.Sprintf("an error event%s after %d of %d chunks", kind, r.chunks, chunks), true
+		why := fmt.Sprintf("an error event%s after %d of %d chunks", kind, r.chunks, chunks)
+		if m := errorMessage(r.errorText); m != "" {
+			why += ": " + m // why the gateway did not carry it on, when it says
+		}
+		return why, true
 	case r.cut && r.status == 0:
 		return "no response: " + r.err, true
 	case r.cut:
@@ -269,4 +274,22 @@ func worst(vs []verdict) outcome {
 		o = min(o, v.outcome)
 	}
 	return o
+}
+
+// errorMessage returns the message of an error event's data, made fit
+// for a table's cell, or "".
+func errorMessage(data string) string {
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal([]byte(data), &e) != nil {
+		return ""
+	}
+	m := strings.NewReplacer("|", "/", "\n", " ").Replace(e.Error.Message)
+	if r := []rune(m); len(r) > 200 {
+		m = string(r[:200]) + "…"
+	}
+	return m
 }

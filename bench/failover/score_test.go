@@ -72,6 +72,12 @@ func TestJudge(t *testing.T) {
 		{"error event", 8, with(func(r *result) {
 			r.text, r.chunks, r.errorEvent, r.kind, r.done, r.finish = "x", 40, true, "upstream-broke", false, ""
 		}), once, safe, "an error event upstream-broke after 40 of 60 chunks"},
+		// The gateway's message says why the stream was not carried on:
+		// the cell quotes it, a table's pipes made slashes.
+		{"error event with why", 8, with(func(r *result) {
+			r.text, r.chunks, r.errorEvent, r.kind, r.done, r.finish = "x", 36, true, "upstream-error", false, ""
+			r.errorText = `{"error":{"type":"upstream-error","message":"not continued: a|b"}}`
+		}), once, safe, "an error event upstream-error after 36 of 60 chunks: not continued: a/b"},
 		{"cut", 8, with(func(r *result) { r.text, r.chunks, r.cut, r.done, r.finish = "x", 40, true, false, "" }), once, safe, "the connection broke after 40 of 60 chunks"},
 		{"no response", 5, result{elapsed: time.Second, cut: true, err: "connection reset"}, once, safe, "no response: connection reset"},
 		// A truncated answer that ends cleanly fails.
