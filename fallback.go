@@ -95,22 +95,23 @@ const DefaultFallbackAttempts = DefaultDownAfter
 //     say it: [FallbackContextLength]. A fallback with a longer context
 //     may serve it.
 //
-// A rate limit that ends soon is none of these: a 429 or 503 whose delay
-// is at most the Admission's ShortDelay leaves the upstream healthy, and
+// A rate limit that ends soon is none of these: a 429, 503 or 529 whose
+// delay is at most the Admission's ShortDelay leaves the upstream healthy, and
 // the request's retry waits it out there. Any other failure that is not
 // retryable, such as another 400 or a 401, is returned as it is, and so
 // is a response that was returned to be read: a stream that has sent its
-// first byte never moves. A request that waited in an upstream's queue and was then sent away may still move on, if the next
-// upstream has time left for an attempt: the wait cost the upstream
-// nothing, and the next one is the request's best chance. A request sent
-// away when its wait reached its deadline less its reserve has just that
-// reserve left, and moves. It does not move on once its deadline less the
-// next upstream's reserve has passed (by more than 50 ms, a timer's
-// lateness); it then gets the last failure. So that the next upstream
-// has that time, each upstream but the last is sent the request under its
-// policy with its reserve raised by the next one's: its retries, and its
-// Admission's wait, stop that much earlier. If every upstream fails, the
-// request gets the last upstream's failure.
+// first byte never moves. A request that waited in an upstream's queue
+// and was then sent away may still move on, if the next upstream has time
+// left for an attempt: the wait cost the upstream nothing, and the next
+// one is the request's best chance. A request sent away when its wait
+// reached its deadline less its reserve has just that reserve left, and
+// moves. It does not move on once its deadline less the next upstream's
+// reserve has passed (by more than 50 ms, a timer's lateness); it then
+// gets the last failure. So that the next upstream has that time, each
+// upstream but the last is sent the request under its policy with its
+// reserve raised by the next one's: its retries, and its Admission's
+// wait, stop that much earlier. If every upstream fails, the request gets
+// the last upstream's failure.
 //
 // The request's body is sent again from Request.GetBody, which
 // http.NewRequest sets for in-memory bodies; a request without one is sent

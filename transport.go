@@ -189,7 +189,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return c.stop(res, nil)
 		}
 		// The policy is read only now that an attempt has failed.
-		wait, retry, err := c.sched.decide(c.ctx, res.fail, res.at.Start, res.admitted, keyNews{spaced: res.spaced, held: res.held, own: res.own})
+		wait, retry, err := c.sched.decide(c.ctx, res.fail, res.at.Start, res.admitted, res.news)
 		if err != nil || !retry {
 			return c.stop(res, err)
 		}
@@ -244,10 +244,8 @@ type result struct {
 	resp     *http.Response
 	fail     error
 	at       Attempt
-	admitted bool // the Admission let it through a troubled key: the request's waits do not advance
-	spaced   bool // and the key, still troubled after its failure, spaces what follows: the retry has no wait of its own
-	held     bool // and the server's delay is the key's not-before time, which holds the retry until then
-	own      bool // the server's delay was short, left by the Admission to the request: the retry waits it, and only it
+	admitted bool    // the Admission let it through a troubled key: the request's waits do not advance
+	news     keyNews // what the Admission made of its failure, for the retry's wait
 }
 
 // attempt makes the next attempt: it takes the gate, sends, and classifies
@@ -409,7 +407,7 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 	}
 	o := outcome{class: res.at.Class, status: res.at.Status, delay: res.at.RetryAfter, pause: pause, limit: c.t.maxRetryAfter(), err: res.fail}
 	spaces, held, own, troubled := a.report(c.t.admissionKey(r), c.t.gateCapacity(), tok, o)
-	res.own = res.fail != nil && own
+	res.news.own = res.fail != nil && own
 	if tok != nil && res.fail == nil && res.resp.StatusCode != http.StatusSwitchingProtocols {
 		res.resp.Body = &admBody{ReadCloser: res.resp.Body, tok: tok}
 		return
@@ -423,8 +421,8 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 	// for an attempt that went while it was healthy: a lone request
 	// whose own failures marked the key down follows its probes, or a
 	// server's not-before time, rather than its own longer wait.
-	res.spaced = res.fail != nil && spaces && troubled
-	res.held = held && res.spaced
+	res.news.spaced = res.fail != nil && spaces && troubled
+	res.news.held = held && res.news.spaced
 }
 
 // admBody gives back an Admission's hold when a response's body ends.
