@@ -1,11 +1,9 @@
 package outlast
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -255,8 +253,7 @@ const maxErrorBody = 64 << 10
 // body and puts back what it read, so that the caller gets the body
 // whole when the request does not move.
 func contextTooLong(resp *http.Response) bool {
-	head, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	resp.Body = readCloser{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	head, err := peekBody(resp, maxErrorBody)
 	return err == nil && isContextTooLong(head)
 }
 

@@ -169,6 +169,12 @@ func (s *schedule) decide(ctx context.Context, err error, start time.Time, admit
 	if ctx.Err() != nil || !s.p.retryable(err) {
 		return 0, false, nil
 	}
+	if errors.Is(err, ErrStalled) && mayLeave(ctx) {
+		// A silent upstream with a fallback after it is left at once:
+		// another wait for its headers would cost the caller the same
+		// silence again (see FallbackSilent).
+		return 0, false, nil
+	}
 	if s.p.MaxAttempts > 0 && s.n >= s.p.MaxAttempts {
 		return 0, false, nil
 	}

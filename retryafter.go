@@ -176,12 +176,20 @@ func bodyRetryInfo(resp *http.Response) (time.Duration, bool) {
 	if ct := resp.Header.Get("Content-Type"); ct != "" && !strings.Contains(ct, "json") {
 		return 0, false
 	}
-	head, err := io.ReadAll(io.LimitReader(resp.Body, maxRetryInfo))
-	resp.Body = readCloser{io.MultiReader(bytes.NewReader(head), errReader{err}, resp.Body), resp.Body}
+	head, err := peekBody(resp, maxRetryInfo)
 	if err != nil {
 		return 0, false
 	}
 	return retryInfo(head)
+}
+
+// peekBody reads up to limit bytes of resp's body and puts them back, so
+// that the caller reads the body whole; a read that failed fails again
+// where it did.
+func peekBody(resp *http.Response, limit int64) ([]byte, error) {
+	head, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	resp.Body = readCloser{io.MultiReader(bytes.NewReader(head), errReader{err}, resp.Body), resp.Body}
+	return head, err
 }
 
 // errReader returns err, if any, where a body's read failed, so that a

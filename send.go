@@ -1,7 +1,6 @@
 package outlast
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -67,17 +66,17 @@ func (c *call) send(r *http.Request, release func(), cancel context.CancelCauseF
 func firstByte(resp *http.Response, timer *time.Timer, ctx, parent context.Context, release func(), cancel context.CancelCauseFunc) (*http.Response, error) {
 	stream := sse.IsStream(resp.Header)
 	b := &body{rc: resp.Body, release: release, cancel: cancel, stream: stream}
-	err := b.peek()
+	failure, err := b.peek()
 	if !timer.Stop() {
 		// The timer fired, so ctx is or will be cancelled: whatever was
 		// read, the rest of the body is lost.
 		return nil, b.abandon(stallCause(ctx, parent, ErrStalled))
 	}
 	switch {
-	case b.failure != nil:
+	case failure != nil:
 		resp.Body = b
-		return resp, errorEvent(b.failure, resp.Header)
-	case stream && !b.began && len(b.head) > 0:
+		return resp, errorEvent(failure, resp.Header)
+	case stream && err != nil && len(b.head) > 0:
 		// The stream ended, or broke, before its answer began.
 		return nil, b.abandon(stallCause(ctx, parent, closedEarly(err)))
 	case len(b.head) > 0:
@@ -109,15 +108,15 @@ const maxHeld = 64 << 10
 // events up to the first that carries the answer, ends it or fails it,
 // up to maxHeld: what a client dispatches nothing for (comments, a
 // proxy's keep-alive) and the events before the answer (sse.Preamble)
-// are held. It sets began when the answer began (or the bound was
-// reached), and failure to the error event the stream sent instead. It
-// returns the read's error, if the reads ended in one; a stream whose
-// answer began reports none, as what follows is the caller's to read.
-func (b *body) peek() error {
+// are held. It returns the error event the stream sent instead of its
+// answer, if it sent one, and the read's error, if the reads ended in
+// one before the answer began or the bound was reached; past either,
+// what follows is the caller's to read.
+func (b *body) peek() (failure *sse.Event, err error) {
 	n, err := readSome(b.rc, b.one[:])
 	b.head = b.one[:n]
 	if n == 0 || !b.stream || err != nil {
-		return err
+		return nil, err
 	}
 	buf := append(make([]byte, 0, 512), b.head...)
 	var s sse.Scanner
@@ -126,18 +125,21 @@ func (b *body) peek() error {
 		for scanned < len(buf) {
 			m, ended := s.Scan(buf[scanned:])
 			scanned += m
-			if ended && b.judge(s.Event()) {
+			if !ended {
+				continue
+			}
+			if k, ok := decisive(s.Event()); ok {
 				b.head = buf
-				return nil
+				if k == sse.Failure {
+					ev := *s.Event() // its bytes are buf's or s's, which nothing writes again
+					return &ev, nil
+				}
+				return nil, nil
 			}
 		}
-		if err != nil {
+		if err != nil || len(buf) >= maxHeld {
 			b.head = buf
-			return err
-		}
-		if len(buf) >= maxHeld {
-			b.head, b.began = buf, true
-			return nil
+			return nil, err
 		}
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
@@ -148,22 +150,15 @@ func (b *body) peek() error {
 	}
 }
 
-// judge takes a block of the stream before the commit, and reports
-// whether it decides the attempt: the answer began or ended, or the
-// stream failed instead.
-func (b *body) judge(ev *sse.Event) bool {
+// decisive returns the kind of ev, a block of the stream before the
+// commit, and whether it decides the attempt: the answer began or ended,
+// or the stream failed instead.
+func decisive(ev *sse.Event) (sse.Kind, bool) {
 	if !ev.HasData {
-		return false // a comment, or a keep-alive: no client dispatches it
+		return 0, false // a comment, or a keep-alive: no client dispatches it
 	}
-	switch sse.KindOf(ev) {
-	case sse.Preamble:
-		return false
-	case sse.Failure:
-		b.failure = &sse.Event{Name: bytes.Clone(ev.Name), Data: bytes.Clone(ev.Data), HasData: true}
-	default:
-		b.began = true
-	}
-	return true
+	k := sse.KindOf(ev)
+	return k, k != sse.Preamble
 }
 
 // abandon closes a body that will not be committed and returns err.
@@ -233,9 +228,6 @@ type body struct {
 	release func()
 	cancel  context.CancelCauseFunc
 	stream  bool // an event stream, whose head is its events up to the answer's start
-	began   bool // the stream's answer began in head (see peek)
-	// failure is the error event the stream sent before its answer began.
-	failure *sse.Event
 
 	released  atomic.Bool // release has been called
 	cancelled atomic.Bool // cancel has been called

@@ -59,7 +59,7 @@ func TestPeek(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := &body{rc: io.NopCloser(iotest.OneByteReader(strings.NewReader(c.stream))), stream: true}
-			err := b.peek()
+			failure, err := b.peek()
 			if err != c.wantErr {
 				t.Fatalf("peek: got error %v, want %v", err, c.wantErr)
 			}
@@ -69,8 +69,11 @@ func TestPeek(t *testing.T) {
 			case c.wantHead != "" && string(b.head) != c.wantHead:
 				t.Fatalf("peek: got head %q, want %q", b.head, c.wantHead)
 			}
-			if b.began != c.began || (b.failure == nil) != (c.failure == "") || b.failure != nil && string(b.failure.Data) != c.failure {
-				t.Errorf("began %v, failure %+v; want %v, %q", b.began, b.failure, c.began, c.failure)
+			// The answer began when neither a failure nor the reads' end
+			// decided first.
+			began := failure == nil && err == nil
+			if began != c.began || (failure == nil) != (c.failure == "") || failure != nil && string(failure.Data) != c.failure {
+				t.Errorf("began %v, failure %+v; want %v, %q", began, failure, c.began, c.failure)
 			}
 		})
 	}
@@ -109,7 +112,7 @@ func FuzzPeek(f *testing.F) {
 			return
 		}
 		b := &body{rc: io.NopCloser(iotest.OneByteReader(bytes.NewReader(stream))), stream: true}
-		err := b.peek()
+		failure, err := b.peek()
 		// The reference: the stream's blocks as sse.Split reads them.
 		blocks, _ := sse.Split(stream)
 		var decided *sse.Block
@@ -123,22 +126,22 @@ func FuzzPeek(f *testing.F) {
 		}
 		switch {
 		case decided == nil:
-			if b.began || b.failure != nil || err == nil || !bytes.Equal(b.head, stream) {
-				t.Fatalf("%q: no event decides, yet began %v, failure %v, error %v, head %q", stream, b.began, b.failure, err, b.head)
+			if failure != nil || err == nil || !bytes.Equal(b.head, stream) {
+				t.Fatalf("%q: no event decides, yet failure %v, error %v, head %q", stream, failure, err, b.head)
 			}
 		case !bytes.Equal(b.head, stream[:end]) || err != nil:
 			t.Fatalf("%q: head %q, error %v; want %q, none", stream, b.head, err, stream[:end])
 		case sse.KindOf(&decided.Event) == sse.Failure:
-			if b.failure == nil || !bytes.Equal(b.failure.Data, decided.Data) {
-				t.Fatalf("%q: failure %+v, want the event %q", stream, b.failure, decided.Data)
+			if failure == nil || !bytes.Equal(failure.Data, decided.Data) {
+				t.Fatalf("%q: failure %+v, want the event %q", stream, failure, decided.Data)
 			}
-		case !b.began || b.failure != nil:
-			t.Fatalf("%q: began %v, failure %+v; want began", stream, b.began, b.failure)
+		case failure != nil:
+			t.Fatalf("%q: failure %+v; want the answer begun", stream, failure)
 		}
 		whole := &body{rc: io.NopCloser(bytes.NewReader(stream)), stream: true}
-		whole.peek()
-		if whole.began != b.began || (whole.failure == nil) != (b.failure == nil) {
-			t.Fatalf("%q read whole: began %v, failure %v; a byte a read: %v, %v", stream, whole.began, whole.failure, b.began, b.failure)
+		wholeFailure, wholeErr := whole.peek()
+		if (wholeErr == nil) != (err == nil) || (wholeFailure == nil) != (failure == nil) {
+			t.Fatalf("%q read whole: error %v, failure %v; a byte a read: %v, %v", stream, wholeErr, wholeFailure, err, failure)
 		}
 	})
 }

@@ -182,12 +182,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil || res.fail == nil {
 			return res.resp, err
 		}
-		if mayLeave(c.ctx) && errors.Is(res.fail, ErrStalled) {
-			// A silent upstream with a fallback after it is left at
-			// once: another wait for its headers would cost the caller
-			// the same silence again (see FallbackSilent).
-			return c.stop(res, nil)
-		}
 		// The policy is read only now that an attempt has failed.
 		wait, retry, err := c.sched.decide(c.ctx, res.fail, res.at.Start, res.admitted, res.news)
 		if err != nil || !retry {

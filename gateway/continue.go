@@ -209,12 +209,14 @@ func (r *relay) judged(next *continued, err error, outcome string, prefill int64
 func (s *splice) carryOn(r *relay, broke error) (*continued, error) {
 	x := r.x
 	text := s.text.String()
-	body, cut, why := continuationBody(x.callerBody, s.api, text)
-	if w := s.continuable(); w != "" {
-		why = w
-	}
+	why := s.continuable()
 	if why == "" {
 		why = r.bounded()
+	}
+	var body []byte
+	var cut string
+	if why == "" {
+		body, cut, why = continuationBody(x.callerBody, s.api, text)
 	}
 	if why != "" {
 		r.note(record.ContinuationUnsupported, why, 0)

@@ -639,7 +639,9 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		// if it breaks, where it may be: not the last attempt's stream
 		// that failed before its answer began, which the policy has
 		// judged already.
-		ctx, err = x.relay(ctx, resp, cancel, errorEvent)
+		var release func()
+		ctx, release, err = x.relay(ctx, resp, cancel, errorEvent)
+		defer release() // once the caller has the stream's end, or the error event below
 	} else {
 		idle := x.cur.IdleTimeout
 		if !stream && wasReadWhole(resp, x.r.Method, x.g.cfg.MaxBody) {
@@ -669,11 +671,12 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		// upstream's own, quoted, if it sent one.
 		x.rec.Error = record.ErrorUpstreamBroke
 		msg := fmt.Sprintf("outlast: upstream %s broke off the stream after %d bytes: %v", x.streaming.Name, x.rec.Bytes, err)
-		if up := quoted(err); up != nil {
+		up := quoted(err)
+		if up != nil {
 			x.rec.Error = record.ErrorUpstreamError
 			msg = fmt.Sprintf("outlast: upstream %s ended the stream with an error after %d bytes; not continued: %s", x.streaming.Name, x.rec.Bytes, notContinuedWhy(err))
 		}
-		x.out.errorEvent(record.ErrorUpstreamError, msg, quoted(err))
+		x.out.errorEvent(record.ErrorUpstreamError, msg, up)
 	default:
 		// A body cut short must not look complete: abort the connection
 		// so that the caller sees the failure (net/http's convention),

@@ -72,10 +72,8 @@ func (e *upstreamError) Error() string { return "the upstream ended the stream w
 // one way back to the exchange's attempts is exchange.again.
 type relay struct {
 	x     *exchange
-	from  *upstream // whose stream the caller is reading
-	n     int       // continuations made
-	broke error     // what broke the stream last
-	watch watch     // the follower of a stream that is not carried on
+	n     int   // continuations made
+	watch watch // the follower of a stream that is not carried on
 }
 
 // continued is a stream that carries a broken one on, committed, with
@@ -91,27 +89,30 @@ type continued struct {
 // returns the context of the stream forwarded last and nil once the
 // caller has the stream's end (the answer's, or the upstream's error
 // event), or the error that broke it, with why it was not carried on.
-func (x *exchange) relay(ctx context.Context, resp *http.Response, cancel context.CancelCauseFunc, failed bool) (context.Context, error) {
-	r := &relay{x: x, from: x.cur}
+// release, to call once the caller has its stream's end or its error
+// event, gives back what nobody will read: a resumed stream's response,
+// generating still at the upstream.
+func (x *exchange) relay(ctx context.Context, resp *http.Response, cancel context.CancelCauseFunc, failed bool) (_ context.Context, release func(), _ error) {
+	r := &relay{x: x}
 	var f follower = &r.watch
 	if !failed {
 		f = r.follower()
 	}
-	defer func() {
-		if rs, ok := f.(*resumer); ok {
-			rs.release(r)
-		}
-	}()
+	release = func() {}
+	if rs, ok := f.(*resumer); ok {
+		release = func() { rs.release(r) }
+	}
 	body := resp.Body
+	var broke error // what broke the stream last
 	for {
 		err := x.out.copyEvents(body, f, x.cur.IdleTimeout, cancel, &x.rec.Committed, &x.rec.Bytes)
 		body.Close()
 		if errors.Is(err, errClientGone) || x.r.Context().Err() != nil || errors.Is(context.Cause(ctx), errShutdown) {
-			return ctx, err // the caller left, or the gateway is stopping: nobody to carry it on for
+			return ctx, release, err // the caller left, or the gateway is stopping: nobody to carry it on for
 		}
 		if errors.Is(err, errRestarted) || errors.Is(err, errDiverged) {
 			r.repeated(err)
-			return ctx, &notContinued{r.broke, err.Error()}
+			return ctx, release, &notContinued{broke, err.Error()}
 		}
 		switch f.ended(err) {
 		case endWhole:
@@ -120,20 +121,20 @@ func (x *exchange) relay(ctx context.Context, resp *http.Response, cancel contex
 				// caller gets the end it would have had.
 				x.out.endStream(s, &x.rec.Bytes)
 			}
-			return ctx, nil
+			return ctx, release, nil
 		case endFailed:
 			x.rec.Error = record.ErrorUpstreamError
-			return ctx, nil
+			return ctx, release, nil
 		}
-		r.broke = brokeBy(f, err)
+		broke = brokeBy(f, err)
 		c, ok := f.(carrier)
 		if !ok {
-			return ctx, r.broke
+			return ctx, release, broke
 		}
 		cancel(nil)
-		next, cerr := c.carryOn(r, r.broke)
+		next, cerr := c.carryOn(r, broke)
 		if cerr != nil {
-			return ctx, cerr
+			return ctx, release, cerr
 		}
 		body, ctx, cancel = next.resp.Body, next.ctx, next.cancel
 	}
@@ -155,7 +156,7 @@ func brokeBy(f follower, err error) error {
 // API stream from an upstream that resumes them, a splice for one that
 // continues streams with a prefill, and a watch otherwise.
 func (r *relay) follower() follower {
-	switch r.from.carry {
+	switch r.x.streaming.carry {
 	case ContinuePrefill:
 		return &splice{}
 	case ContinueResume:
@@ -171,7 +172,7 @@ func (r *relay) follower() follower {
 func (r *relay) note(outcome, reason string, prefill int64) {
 	x := r.x
 	x.rec.Continuations = append(x.rec.Continuations, record.Continuation{
-		Upstream: r.from.Name, After: x.rec.Bytes, Prefill: prefill, Outcome: outcome, Reason: reason,
+		Upstream: x.streaming.Name, After: x.rec.Bytes, Prefill: prefill, Outcome: outcome, Reason: reason,
 	})
 }
 
@@ -182,7 +183,7 @@ func (r *relay) splice() {
 	x := r.x
 	x.rec.Attempts[x.forwarder].Bytes = x.rec.Bytes - x.spliced
 	x.spliced = x.rec.Bytes
-	x.forwarder, r.from, x.streaming = len(x.rec.Attempts)-1, x.cur, x.cur
+	x.forwarder, x.streaming = len(x.rec.Attempts)-1, x.cur
 }
 
 // repeated records how the continuation under way failed, err: it started
@@ -262,13 +263,11 @@ func (w *watch) ended(err error) streamEnd {
 // ended: a stream continued with a prefill is whole once its answer's end
 // came (a finish reason, or the terminal event) with no error held back.
 // One of events the splice does not know, which it cannot continue, ends
-// as a watch's does: at its clean end, or at an error event of its own.
+// as a watch's does.
 func (s *splice) ended(err error) streamEnd {
 	switch {
-	case s.failed:
-		return endFailed
-	case s.api == apiUnknown && err == nil:
-		return endWhole
+	case s.api == apiUnknown:
+		return s.unknown.ended(err)
 	case (err == nil || s.finished) && s.broke == nil && (s.done || s.finished):
 		return endWhole
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/outlast-llm/outlast/record"
 )
 
-// Tests of the streams as the APIs send them today: the commit at the
+// Tests of the streams as the APIs send them: the commit at the
 // first content event, an error event mid-stream, continuation that
 // cannot duplicate, and the Responses API's resumption.
 
@@ -343,9 +343,7 @@ func TestResume(t *testing.T) {
 			}
 			t.Cleanup(m.Close)
 			base, log, records := relaying(t, gateway.ContinueResume, 200*time.Millisecond, m.URL)
-			start := time.Now()
 			got := postRaw(t, base+"/v1/responses", streamBodies["/v1/responses"])
-			took := time.Since(start)
 			resp, err := http.Get(m.URL + "/v1/responses/resp_mock_1?stream=true")
 			if err != nil {
 				t.Fatal(err)
@@ -357,9 +355,6 @@ func TestResume(t *testing.T) {
 			}
 			if events, _ := eventsOf(got); len(events) != 60 {
 				t.Errorf("got %d events, want 60", len(events))
-			}
-			if took > 2*time.Second {
-				t.Errorf("took %v, want within 2 s", took)
 			}
 			generations := 0
 			for _, n := range m.Stats().Paths["/v1/responses"] {
@@ -377,7 +372,7 @@ func TestResume(t *testing.T) {
 }
 
 // A resumption past the provider's window is refused: the caller gets the
-// error event of today, and the background response is cancelled, as it
+// error event of the break, and the background response is cancelled, as it
 // is when the caller goes away, so that nothing generates for nobody.
 func TestResumeCancels(t *testing.T) {
 	t.Parallel()
@@ -446,6 +441,7 @@ func TestBreakAfterEndIsWhole(t *testing.T) {
 		{"/v1/responses", gateway.ContinueOff},
 		{"/v1/chat/completions", gateway.ContinuePrefill},
 		{"/v1/messages", gateway.ContinuePrefill},
+		{"/v1/responses", gateway.ContinuePrefill}, // events the splice does not know
 	} {
 		t.Run(c.String(), func(t *testing.T) {
 			t.Parallel()

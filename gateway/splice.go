@@ -57,9 +57,10 @@ type splice struct {
 	// (an error event, or an OpenAI error chunk), which the splice kept
 	// from the caller: the stream broke there, and may be continued.
 	broke []byte
-	// failed says that an error event of a stream the splice does not
-	// know went to the caller, as a watch would let it: the stream's end.
-	failed bool
+	// unknown follows a stream the splice does not know (llama.cpp's,
+	// the Responses API's), whose events go to the caller as they came:
+	// as a watch follows one, for its error event or its last event.
+	unknown watch
 
 	// Anthropic: the text block the answer is in, and whether it is open.
 	block int
@@ -140,7 +141,7 @@ func (s *splice) event(raw []byte, ev sse.Event) ([]byte, error) {
 		out, text = s.anthropic(raw, string(ev.Name), ev.Data)
 	default:
 		out = raw
-		s.failed = s.failed || sse.IsFailure(&ev)
+		s.unknown.passed(ev)
 	}
 	if s.diverged {
 		return nil, errDiverged
@@ -429,8 +430,9 @@ func (s *splice) unsupported(why string) {
 
 // passed takes an event too long to hold, which went to the caller as it
 // came: the splice cannot account for it.
-func (s *splice) passed(sse.Event) {
+func (s *splice) passed(ev sse.Event) {
 	s.unsupported("an event too long to hold")
+	s.unknown.passed(ev)
 }
 
 // strip drops from t, a continuation's text, what the caller already
