@@ -3,13 +3,14 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/outlast-llm/outlast/internal/jsonscan"
 	"github.com/outlast-llm/outlast/internal/redact"
 	"github.com/outlast-llm/outlast/internal/sse"
 	"github.com/outlast-llm/outlast/record"
@@ -41,42 +42,95 @@ func (x *exchange) resumable() bool {
 }
 
 // event forwards ev unless the caller has it from before a resumption,
-// and notes its sequence number and, from the first, the response's id.
+// and notes its sequence number and, while it is not known, the
+// response's id, which the first events carry (response.created). It
+// walks the data without decoding it, as a relay asks it of every event
+// it forwards: it reads the sequence number, decodes the id only while
+// it is not known, and tells the end and the failure as sse does.
 func (rs *resumer) event(raw []byte, ev sse.Event) ([]byte, error) {
 	if !ev.HasData {
 		return raw, nil
 	}
-	var f struct {
-		Type     string `json:"type"`
-		Seq      *int64 `json:"sequence_number"`
-		Response struct {
-			ID string `json:"id"`
-		} `json:"response"`
-	}
-	if json.Unmarshal(ev.Data, &f) != nil || f.Seq == nil {
+	var (
+		seq      int64
+		hasSeq   bool
+		response []byte
+	)
+	s := jsonscan.Scanner{B: ev.Data}
+	ok := s.Members(func(key, v []byte) {
+		switch string(key) {
+		case "sequence_number":
+			seq, hasSeq = wholeNumber(v)
+		case "response":
+			response = v
+		}
+	})
+	if s.Space(); !ok || s.I != len(ev.Data) || !hasSeq {
 		if rs.why == "" {
 			rs.why = "an event without a sequence_number"
 		}
 		return raw, nil
 	}
-	if *f.Seq <= rs.seq {
+	if seq <= rs.seq {
 		return nil, nil // the caller has it, from before the resumption
 	}
-	rs.seq = *f.Seq
+	rs.seq = seq
 	if rs.id == "" {
-		rs.id = f.Response.ID
+		rs.id = responseID(response)
 	}
-	typ := f.Type
-	if len(ev.Name) > 0 {
-		typ = string(ev.Name)
-	}
-	switch typ {
-	case "response.completed", "response.incomplete":
-		rs.end = true
-	case "response.failed", "error":
+	switch {
+	case sse.IsFailure(&ev):
 		rs.end, rs.failed = true, true
+	case sse.IsEnd(&ev):
+		rs.end = true
 	}
 	return raw, nil
+}
+
+// responseID returns the id of v, a response object, or "" if v is not
+// one or has no id that is a string.
+func responseID(v []byte) string {
+	var id string
+	if len(v) > 0 && v[0] == '{' {
+		s := jsonscan.Scanner{B: v}
+		s.Members(func(key, w []byte) {
+			if string(key) == "id" {
+				id = ""
+				if len(w) >= 2 && w[0] == '"' {
+					id = jsonString(w)
+				}
+			}
+		})
+	}
+	return id
+}
+
+// wholeNumber reads v, a JSON number, as an int64, and reports whether it
+// is one: an integer, without fraction or exponent, that fits.
+func wholeNumber(v []byte) (int64, bool) {
+	neg := len(v) > 0 && v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	// Nineteen digits at most, which a uint64 holds: int64's bounds have
+	// nineteen.
+	if len(v) == 0 || len(v) > 19 || len(v) > 1 && v[0] == '0' {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	switch {
+	case neg && n <= 1<<63:
+		return int64(-n), true
+	case !neg && n < 1<<63:
+		return int64(n), true
+	}
+	return 0, false
 }
 
 // passed takes an event too long to hold: its sequence number is not
@@ -117,22 +171,25 @@ func (rs *resumer) carryOn(r *relay, broke error) (*continued, error) {
 	r.n++
 	x := r.x
 	next, err := x.again(x.cur.stream, func(ctx context.Context) *http.Request {
-		return rs.request(ctx, x, "?stream=true&starting_after="+strconv.FormatInt(rs.seq, 10))
+		return rs.request(ctx, x, http.MethodGet, "", "stream=true&starting_after="+strconv.FormatInt(rs.seq, 10))
 	}, 0)
 	return r.judged(next, err, record.ContinuationResumed, 0, broke)
 }
 
-// request returns the request for the response's path with suffix: a GET
-// of it with a query, or its cancel; with the caller's headers and the
-// upstream's credential, as the request that created it had.
-func (rs *resumer) request(ctx context.Context, x *exchange, suffix string) *http.Request {
-	path, query, _ := strings.Cut(x.path+"/"+url.PathEscape(rs.id)+suffix, "?")
+// request returns a request with method, and no body, for the
+// response's path followed by tail ("" or "/cancel") and query; with the
+// caller's headers and the upstream's credential, as the request that
+// created it had.
+func (rs *resumer) request(ctx context.Context, x *exchange, method, tail, query string) *http.Request {
+	path := x.path + "/" + rs.id + tail
 	out := x.cur.outbound(ctx, x.r, path, false)
 	out.URL = x.cur.target(path, query)
-	out.Method, out.Body, out.GetBody, out.ContentLength = http.MethodGet, http.NoBody, nil, 0
-	if strings.HasSuffix(path, "/cancel") {
-		out.Method = http.MethodPost
+	if strings.Contains(rs.id, "/") {
+		// A slash in the id is part of it, not a separator: the escaped
+		// path says so, which the path alone cannot.
+		out.URL.RawPath = x.cur.target(x.path, "").EscapedPath() + "/" + url.PathEscape(rs.id) + tail
 	}
+	out.Method, out.Body, out.GetBody, out.ContentLength = method, http.NoBody, nil, 0
 	if x.cur.Auth != nil {
 		x.cur.Auth.apply(out.Header)
 	}
@@ -149,12 +206,12 @@ func (rs *resumer) release(r *relay) {
 	x := r.x
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.r.Context()), cancelTimeout)
 	defer cancel()
-	req := rs.request(ctx, x, "/cancel")
+	req := rs.request(ctx, x, http.MethodPost, "/cancel", "")
 	resp, err := x.cur.transport.Base.RoundTrip(req)
 	if err == nil {
 		discardBody(resp)
 		if resp.StatusCode >= 300 {
-			err = &statusText{resp.Status}
+			err = fmt.Errorf("status %s", resp.Status)
 		}
 	}
 	if err != nil {
@@ -163,11 +220,6 @@ func (rs *resumer) release(r *relay) {
 	}
 	x.g.logger.Info("outlast: cancelled the background response no caller reads", "id", x.rec.ID, "upstream", x.cur.Name)
 }
-
-// statusText is a response's status as an error.
-type statusText struct{ status string }
-
-func (e *statusText) Error() string { return "status " + e.status }
 
 // withBackground returns body, a JSON object, with "background": true as
 // its first member.

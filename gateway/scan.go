@@ -39,7 +39,7 @@ func scanBody(b []byte) (f bodyFields, ok bool) {
 		if string(key) == "model" {
 			f.modelAt, f.modelEnd = 0, 0
 			if v[0] == '"' {
-				f.modelAt = s.I - len(v)
+				f.modelAt = s.I - len(v) // s.I is just past v while Members calls back
 				f.modelEnd = f.modelAt + len(v)
 			}
 		}

@@ -434,13 +434,11 @@ func countWords(req *request) int {
 		Content json.RawMessage `json:"content"`
 	}
 	json.Unmarshal(req.Messages, &msgs)
-	if json.Unmarshal(req.Input, &msgs) == nil {
-		n += len(strings.Fields(req.Instructions))
-	}
+	json.Unmarshal(req.Input, &msgs)
 	for _, m := range msgs {
 		n += wordsIn(m.Content)
 	}
-	return n + wordsIn(req.Prompt) + wordsIn(req.Input)
+	return n + wordsIn(req.Prompt) + wordsIn(req.Input) + len(strings.Fields(req.Instructions))
 }
 
 // prefill returns the text of a chat request's last message if that is

@@ -164,10 +164,9 @@ type store struct {
 	window time.Duration
 }
 
-// stored is one background response.
+// stored is one background response, its events made (see put).
 type stored struct {
 	rep       *reply
-	events    []event
 	at        time.Time // when it was made
 	cancelled bool
 }
@@ -188,7 +187,10 @@ func (st *store) put(rep *reply, now time.Time) {
 		delete(st.m, st.order[0])
 		st.order = st.order[1:]
 	}
-	st.m[rep.id] = &stored{rep: rep, events: responses{}.events(rep), at: now}
+	// Its events are made now, before any request that streams them
+	// again reads them.
+	responses{}.events(rep)
+	st.m[rep.id] = &stored{rep: rep, at: now}
 	st.order = append(st.order, rep.id)
 }
 
@@ -236,7 +238,7 @@ func (s *Server) retrieve(w http.ResponseWriter, r *http.Request) {
 	x.writeHeader(http.StatusOK)
 	x.flush()
 	head := responses{}.headLen(kept.rep)
-	for i, ev := range kept.events {
+	for i, ev := range kept.rep.events {
 		if i <= after {
 			continue
 		}

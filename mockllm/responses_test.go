@@ -65,6 +65,29 @@ func TestResponsesShape(t *testing.T) {
 	}
 }
 
+// A Responses API request's prompt tokens are the words of its
+// instructions and of its input, whether the input is a string or items.
+func TestResponsesUsageCountsInstructions(t *testing.T) {
+	t.Parallel()
+	s := start(t, "", &mockllm.Server{Chunks: 4})
+	for _, req := range []string{
+		`{"model":"m","instructions":"be brief now","input":"hello there"}`,
+		`{"model":"m","instructions":"be brief now","input":[{"role":"user","content":"hello there"}]}`,
+		`{"model":"m","instructions":"be brief now","input":[{"role":"user","content":[{"type":"input_text","text":"hello there"}]}]}`,
+	} {
+		_, body := do(t, client(t, 0), s.URL+responsesPath, req)
+		var o struct {
+			Usage struct {
+				Input int `json:"input_tokens"`
+			}
+		}
+		decode(t, body, &o)
+		if o.Usage.Input != 5 {
+			t.Errorf("%s: got %d input tokens, want 5", req, o.Usage.Input)
+		}
+	}
+}
+
 // error-after=N sends a stream's events before the content and N content
 // chunks, then the API's error event, and ends the stream; a body that is
 // not a stream gets the error as the response it stands for.

@@ -11,8 +11,8 @@ type Scanner struct {
 	I int
 }
 
-// Peek returns the byte at the scanner's place, or 0 at the end.
-func (s *Scanner) Peek() byte {
+// peek returns the byte at the scanner's place, or 0 at the end.
+func (s *Scanner) peek() byte {
 	if s.I < len(s.B) {
 		return s.B[s.I]
 	}
@@ -31,31 +31,31 @@ func (s *Scanner) Space() {
 	}
 }
 
-// Next skips space and then c, and reports whether c was there.
-func (s *Scanner) Next(c byte) bool {
+// next skips space and then c, and reports whether c was there.
+func (s *Scanner) next(c byte) bool {
 	s.Space()
-	if s.Peek() != c {
+	if s.peek() != c {
 		return false
 	}
 	s.I++
 	return true
 }
 
-// Str reads a string and returns its raw contents, escapes and all: keys
+// str reads a string and returns its raw contents, escapes and all: keys
 // are read this way, and the keys outlast looks for have no escapes. The
 // contents are not copied.
-func (s *Scanner) Str() ([]byte, bool) {
+func (s *Scanner) str() ([]byte, bool) {
 	s.Space()
 	start := s.I
-	if !s.SkipString() {
+	if !s.skipString() {
 		return nil, false
 	}
 	return s.B[start+1 : s.I-1], true
 }
 
-// SkipString skips a string, escapes included.
-func (s *Scanner) SkipString() bool {
-	if s.Peek() != '"' {
+// skipString skips a string, escapes included.
+func (s *Scanner) skipString() bool {
+	if s.peek() != '"' {
 		return false
 	}
 	for s.I++; s.I < len(s.B); s.I++ {
@@ -70,12 +70,12 @@ func (s *Scanner) SkipString() bool {
 	return false
 }
 
-// SkipValue skips one value: a string, or anything up to the end of its
+// skipValue skips one value: a string, or anything up to the end of its
 // nesting, counting brackets outside strings.
-func (s *Scanner) SkipValue() bool {
-	switch s.Peek() {
+func (s *Scanner) skipValue() bool {
+	switch s.peek() {
 	case '"':
-		return s.SkipString()
+		return s.skipString()
 	case '{', '[':
 		return s.skipNested()
 	}
@@ -96,7 +96,7 @@ func (s *Scanner) skipNested() bool {
 	for s.I < len(s.B) {
 		switch s.B[s.I] {
 		case '"':
-			if !s.SkipString() {
+			if !s.skipString() {
 				return false
 			}
 			continue
@@ -115,29 +115,31 @@ func (s *Scanner) skipNested() bool {
 }
 
 // Members walks the object at the scanner's place, calling member with
-// each key (raw, as Str returns it) and the value's bytes, which it has
-// skipped. It reports whether the object was whole; member's values read
-// before the trouble stand. The last of a repeated key is seen last.
+// each key's raw contents, escapes and all, and the value's bytes, which
+// it has skipped; both are parts of B. While member runs, the scanner's
+// I is just past the value: the value is B[I-len(value):I]. It reports
+// whether the object was whole; member's values read before the trouble
+// stand. The last of a repeated key is seen last.
 func (s *Scanner) Members(member func(key, value []byte)) bool {
-	if !s.Next('{') {
+	if !s.next('{') {
 		return false
 	}
-	if s.Space(); s.Peek() == '}' {
+	if s.Space(); s.peek() == '}' {
 		s.I++
 		return true
 	}
 	for {
-		key, ok := s.Str()
-		if !ok || !s.Next(':') {
+		key, ok := s.str()
+		if !ok || !s.next(':') {
 			return false
 		}
 		s.Space()
 		start := s.I
-		if !s.SkipValue() {
+		if !s.skipValue() {
 			return false
 		}
 		member(key, s.B[start:s.I])
-		switch s.Space(); s.Peek() {
+		switch s.Space(); s.peek() {
 		case ',':
 			s.I++
 			s.Space()
@@ -153,21 +155,21 @@ func (s *Scanner) Members(member func(key, value []byte)) bool {
 // Elements walks the array at the scanner's place, calling element with
 // each element's bytes. It reports whether the array was whole.
 func (s *Scanner) Elements(element func(value []byte)) bool {
-	if !s.Next('[') {
+	if !s.next('[') {
 		return false
 	}
-	if s.Space(); s.Peek() == ']' {
+	if s.Space(); s.peek() == ']' {
 		s.I++
 		return true
 	}
 	for {
 		s.Space()
 		start := s.I
-		if !s.SkipValue() {
+		if !s.skipValue() {
 			return false
 		}
 		element(s.B[start:s.I])
-		switch s.Space(); s.Peek() {
+		switch s.Space(); s.peek() {
 		case ',':
 			s.I++
 		case ']':

@@ -111,3 +111,52 @@ func FuzzKind(f *testing.F) {
 		}
 	})
 }
+
+// KindOf, IsFailure and IsEnd read an event without allocating: a relay
+// asks the last two of every event it forwards.
+func TestKindOfAllocs(t *testing.T) {
+	for _, c := range kindCases {
+		ev := &Event{Name: []byte(c.name), Data: []byte(c.data), HasData: true}
+		for _, f := range []struct {
+			name string
+			read func()
+		}{
+			{"KindOf", func() { KindOf(ev) }},
+			{"IsFailure", func() { IsFailure(ev) }},
+			{"IsEnd", func() { IsEnd(ev) }},
+		} {
+			if n := testing.AllocsPerRun(100, f.read); n != 0 {
+				t.Errorf("%s: %s allocates %v times, want 0", c.why, f.name, n)
+			}
+		}
+	}
+}
+
+// BenchmarkKindOf measures KindOf, and IsFailure and IsEnd, which a relay
+// asks of every event it forwards, for the usual events of each API and
+// an error.
+func BenchmarkKindOf(b *testing.B) {
+	for _, e := range []struct{ name, event, data string }{
+		{"openai-text", "", `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"content":"Hello"},"logprobs":null,"finish_reason":null}]}`},
+		{"anthropic-delta", "content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`},
+		{"responses-delta", "response.output_text.delta", `{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hello","sequence_number":4}`},
+		{"error", "", `{"error":{"message":"The server had an error","type":"server_error","param":null,"code":null}}`},
+	} {
+		ev := &Event{Name: []byte(e.event), Data: []byte(e.data), HasData: true}
+		for _, f := range []struct {
+			name string
+			read func(*Event) bool
+		}{
+			{"KindOf", func(ev *Event) bool { return KindOf(ev) == Content }},
+			{"IsFailure", IsFailure},
+			{"IsEnd", IsEnd},
+		} {
+			b.Run(e.name+"/"+f.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					f.read(ev)
+				}
+			})
+		}
+	}
+}

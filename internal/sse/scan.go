@@ -3,8 +3,8 @@ package sse
 import "bytes"
 
 // MaxLine is the longest line a Scanner keeps whole: a longer line's
-// value is cut there, and its block's Event says so (Event.Cut). What
-// the Scanner holds between pieces is bounded by it.
+// value is cut there. What the Scanner holds between pieces is bounded
+// by it.
 const MaxLine = 1 << 20
 
 // A Scanner reads an event stream in the pieces it arrives in, as WHATWG
@@ -34,11 +34,11 @@ type Scanner struct {
 	ev      Event
 
 	// ev's fields share the piece being scanned, as far as lent says,
-	// and are copied into name, data and id only when they must
-	// outlive it: a block with one data line, the usual event, is read
-	// without a copy.
-	lent           lent
-	name, data, id []byte
+	// and are copied into name and data only when they must outlive it:
+	// a block with one data line, the usual event, is read without a
+	// copy.
+	lent       lent
+	name, data []byte
 }
 
 // lent says which of an Event's fields share the piece being scanned.
@@ -47,7 +47,6 @@ type lent uint8
 const (
 	lentName lent = 1 << iota
 	lentData
-	lentID
 )
 
 // An Event is one block of an event stream, as a Scanner read it.
@@ -57,17 +56,10 @@ type Event struct {
 	Name []byte
 	// Data is the values of the block's data fields, joined by LF.
 	Data []byte
-	// ID is the value of the block's last id field, and HasID says
-	// there was one; an id holding NUL is ignored, as WHATWG says.
-	ID    []byte
-	HasID bool
 	// HasData says the block had a data field, even an empty one: a
 	// client dispatches it as an event. A block without one (comments,
 	// a keep-alive) dispatches nothing.
 	HasData bool
-	// Cut says a line of the block was longer than MaxLine, and its
-	// value was cut there.
-	Cut bool
 }
 
 // utf8BOM is the byte order mark that WHATWG strips, once, from the start
@@ -99,10 +91,6 @@ func (s *Scanner) keepLent() {
 	if s.lent&lentData != 0 {
 		s.data = append(s.data[:0], s.ev.Data...)
 		s.ev.Data = s.data
-	}
-	if s.lent&lentID != 0 {
-		s.id = append(s.id[:0], s.ev.ID...)
-		s.ev.ID = s.id
 	}
 	s.lent = 0
 }
@@ -173,7 +161,7 @@ func (s *Scanner) reset() {
 // keep adds b to the line being read, up to MaxLine.
 func (s *Scanner) keep(b []byte) {
 	if room := MaxLine - len(s.line); len(b) > room {
-		b, s.ev.Cut = b[:max(room, 0)], true
+		b = b[:max(room, 0)]
 	}
 	s.line = append(s.line, b...)
 }
@@ -214,10 +202,6 @@ func (s *Scanner) take(l []byte, shared bool) {
 		}
 		s.data = append(append(s.data, '\n'), value...)
 		s.ev.Data = s.data
-	case "id":
-		if bytes.IndexByte(value, 0) < 0 {
-			s.ev.ID, s.ev.HasID = s.set(&s.id, lentID, value, shared), true
-		}
 	}
 }
 
@@ -251,28 +235,23 @@ func Split(b []byte) (blocks []Block, rest []byte) {
 		}
 		ev := s.Event()
 		blocks = append(blocks, Block{Raw: b[:n:n], Event: Event{
-			Name: bytes.Clone(ev.Name), Data: bytes.Clone(ev.Data), ID: bytes.Clone(ev.ID),
-			HasID: ev.HasID, HasData: ev.HasData, Cut: ev.Cut,
+			Name: bytes.Clone(ev.Name), Data: bytes.Clone(ev.Data), HasData: ev.HasData,
 		}})
 		b = b[n:]
 	}
 	return blocks, b
 }
 
-// Append appends ev to b as an event stream writes it: its name, its id,
-// a data line for each line of its data, and the blank line that
-// dispatches it. Scanning what it appends gives back ev's name, data and
-// id. An Event without data is written as a comment block, which
-// dispatches nothing.
+// Append appends ev to b as an event stream writes it: its name, a data
+// line for each line of its data, and the blank line that dispatches it.
+// Scanning what it appends gives back ev's name and data. An Event
+// without data is written as a comment block, which dispatches nothing.
 func Append(b []byte, ev *Event) []byte {
 	if !ev.HasData {
 		return append(b, ":\n\n"...)
 	}
 	if len(ev.Name) > 0 {
 		b = append(append(append(b, "event: "...), ev.Name...), '\n')
-	}
-	if ev.HasID {
-		b = append(append(append(b, "id: "...), ev.ID...), '\n')
 	}
 	data := ev.Data
 	for {

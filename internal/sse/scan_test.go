@@ -33,17 +33,17 @@ var streamSeeds = []string{
 
 // refBlock is a block as refSplit reads it.
 type refBlock struct {
-	raw, name, data, id string
-	hasData, hasID      bool
+	raw, name, data string
+	hasData         bool
 }
 
 // refSplit reads a whole stream as WHATWG HTML's "Interpreting an event
 // stream" does, a character at a time and without the code under test: a
 // leading byte order mark is dropped; a line ends at CRLF, LF or CR; a
 // line starting with ':' is a comment; a field's value loses one leading
-// space; "event" sets the name, "data" adds a line, "id" sets the id
-// unless it holds NUL. A block ends at a blank line after a line that is
-// not blank; the blocks and the rest are the stream.
+// space; "event" sets the name, "data" adds a line, and other fields are
+// ignored. A block ends at a blank line after a line that is not blank;
+// the blocks and the rest are the stream.
 func refSplit(s string) (blocks []refBlock, rest string) {
 	start, i := 0, 0
 	if strings.HasPrefix(s, "\ufeff") {
@@ -90,10 +90,6 @@ func refSplit(s string) (blocks []refBlock, rest string) {
 		case "data":
 			data = append(data, value)
 			b.hasData = true
-		case "id":
-			if !strings.Contains(value, "\x00") {
-				b.id, b.hasID = value, true
-			}
 		}
 	}
 	return blocks, s[start:]
@@ -119,7 +115,7 @@ func scanPieces(b []byte, cuts []int) (blocks []refBlock, rest string) {
 			p = p[n:]
 			if ended {
 				ev := s.Event()
-				blocks = append(blocks, refBlock{raw: string(pending), name: string(ev.Name), data: string(ev.Data), id: string(ev.ID), hasData: ev.HasData, hasID: ev.HasID})
+				blocks = append(blocks, refBlock{raw: string(pending), name: string(ev.Name), data: string(ev.Data), hasData: ev.HasData})
 				pending = pending[:0]
 			}
 		}
@@ -150,9 +146,9 @@ func TestScanner(t *testing.T) {
 		// One byte order mark is dropped; a second is part of the name.
 		{"byte order mark", "\ufeffdata: x\n\n", []refBlock{{raw: "\ufeffdata: x\n\n", data: "x", hasData: true}}, ""},
 		{"two byte order marks", "\ufeff\ufeffdata: x\n\n", []refBlock{{raw: "\ufeff\ufeffdata: x\n\n"}}, ""},
-		// An id with NUL is ignored; a field without a colon has an empty
-		// value.
-		{"id and bare data", "id: a\x00\nid: 7\ndata\n\n", []refBlock{{raw: "id: a\x00\nid: 7\ndata\n\n", id: "7", hasID: true, hasData: true}}, ""},
+		// Fields other than event and data are ignored; a field without a
+		// colon has an empty value.
+		{"id and bare data", "id: a\x00\nid: 7\ndata\n\n", []refBlock{{raw: "id: a\x00\nid: 7\ndata\n\n", hasData: true}}, ""},
 		// Blank lines before a block are the block's.
 		{"leading blanks", "\n\r\ndata: x\n\n", []refBlock{{raw: "\n\r\ndata: x\n\n", data: "x", hasData: true}}, ""},
 		// A block without its blank line is the rest.
@@ -191,8 +187,8 @@ func everyByte(n int) []int {
 	return cuts
 }
 
-// A line longer than MaxLine is kept cut, and its block says so; the
-// stream's bytes still pass whole.
+// A line longer than MaxLine is kept cut there; the stream's bytes still
+// pass whole.
 func TestScannerLongLine(t *testing.T) {
 	t.Parallel()
 	in := "data: " + strings.Repeat("x", MaxLine+10) + "\n\n"
@@ -206,8 +202,8 @@ func TestScannerLongLine(t *testing.T) {
 		}
 	}
 	ev := s.Event()
-	if n != len(in) || !ev.Cut || len(ev.Data) > MaxLine {
-		t.Errorf("read %d of %d bytes, cut %v, %d bytes of data; want all, cut, at most MaxLine", n, len(in), ev.Cut, len(ev.Data))
+	if want := strings.Repeat("x", MaxLine-len("data: ")); n != len(in) || string(ev.Data) != want {
+		t.Errorf("read %d of %d bytes, %d bytes of data; want all, and the line's first MaxLine bytes' value, %d", n, len(in), len(ev.Data), len(want))
 	}
 }
 
@@ -259,7 +255,7 @@ func FuzzScanner(f *testing.F) {
 		}
 		for i := range again {
 			a, e := again[i], events[i]
-			if !bytes.Equal(a.Name, e.Name) || !bytes.Equal(a.Data, e.Data) || a.HasID != e.HasID || !bytes.Equal(a.ID, e.ID) || !a.HasData {
+			if !bytes.Equal(a.Name, e.Name) || !bytes.Equal(a.Data, e.Data) || !a.HasData {
 				t.Fatalf("%q: event %d %+v was written %q and scanned back as %+v", b, i, e.Event, a.Raw, a.Event)
 			}
 		}
