@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/outlast-llm/outlast/bench/internal/bufpool"
-	"github.com/outlast-llm/outlast/internal/cli"
+	"github.com/outlast-llm/outlast/cmd/outlast/cli"
 	"github.com/outlast-llm/outlast/server"
 )
 

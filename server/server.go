@@ -22,10 +22,10 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast/gateway"
-	"github.com/outlast-llm/outlast/internal/journalproc"
 	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/metrics"
 	"github.com/outlast-llm/outlast/record"
+	"github.com/outlast-llm/outlast/server/internal/journalproc"
 	"github.com/outlast-llm/outlast/timeline"
 	"github.com/outlast-llm/outlast/tracing"
 )

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast/gateway"
-	"github.com/outlast-llm/outlast/internal/journalproc"
 	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/record"
 	"github.com/outlast-llm/outlast/server"
+	"github.com/outlast-llm/outlast/server/internal/journalproc"
 )
 
 // TestMain lets the test binary be the journal's writer process, as the

@@ -6,13 +6,13 @@ import (
 	"os"
 	"testing"
 
-	"github.com/outlast-llm/outlast/internal/journalproc"
+	"github.com/outlast-llm/outlast/server"
 )
 
 // TestMain lets the test binary be the child writer, as the load program
 // is for --journal-child.
 func TestMain(m *testing.M) {
-	journalproc.RunIfChild()
+	server.RunJournalWriter()
 	os.Exit(m.Run())
 }
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
-	"github.com/outlast-llm/outlast/internal/cli"
+	"github.com/outlast-llm/outlast/cmd/outlast/cli"
 )
 
 // run is the program: it parses args, runs the phases and prints the

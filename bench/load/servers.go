@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast/bench/internal/bufpool"
-	"github.com/outlast-llm/outlast/internal/cli"
+	"github.com/outlast-llm/outlast/cmd/outlast/cli"
 	"github.com/outlast-llm/outlast/record"
 	"github.com/outlast-llm/outlast/server"
 )

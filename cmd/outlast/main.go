@@ -12,7 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/outlast-llm/outlast/internal/cli"
+	"github.com/outlast-llm/outlast/cmd/outlast/cli"
 	"github.com/outlast-llm/outlast/server"
 )
 

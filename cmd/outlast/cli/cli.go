@@ -1,5 +1,7 @@
 // Package cli holds the outlast command's subcommands, one file each, so
-// that cmd/outlast/main.go only calls Run.
+// that cmd/outlast/main.go only calls Run. It is not internal only so that
+// the bench module can build the gateway as serve does (ServeConfig); its
+// API is the command's, with no promise of stability.
 package cli
 
 import (

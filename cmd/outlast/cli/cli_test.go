@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outlast-llm/outlast/internal/cli"
+	"github.com/outlast-llm/outlast/cmd/outlast/cli"
 )
 
 // run runs the outlast command with args, as main does, and returns what

@@ -7,12 +7,12 @@ import (
 	"testing"
 )
 
-const gatewayDoc = "../../docs/gateway.md"
+const gatewayDoc = "../../../docs/gateway.md"
 
 // The settings markers in docs/gateway.md: the table between them is made
 // from the settings table, as --help is.
 const (
-	settingsBegin = "<!-- settings: made by `go test ./internal/cli -run TestGatewayDocSettings -update` -->\n"
+	settingsBegin = "<!-- settings: made by `go test ./cmd/outlast/cli -run TestGatewayDocSettings -update` -->\n"
 	settingsEnd   = "<!-- end of settings -->\n"
 )
 
@@ -54,23 +54,23 @@ func TestGatewayDocSettings(t *testing.T) {
 		return
 	}
 	if string(doc) != want {
-		t.Errorf("%s's settings table differs from the settings table; run go test ./internal/cli -run TestGatewayDocSettings -update", gatewayDoc)
+		t.Errorf("%s's settings table differs from the settings table; run go test ./cmd/outlast/cli -run TestGatewayDocSettings -update", gatewayDoc)
 	}
 }
 
-// The README's library example is internal/examples/library, which the
+// The README's library example is examples/library, which the
 // build compiles: a user who copies it gets a program that builds.
 func TestREADMELibraryExample(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	example, err := os.ReadFile("../examples/library/main.go")
+	example, err := os.ReadFile("../../../examples/library/main.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "```go\n"+string(example)+"```\n") {
-		t.Errorf("README.md has no go block that is internal/examples/library/main.go")
+		t.Errorf("README.md has no go block that is examples/library/main.go")
 	}
 }
