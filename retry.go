@@ -61,8 +61,8 @@ func mark(ctx context.Context, p *Policy) *markCtx {
 // Retry-After from). If ctx ends during a wait, Do returns an error that
 // wraps both ctx.Err() and the last attempt's error.
 //
-// Attempts are reported to the [Hooks] that ctx carries (see [WithHooks]),
-// and each retry is logged at warn level through slog.Default().
+// Attempts are reported to the [Hooks] that ctx carries (see [WithHooks]).
+// Do logs nothing.
 func Do(ctx context.Context, p *Policy, attempt func(ctx context.Context) error) error {
 	if p == nil {
 		p, _ = policyFrom(ctx)
@@ -106,7 +106,6 @@ func doOnce(ctx context.Context, n int, hooks callHooks, attempt func(context.Co
 		wait, retry, _ = s.decide(ctx, err, at.Start, false, keyNews{})
 		if retry {
 			at.RetryIn = wait
-			logRetry(ctx, slog.Default(), "", n, err, wait)
 		}
 	}
 	if hooks.active() {
@@ -283,11 +282,11 @@ func waitErr(ctxErr error, wait time.Duration, last error) error {
 	return fmt.Errorf("outlast: %w while waiting %v to retry: %w", ctxErr, wait, last)
 }
 
-// logRetry logs one retry at warn: the status, the number of the attempt
-// about to start, and the wait. The error's text goes through
-// redact.Text: the URL that a transport error quotes may carry an API key
-// in its query.
-func logRetry(ctx context.Context, l *slog.Logger, key string, n int, err error, wait time.Duration) {
+// logRetry logs retry n, as it is sent, at warn: its number, the status
+// of the failure it retries, and how long it waited since. The error's
+// text goes through redact.Text: the URL that a transport error quotes
+// may carry an API key in its query.
+func logRetry(ctx context.Context, l *slog.Logger, key string, n int, err error, waited time.Duration) {
 	if !l.Enabled(ctx, slog.LevelWarn) {
 		return
 	}
@@ -297,9 +296,9 @@ func logRetry(ctx context.Context, l *slog.Logger, key string, n int, err error,
 		status = se.StatusCode
 	}
 	attrs := []slog.Attr{
-		slog.Int("attempt", n+1),
+		slog.Int("attempt", n),
 		slog.Int("status", status),
-		slog.Duration("wait", wait),
+		slog.Duration("waited", waited),
 		slog.String("error", redact.Text(err.Error())),
 	}
 	if key != "" {

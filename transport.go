@@ -111,8 +111,10 @@ type Transport struct {
 	// Hooks are told of every attempt.
 	Hooks Hooks
 
-	// Logger receives a warn line for each retry. If nil, slog.Default()
-	// is used.
+	// Logger, if set, receives a warn line as each retry is sent, with
+	// how long it waited since the failure, and one for a server's delay
+	// that MaxRetryAfter cut. If nil, the Transport logs nothing: a
+	// library speaks only when asked, and Hooks tell of every attempt.
 	Logger *slog.Logger
 
 	// FirstByteTimeout, if positive, makes each attempt wait for the first
@@ -227,6 +229,7 @@ type call struct {
 
 	arrived arrival                       // the request's arrival, for an Admission's queue: its first attempt's start
 	last    error                         // the last attempt's failure, once one has failed
+	failed  time.Time                     // when last failed, for the retry's log line
 	getBody func() (io.ReadCloser, error) // replays the body; nil when it cannot be
 	body    io.ReadCloser                 // the first attempt's body
 }
@@ -286,6 +289,11 @@ func (c *call) attempt() (result, error) {
 	}
 	if active {
 		c.hooks.start(res.at)
+	}
+	if c.last != nil && c.t.Logger != nil {
+		// Logged as it is sent, the wait it tells of is the whole of
+		// it: the policy's, and the Admission's and the gate's after.
+		logRetry(c.ctx, c.t.Logger, res.at.Key, c.n, c.last, time.Since(c.failed))
 	}
 	resp, err := c.send(r, release, cancel)
 	c.judge(r, resp, err, &res, active)
@@ -608,8 +616,7 @@ func (c *call) wait(res result, wait time.Duration) error {
 	wake := time.Now().Add(wait)
 	res.at.RetryIn = wait
 	c.hooks.end(res.at)
-	logRetry(c.ctx, c.t.logger(), res.at.Key, res.at.N, res.fail, wait)
-	c.last = res.fail
+	c.last, c.failed = res.fail, time.Now()
 	discard(res.resp)
 	if err := sleep(c.ctx, time.Until(wake)); err != nil {
 		return waitErr(err, wait, res.fail)
@@ -687,13 +694,6 @@ func (t *Transport) base() http.RoundTripper {
 	return http.DefaultTransport
 }
 
-func (t *Transport) logger() *slog.Logger {
-	if t.Logger != nil {
-		return t.Logger
-	}
-	return slog.Default()
-}
-
 // policy returns the policy of a request under ctx: its context's, which
 // takes precedence, or the Transport's; nil for none.
 func (t *Transport) policy(ctx context.Context) *Policy {
@@ -710,7 +710,7 @@ func (c *call) capDelay(r *http.Request, d time.Duration) (time.Duration, bool) 
 	if limit == 0 || d <= limit {
 		return d, false
 	}
-	if l := c.t.logger(); l.Enabled(c.ctx, slog.LevelWarn) {
+	if l := c.t.Logger; l != nil && l.Enabled(c.ctx, slog.LevelWarn) {
 		l.LogAttrs(c.ctx, slog.LevelWarn, "outlast: the server's delay was cut",
 			slog.String("key", c.t.admissionKey(r)), slog.Duration("asked", d), slog.Duration("cut_to", limit))
 	}

@@ -453,8 +453,9 @@ func TestTransportHooksOrder(t *testing.T) {
 	})
 }
 
-// Each retry is logged at warn with the status, the attempt about to
-// start and the wait, and without the URL's secrets.
+// Each retry is logged at warn as it is sent, with the status it
+// retries, its number and how long it waited, and without the URL's
+// secrets.
 func TestTransportLogsEachRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var buf bytes.Buffer
@@ -469,8 +470,8 @@ func TestTransportLogsEachRetry(t *testing.T) {
 		resp.Body.Close()
 		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 		want := []string{
-			`level=WARN msg="outlast: retrying" attempt=2 status=503 wait=1.5s error="outlast: status 503 Service Unavailable"`,
-			`level=WARN msg="outlast: retrying" attempt=3 status=0 wait=1.5s error="Get \"http://model.test/v1\": dial tcp 127.0.0.1:1: connect: connection refused"`,
+			`level=WARN msg="outlast: retrying" attempt=2 status=503 waited=1.5s error="outlast: status 503 Service Unavailable"`,
+			`level=WARN msg="outlast: retrying" attempt=3 status=0 waited=1.5s error="Get \"http://model.test/v1\": dial tcp 127.0.0.1:1: connect: connection refused"`,
 		}
 		if len(lines) != len(want) {
 			t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), buf.String())
@@ -484,6 +485,67 @@ func TestTransportLogsEachRetry(t *testing.T) {
 			t.Error("the log holds the URL's secret")
 		}
 	})
+}
+
+// A retry's line tells the whole of its wait: under an Admission, which
+// spaces an outage's retries itself, the policy's wait is nothing and the
+// Admission's is all, and the line says so rather than 0s.
+func TestTransportLogsAdmissionWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: dropTime}))
+		fake := newFake(step{status: 503}, step{status: 502}, step{})
+		var rec recorder
+		tr := &outlast.Transport{Base: fake, Policy: patient(), Admission: &outlast.Admission{}, Hooks: rec.hooks(), Logger: logger}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		if _, _, err := get(t, ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		if len(lines) != 2 || len(rec.starts) != 3 {
+			t.Fatalf("got %d lines and %d attempts, want 2 and 3:\n%s", len(lines), len(rec.starts), buf.String())
+		}
+		for i, line := range lines {
+			waited := rec.starts[i+1].Start.Sub(rec.ends[i].End)
+			if waited <= 0 {
+				t.Fatalf("attempt %d was sent %v after the failure; want a wait", i+2, waited)
+			}
+			if want := fmt.Sprintf("attempt=%d status=%d waited=%v ", i+2, rec.ends[i].Status, waited); !strings.Contains(line, want) {
+				t.Errorf("line %d: got %s, want it to hold %q", i+1, line, want)
+			}
+		}
+	})
+}
+
+// The library logs nothing unless given a Logger: not a Transport through
+// an outage, with an Admission, and not Do.
+func TestSilentByDefault(t *testing.T) {
+	var buf bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(step{status: 503}, step{err: errRefused}, step{status: 429, header: map[string]string{"Retry-After": "3"}}, step{})
+		tr := &outlast.Transport{Base: fake, Policy: patient(), Admission: &outlast.Admission{}, MaxRetryAfter: time.Second}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		if _, _, err := get(t, ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		err := outlast.Do(t.Context(), &outlast.Policy{Waits: ms(10, 10)}, func(context.Context) error {
+			if n++; n < 3 {
+				return &outlast.StatusError{StatusCode: 503}
+			}
+			return nil
+		})
+		if err != nil || n != 3 {
+			t.Fatalf("Do: got %v after %d attempts, want success after 3", err, n)
+		}
+	})
+	if buf.Len() > 0 {
+		t.Errorf("the library logged, unasked:\n%s", buf.String())
+	}
 }
 
 var urlErr = url.Error{Op: "Get", URL: "http://model.test/v1?key=sk-secret", Err: errRefused}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"reflect"
 	"slices"
@@ -339,10 +338,6 @@ const ceilingAttempts = 64
 // with the same deadline; the request's k-th attempt must come no sooner
 // than the operator's k-th, and there must be no more of them.
 func FuzzPolicyCeiling(f *testing.F) {
-	// outlast.Do logs each retry to slog.Default, thousands a second here.
-	logger := slog.Default()
-	slog.SetDefault(slog.New(slog.DiscardHandler))
-	f.Cleanup(func() { slog.SetDefault(logger) })
 	// cfg picks the operator's policy and --max-timeout, as fuzzUpstream
 	// reads it: 1 is the default waits, 3 a capped policy; +32 is 10m.
 	f.Add("2s,2s,2s", "10s", "5", "30s", uint16(3))

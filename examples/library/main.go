@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -31,8 +32,9 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
+	base := cmp.Or(os.Getenv("OPENAI_BASE_URL"), "https://api.openai.com/v1")
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello."}]}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://api.openai.com/v1/chat/completions", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions", strings.NewReader(body))
 	if err != nil {
 		log.Fatal(err)
 	}
