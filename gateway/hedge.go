@@ -39,7 +39,7 @@ const (
 
 // errHedged ends the losing side of a hedge, and keeps the primary's
 // side from moving to the fallback the hedge went to.
-var errHedged = errors.New("outlast: hedged: the other attempt answered first")
+var errHedged = errors.New(record.HedgedError)
 
 // hedging is an upstream's learned delays and its budget of hedges. It is
 // safe for concurrent use.

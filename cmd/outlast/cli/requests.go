@@ -18,12 +18,15 @@ import (
 	"github.com/outlast-llm/outlast/record"
 )
 
-// followEvery is how often --follow looks for new requests.
-const followEvery = time.Second
+// followEvery is how often --follow looks for new requests: a few times
+// the journal's flush interval, so that a request shows a moment after it
+// ended.
+const followEvery = 250 * time.Millisecond
 
 // followOverlap is how far back from the last request it printed --follow
 // looks again each time: a request reaches the journal a batch after it
-// ended, up to a second later, and one from another replica may come
+// ended, later if a write failed and was tried again, and one from
+// another replica may come
 // with its clock a little behind.
 const followOverlap = 10 * time.Second
 
@@ -224,10 +227,14 @@ func (p *printer) table(r record.Request) {
 		// header, its SDK's timeout, or serve's default.
 		took += fmt.Sprintf(" of a %v deadline (%s)", r.Deadline.Sub(r.Start).Round(time.Millisecond), r.DeadlineSource)
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s %s\t%s\t%d attempts\t%s\n", r.Start.Local().Format("15:04:05.000"), r.ID, orDash(r.Run), r.Method, r.Path, outcome, len(r.Attempts), took)
+	kind := ""
+	if r.Stream {
+		kind = " (stream)"
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s %s%s\t%s\t%d attempts\t%s\n", r.Start.Local().Format("15:04:05.000"), r.ID, orDash(r.Run), r.Method, r.Path, kind, outcome, len(r.Attempts), took)
 	moves := r.Moves
-	for _, a := range r.Attempts {
-		s := describeAttempt(a, r.Upstream)
+	for i, a := range r.Attempts {
+		s := describeAttempt(&r, i)
 		if a.Fallback != "" {
 			// The moves that brought the request here, past upstreams
 			// that made no attempt.
@@ -240,13 +247,6 @@ func (p *printer) table(r record.Request) {
 	if skipped, _ := movesTo(moves, ""); skipped != "" {
 		// It moved last to an upstream that refused it without an attempt.
 		fmt.Fprintf(tw, "  -\t-\t%s\n", strings.TrimSuffix(skipped, " "))
-	}
-	for _, c := range r.Continuations {
-		if !c.CarriedOn() {
-			// A continuation with no attempt of its own, or whose
-			// attempts got no stream: the stream ended there.
-			fmt.Fprintf(tw, "  ~\t-\tthe stream broke after %d bytes and was not continued: %s (%s)\n", c.After, c.Outcome, c.Reason)
-		}
 	}
 	tw.Flush()
 }
@@ -267,19 +267,13 @@ func movesTo(moves []record.Move, upstream string) (string, []record.Move) {
 	return s.String(), moves
 }
 
-// describeAttempt says where an attempt went, if not to upstream (the
-// request's) or after a move, as "→azure (down)"; how it ended, its status
-// or the class of a failure that got none; and what it waited for.
-func describeAttempt(a record.Attempt, upstream string) string {
-	s := fmt.Sprint(a.Status)
-	plain := a.Class == outlast.ClassNone || a.Class.IsStatus() // the status says it all
-	switch {
-	case plain:
-	case a.Status == 0:
-		s = a.Class.String()
-	default:
-		s += " " + a.Class.String()
-	}
+// describeAttempt says where r's attempt i went, if not to r's upstream
+// or after a move, as "→azure (down)"; how it ended, as r.Ending says;
+// and what it waited for.
+func describeAttempt(r *record.Request, i int) string {
+	a, upstream := r.Attempts[i], r.Upstream
+	s := r.Ending(i)
+	plain := a.Class == outlast.ClassNone || a.Class.IsStatus() || a.Error == record.HedgedError // the ending says it all
 	// In the order they happened: the wait for a down upstream came
 	// before the gate's queue.
 	if a.AdmissionWait > 0 {
@@ -287,12 +281,6 @@ func describeAttempt(a record.Attempt, upstream string) string {
 	}
 	if a.Probe {
 		s += ", probe"
-	}
-	switch {
-	case a.Continued && a.PrefillBytes > 0:
-		s += fmt.Sprintf(", continued the stream with %d bytes of the answer as its prefill", a.PrefillBytes)
-	case a.Continued:
-		s += ", carried on the stream that broke" // resumed, or sent again before any text
 	}
 	if a.QueuedAhead > 0 {
 		s += fmt.Sprintf(", queued behind %d for %v", a.QueuedAhead, a.GateWait.Round(time.Millisecond))
@@ -308,6 +296,12 @@ func describeAttempt(a record.Attempt, upstream string) string {
 	}
 	if a.Error != "" && !plain {
 		s += ": " + a.Error
+	}
+	switch {
+	case a.Continued && a.PrefillBytes > 0:
+		s = fmt.Sprintf("continuation, %d bytes of the answer as its prefill: ", a.PrefillBytes) + s
+	case a.Continued:
+		s = "continuation: " + s // resumed, or sent again before any text
 	}
 	// Where it went goes first: the move came before the attempt. An
 	// attempt with no upstream of its own, recorded before fallbacks,

@@ -63,13 +63,16 @@ func TestRequestsCommand(t *testing.T) {
 	g := testRecord("g", "run-6", t0.Add(6*time.Minute))
 	g.Deadline, g.DeadlineSource = g.Start.Add(595*time.Second), record.DeadlineSDK
 	g.Attempts[0].Status, g.Attempts[0].Class, g.Attempts[0].RetryAfter, g.Attempts[0].RetryAfterCut = 429, outlast.ClassRateLimited, 5*time.Minute, true
-	// ... and its stream broke twice: continued once, then not.
-	g.Attempts[1].Continued, g.Attempts[1].PrefillBytes = true, 321
+	// ... and its stream, answered by the second, broke twice: continued
+	// once, by the third, then not.
+	g.Attempts = append(g.Attempts, g.Attempts[1])
+	g.Attempts[2].N, g.Attempts[2].Continued, g.Attempts[2].PrefillBytes = 3, true, 321
 	g.Continuations = []record.Continuation{{Upstream: "up", After: 400, Prefill: 321, Outcome: record.ContinuationOK},
 		{Upstream: "up", After: 900, Outcome: record.ContinuationUnsupported, Reason: "a tool call"}}
 	// h's stream, of the Responses API, broke and was resumed.
 	h := testRecord("h", "run-7", t0.Add(-time.Minute))
-	h.Attempts[1].Continued = true
+	h.Attempts = append(h.Attempts, h.Attempts[1])
+	h.Attempts[2].N, h.Attempts[2].Continued = 3, true
 	h.Continuations = []record.Continuation{{Upstream: "up", After: 700, Outcome: record.ContinuationResumed}}
 	spec := testJournal(t, testRecord("a", "run-1", t0), testRecord("b", "run-2", t0.Add(time.Minute)), testRecord("c", "run-1", t0.Add(2*time.Minute)), d, e, f, g, h)
 	cases := []struct {
@@ -87,10 +90,11 @@ func TestRequestsCommand(t *testing.T) {
 			if !strings.Contains(out, "16s of a 9m55s deadline (sdk)") || !strings.Contains(out, "429, Retry-After 5m0s (cut: the server asked for more)") {
 				t.Errorf("want g's deadline and its source, and its cut delay:\n%s", out)
 			}
-			if !strings.Contains(out, "200, continued the stream with 321 bytes of the answer as its prefill") || !strings.Contains(out, "broke after 900 bytes and was not continued: unsupported (a tool call)") {
+			if !strings.Contains(out, "200, broke after 400 bytes, continued\n") ||
+				!strings.Contains(out, "continuation, 321 bytes of the answer as its prefill: 200, broke after 900 bytes, not continued: unsupported (a tool call)") {
 				t.Errorf("want g's continuations:\n%s", out)
 			}
-			if !strings.Contains(out, "200, carried on the stream that broke") || strings.Contains(out, "was not continued: resumed") {
+			if !strings.Contains(out, "200, broke after 700 bytes, resumed\n") || !strings.Contains(out, "continuation: 200\n") {
 				t.Errorf("want h's resumption, as an attempt that carried the stream on:\n%s", out)
 			}
 		}},
@@ -272,6 +276,28 @@ func TestRequestsFollowRun(t *testing.T) {
 	}
 }
 
+// A stream's answer says how it ended: whole, or broke after so many
+// bytes, and whether it was continued; the request's line says it was a
+// stream.
+func TestRequestsTableSaysHowEachAttemptEnded(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	ok := record.Attempt{Status: 200, Start: t0, End: t0.Add(time.Second)}
+	cont := ok
+	cont.N, cont.Continued, cont.PrefillBytes = 2, true, 40
+	ok.N = 1
+	r := record.Request{ID: "s", Method: "POST", Path: "/v1/chat/completions", Stream: true, Status: 200, Start: t0, End: t0.Add(3 * time.Second),
+		Bytes:         700,
+		Continuations: []record.Continuation{{After: 300, Prefill: 40, Outcome: record.ContinuationOK}},
+		Attempts:      []record.Attempt{ok, cont}}
+	var out strings.Builder
+	(&printer{out: &out}).table(r)
+	for _, want := range []string{"/v1/chat/completions (stream)", "#1", "200, broke after 300 bytes, continued", "#2", "continuation, 40 bytes of the answer as its prefill: 200, stream whole"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // An attempt says what it waited for, in the order it waited: its
 // upstream, while that was down, and then a slot; and whether it was the
 // upstream's probe.
@@ -305,8 +331,12 @@ func TestDescribeAttempt(t *testing.T) {
 		{"moved and refused", record.Attempt{Upstream: "azure", Fallback: "busy", Class: outlast.ClassRefused,
 			QueuedAhead: 1, GateWait: 5 * time.Millisecond, Error: "connection refused"},
 			"openai", "→azure (busy) refused, queued behind 1 for 5ms: connection refused"},
+		// The loser of a hedge: hedged, without the error's text again.
+		{"hedged", record.Attempt{Upstream: "openai", Class: outlast.ClassCanceled, Error: record.HedgedError},
+			"openai", "hedged: the other attempt answered first"},
 	} {
-		if got := describeAttempt(c.a, c.upstream); got != c.want {
+		r := record.Request{Upstream: c.upstream, End: time.Now(), Attempts: []record.Attempt{c.a}}
+		if got := describeAttempt(&r, 0); got != c.want {
 			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
 		}
 	}

@@ -1,0 +1,87 @@
+package record
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/outlast-llm/outlast"
+)
+
+// HedgedError is the Error of an attempt that lost a hedge: the other
+// side, sent beside it to the fallback or the request's own upstream,
+// answered first, and this one was cancelled.
+const HedgedError = "outlast: hedged: the other attempt answered first"
+
+// Ending says how the request's attempt i ended, in a few words for a
+// person: its status, or its failure's class when no status came, and
+// for an attempt whose answer reached the caller, how that answer ended
+// (whole, broke after some bytes and was continued or not, an error
+// event, the caller left). A hedge's loser is "hedged". The command's
+// table and the page both say it so.
+func (r *Request) Ending(i int) string {
+	a := &r.Attempts[i]
+	switch {
+	case a.Error == HedgedError:
+		return "hedged: the other attempt answered first"
+	case a.End.IsZero() && a.Status == 0 && a.Class == outlast.ClassNone && a.Error == "":
+		return "in flight"
+	case a.Status == 0:
+		return a.Class.String()
+	case a.Class != outlast.ClassNone && !a.Class.IsStatus():
+		return strconv.Itoa(a.Status) + " " + a.Class.String()
+	case a.Class != outlast.ClassNone:
+		return strconv.Itoa(a.Status)
+	}
+	// A response that went to the caller. Each such answer but the last
+	// broke, and its break is the continuation of the same rank.
+	k := 0
+	for j := range i {
+		if answered(&r.Attempts[j]) {
+			k++
+		}
+	}
+	s := strconv.Itoa(a.Status)
+	if k < len(r.Continuations) {
+		c := r.Continuations[k]
+		s += fmt.Sprintf(", broke after %s", bytesText(c.After))
+		if c.CarriedOn() {
+			return s + ", " + c.Outcome
+		}
+		s += ", not continued: " + c.Outcome
+		if c.Reason != "" {
+			s += " (" + c.Reason + ")"
+		}
+		return s
+	}
+	if r.End.IsZero() {
+		return s + ", answering"
+	}
+	switch r.Error {
+	case "":
+		if r.Stream {
+			return s + ", stream whole"
+		}
+		return s
+	case ErrorUpstreamBroke:
+		return s + ", broke after " + bytesText(r.Bytes)
+	case ErrorClientClosed:
+		return s + ", the caller left after " + bytesText(r.Bytes)
+	case ErrorUpstreamError:
+		return s + ", an error event"
+	}
+	return s + ", " + r.Error
+}
+
+// answered reports whether a's response went to the caller: a success,
+// as only the committed attempts end.
+func answered(a *Attempt) bool {
+	return a.Status >= 200 && a.Status < 300 && a.Class == outlast.ClassNone
+}
+
+// bytesText is n bytes as "1 byte" or "1234 bytes".
+func bytesText(n int64) string {
+	if n == 1 {
+		return "1 byte"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}
