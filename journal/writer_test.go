@@ -141,6 +141,24 @@ func closeWriter(t *testing.T, w *journal.Writer) {
 	}
 }
 
+// With the defaults, a record reaches the store 50 ms after it was added,
+// so that outlast requests and the page list a request as soon as a person
+// looks for it.
+func TestWriterDefaultInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{}
+		w := journal.NewWriter(f, journal.WriterConfig{Logger: quiet})
+		start := time.Now()
+		addAll(t, w, []string{"a"})
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		if got, at := f.written(), f.times(); fmt.Sprint(got) != "[a]" || at[0].Sub(start) != 50*time.Millisecond {
+			t.Errorf("after 100ms: got %v written at %v, want [a] at 50ms", got, at)
+		}
+		closeWriter(t, w)
+	})
+}
+
 // TestWriterFlushInterval checks that a record waits FlushInterval for
 // company, and no longer.
 func TestWriterFlushInterval(t *testing.T) {

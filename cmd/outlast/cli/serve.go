@@ -43,8 +43,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.Tracer, err = tracing.FromEnv(ctx); err != nil {
 		return &usageError{err}
 	}
+	// Listen before the server is made, which opens the journal: a port
+	// in use leaves no journal behind. A server that cannot be made
+	// closes the listener at once, so no wrong setting holds the port.
+	l, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	srv, err := server.New(ctx, cfg.Config)
 	if err != nil {
+		l.Close()
 		if _, ok := errors.AsType[*server.ConfigError](err); ok {
 			return &usageError{err}
 		}
@@ -52,11 +60,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer closeServer(srv, stderr)
 	defer TuneGC()()
-	// Listen after every check, so that a wrong flag never holds the port.
-	l, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
 	fmt.Fprintf(stderr, "outlast: serving on http://%s → %s; the timeline is at http://%s/outlast/\n", l.Addr(), describeUpstreams(cfg.Gateway.Upstreams), l.Addr())
 	if err := srv.Serve(ctx, l); err != nil {
 		return fmt.Errorf("serve: %w", err)

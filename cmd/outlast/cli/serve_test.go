@@ -4,11 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -228,6 +232,25 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 }
 
+// A serve that cannot listen, its port taken, fails before it opens the
+// journal: no outlast.db is left behind.
+func TestServePortTakenLeavesNoJournal(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	t.Chdir(t.TempDir())
+	var stderr strings.Builder
+	err = runServe(t.Context(), []string{"--upstream", "http://127.0.0.1:1", "--listen", taken.Addr().String()}, io.Discard, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("got %v, want the port in use", err)
+	}
+	if _, err := os.Stat(journal.DefaultSpec[len("sqlite:"):]); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the journal: got %v, want none made", err)
+	}
+}
+
 // A request in flight when the context ends still gets its answer before
 // serve returns: SIGTERM drains, it does not cut.
 func TestServeDrain(t *testing.T) {
@@ -314,7 +337,7 @@ func TestServeHidesUpstreamQuery(t *testing.T) {
 	if !strings.Contains(string(health), `"url":"http://`+closed+`/v1"`) {
 		t.Errorf("health: got %s, want the upstream's URL without its query", health)
 	}
-	if !strings.Contains(log, `"msg":"outlast: retrying"`) || !strings.Contains(log, `"wait":"1ms"`) || !strings.Contains(log, `"took":"`) {
+	if !strings.Contains(log, `"msg":"outlast: retrying"`) || !regexp.MustCompile(`"waited":"[0-9.]+[µm]?s"`).MatchString(log) || !strings.Contains(log, `"took":"`) {
 		t.Errorf("want retry lines with their waits, and the request's line, durations as text:\n%s", log)
 	}
 }
