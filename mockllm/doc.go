@@ -160,12 +160,14 @@
 // malformed-after, error-after and no-done; resume is for stall-after;
 // refuse-prefill and ignore-prefill, which take no value, are for any
 // step but refuse. A parameter the grammar does not know is an error
-// that names it and lists these. N and S are whole numbers; D is a Go
-// duration, as 200ms, 1.5s or 2m. A value is bare (up to a comma, colon,
-// "#" or space), a balanced {…} or […], which may hold commas and colons
-// as JSON does, or a Go string literal in double quotes. After a bare
-// value, put a space before xN, which would otherwise be read as part of
-// it. Examples:
+// that names it and lists these. N and S are whole numbers. D is a
+// duration as outlast serve reads one: a Go duration, as 200ms, 1.5s or
+// 2m; whole days first, as 7d or 1d12h; or a bare number of seconds, as
+// 20 or 1.5, as Retry-After counts them. A value is bare (up to a comma,
+// colon, "#" or space), a balanced {…} or […], which may hold commas and
+// colons as JSON does, or a Go string literal in double quotes. After a
+// bare value, put a space before xN, which would otherwise be read as
+// part of it. Examples:
 //
 //	503                                    always 503
 //	502x3,ok                               three 502s, then success
@@ -173,15 +175,17 @@
 //	500:body={"error":"x"}:header=X-Foo=bar
 //	500:body="not json, as text" x2
 //	502 for 30s,429:retry-after-ms=1500 for 10s,ok
+//	503 for 20,ok                          20 s of 503s (bare seconds), then success
 //	refuse:5s,ok                           down 5 s from the start, then up
 //	ok x3,reset,stall-after=2,ok
 //	ok:first-token-delay=20s               headers at once, the first token 20 s later
 //	stall-after=20:resume=30s              20 chunks, 30 s of silence, the rest
 //	malformed-after=30,no-done,ok:refuse-prefill
 //
-// A script parses to a Script; its String form is canonical and parses
-// back to an equal Script. A script that does not parse yields a
-// *ScriptError naming the step, its position and the problem.
+// A script parses to a Script; its String form is canonical, with each
+// D a Go duration ("503 for 20s"), and parses back to an equal Script. A
+// script that does not parse yields a *ScriptError naming the step, its
+// position and the problem.
 //
 // # Faults in detail
 //

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/outlast-llm/outlast/internal/parse"
 )
 
 // A Script is the list of faults a Server applies to model requests, one
@@ -694,14 +696,17 @@ func (p *parser) int(key string) (int, error) {
 	return n, nil
 }
 
-// duration parses a Go duration such as 1.5s or 200ms; it cannot be
-// negative.
+// duration parses a duration as outlast serve reads one (parse.Duration):
+// a Go duration such as 1.5s or 200ms, whole days first as in 1d12h, or
+// a bare number of seconds such as 20 or 1.5. It cannot be negative. The
+// value runs while its bytes can belong to one, so that a count may
+// follow it unspaced, as in slow-headers=2x3.
 func (p *parser) duration(key string) (time.Duration, error) {
 	start := p.pos
 	for !p.eof() {
 		c := p.peek()
 		switch {
-		case isDigit(c) || c == '.' || strings.IndexByte("nsumh", c) >= 0:
+		case isDigit(c) || c == '.' || strings.IndexByte("nsumhd", c) >= 0:
 			p.pos++
 		case strings.HasPrefix(p.src[p.pos:], "µ"), strings.HasPrefix(p.src[p.pos:], "μ"):
 			p.pos += 2
@@ -712,11 +717,20 @@ func (p *parser) duration(key string) (time.Duration, error) {
 done:
 	s := p.src[start:p.pos]
 	if s == "" {
-		return 0, fmt.Errorf("%s: want a duration such as 2s, got %q", key, p.rest(16))
+		return 0, fmt.Errorf("%s: want a duration such as 2s or 90 (seconds), got %q", key, p.rest(16))
 	}
-	d, err := time.ParseDuration(s)
+	d, err := parse.Duration(s)
 	if err != nil {
-		return 0, fmt.Errorf("%s: want a duration such as 2s, got %q", key, s)
+		// Name the value as typed, "soon" rather than the "s" it starts
+		// with, if it is short enough to show.
+		word := p.src[start:]
+		if i := strings.IndexAny(word, barewordEnd); i >= 0 {
+			word = word[:i]
+		}
+		if _, werr := parse.Duration(word); werr != nil && len(word) <= 24 {
+			err = werr
+		}
+		return 0, fmt.Errorf("%s: %w", key, err)
 	}
 	return d, nil
 }

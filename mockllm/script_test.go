@@ -44,6 +44,16 @@ var validScripts = []struct {
 	{"reset-after", "reset-after=0", "reset-after=0", 1},
 	{"slow-headers", "slow-headers=1.5s", "slow-headers=1.5s", 1},
 	{"delay", "502:delay=200ms x2", "502:delay=200ms x2", 1},
+	// A duration is read as outlast serve reads one: a bare number is
+	// seconds, as in Retry-After, and whole days may come first. The
+	// canonical form is Go's.
+	{"window in bare seconds", "503 for 20,ok", "503 for 20s,ok", 2},
+	{"refuse in bare seconds", "refuse:5,ok", "refuse:5s,ok", 2},
+	{"fractional seconds", "502:delay=1.5 x2", "502:delay=1.5s x2", 1},
+	{"waits in bare seconds", "stall-after=2:resume=30:first-token-delay=0.25", "stall-after=2:first-token-delay=250ms:resume=30s", 1},
+	// A count may follow a bare number unspaced, as it follows a unit.
+	{"slow-headers in bare seconds", "slow-headers=2x3", "slow-headers=2sx3", 1},
+	{"window in days", "502 for 1d12h", "502 for 36h0m0s", 1},
 	{"every name", "ok,overloaded,overloaded-stream,loading,reset,close-after-headers,stall", "ok,overloaded,overloaded-stream,loading,reset,close-after-headers,stall", 7},
 	// The faults that break a stream and go on, or end it without its
 	// last event.
@@ -125,7 +135,15 @@ func TestParseScriptErrors(t *testing.T) {
 		{"value without a key", "stall:3", 1, 1, 1, "stall takes no argument"},
 		{"argument twice", "stall-after=2:3", 1, 1, 1, "stall-after's argument is given twice"},
 		{"empty step", "ok,,ok", 2, 1, 4, "empty step"},
-		{"bad duration", "502 for 3", 1, 1, 1, `for: want a duration such as 2s, got "3"`},
+		// A duration that parse.Duration refuses is named, with the forms
+		// it takes.
+		{"bad duration", "502 for 1.2.3", 1, 1, 1, `for: "1.2.3" is not a duration such as 15s, 2m, 7d or 90 (seconds)`},
+		{"bad days", "ok:delay=2dh", 1, 1, 1, `delay: "2dh" is not a duration such as 15s, 2m, 7d or 90 (seconds)`},
+		{"too many seconds", "refuse:99999999999", 1, 1, 1, `refuse: "99999999999" is too long`},
+		// The value is named as typed, not as far as it could be read.
+		{"no duration", "502 for soon", 1, 1, 1, `for: "soon" is not a duration such as 15s, 2m, 7d or 90 (seconds)`},
+		{"long bad duration", "502 for s" + strings.Repeat("o", 30), 1, 1, 1, `for: "s" is not a duration`},
+		{"zero window in bare seconds", "502 for 0", 1, 1, 1, "for: the window must be more than 0"},
 		{"negative window", "502 for -1s", 1, 1, 1, "for: want a duration"},
 		{"body on ok", "ok:body=x", 1, 1, 1, "ok takes no body"},
 		{"count on refuse", "refuse:5s x2", 1, 1, 1, "no count or window"},
@@ -177,6 +195,10 @@ func FuzzParseScript(f *testing.F) {
 		`503:header="A=#,:"`,
 		"stall-after=1:resume=1ns:first-token-delay=0s,malformed-after=0,no-done:refuse-prefill",
 		"ok:refuse-prefill x2,reset-after=3:first-token-delay=2m for 1s",
+		// Bare seconds and days, as serve reads durations.
+		"503 for 20,refuse:5,ok:delay=1.5:first-token-delay=0.000000001 for 7d",
+		"slow-headers=2x3,stall-after=1:resume=.5 x2,502 for 1d12h30m",
+		"refuse:106751d,503 for 9223372036,ok:delay=0 for 1.",
 	} {
 		f.Add(s)
 	}

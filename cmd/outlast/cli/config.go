@@ -296,15 +296,44 @@ func (f *serveFlags) readMapping(n *yaml.Node, path string, sc scope, put func(s
 		}
 		seen[k.Value] = k.Line
 		if !(sc == global && k.Value == "upstreams") && !hasKey(sc, k.Value) {
-			keys := keysOf(sc)
-			hint := cmp.Or(didYouMean(k.Value, keys, quoted), " (want one of "+strings.Join(keys, ", ")+")")
-			return usagef("%s line %d: %s: unknown key %q%s", f.config, k.Line, cmp.Or(path, "the file"), k.Value, hint)
+			return usagef("%s line %d: %s: unknown key %q%s", f.config, k.Line, cmp.Or(path, "the file"), k.Value, unknownKeyHint(sc, k.Value))
 		}
 		if err := put(k.Value, v); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// unknownKeyHint is what the error for key, which no setting of scope sc
+// has, adds: the key of sc it is near; else, when it is a key of the
+// other level or nearer one of its keys, that key and where it goes,
+// since a timeout at the top level reads as a default for every
+// upstream, which the file has no place for; else the keys of sc.
+func unknownKeyHint(sc scope, key string) string {
+	other := upstream
+	if sc == upstream {
+		other = global
+	}
+	here := keysOf(sc)
+	k, list, ok := closestOf(key, here, keysOf(other))
+	switch {
+	case !ok:
+		return " (want one of " + strings.Join(here, ", ") + ")"
+	case list == 0:
+		return fmt.Sprintf(" (did you mean %s?)", quoted(k))
+	case k == key:
+		return fmt.Sprintf(" (it is %s)", keyPlace(other))
+	}
+	return fmt.Sprintf(" (did you mean %s, %s?)", quoted(k), keyPlace(other))
+}
+
+// keyPlace says where in the file a key of scope sc goes.
+func keyPlace(sc scope) string {
+	if sc == global {
+		return "a top-level key"
+	}
+	return "a key of an upstream, under upstreams"
 }
 
 // hasKey reports whether a setting of scope sc (identity keys belong to

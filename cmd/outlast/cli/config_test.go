@@ -405,10 +405,49 @@ func TestServeConfigErrors(t *testing.T) {
 		yaml: ok + "    colour: red\n",
 		want: `config.yaml line 3: upstreams[0]: unknown key "colour" (want one of url, name, prefix, slots,`,
 	}, {
-		// An upstream's setting does not go at the top level.
+		// An upstream's setting does not go at the top level, where it
+		// would read as a default for every upstream: the error says
+		// where it goes.
 		name: "upstream key at the top",
 		yaml: ok + "slots: 2\n",
-		want: `config.yaml line 3: the file: unknown key "slots"`,
+		want: `config.yaml line 3: the file: unknown key "slots" (it is a key of an upstream, under upstreams)`,
+	}, {
+		// The key a new user met: a timeout is an upstream's, and near
+		// none of the top level's, though a part of three of them.
+		name: "upstream key at the top exactly",
+		yaml: ok + "timeout: 30s\n",
+		want: `config.yaml line 3: the file: unknown key "timeout" (it is a key of an upstream, under upstreams)`,
+	}, {
+		// Misspelt as well as misplaced: the key it is near is named, with
+		// where it goes.
+		name: "misspelt upstream key at the top",
+		yaml: ok + "timout: 30s\n",
+		want: `config.yaml line 3: the file: unknown key "timout" (did you mean "timeout", a key of an upstream, under upstreams?)`,
+	}, {
+		// Case is a slip too, as closest has it.
+		name: "upstream key in capitals at the top",
+		yaml: ok + "Max_Attempts: 3\n",
+		want: `config.yaml line 3: the file: unknown key "Max_Attempts" (did you mean "max_attempts", a key of an upstream, under upstreams?)`,
+	}, {
+		// The other way round: a top-level setting in an upstream's entry.
+		name: "top-level key in an upstream",
+		yaml: ok + "    listen: :9000\n",
+		want: `config.yaml line 3: upstreams[0]: unknown key "listen" (it is a top-level key)`,
+	}, {
+		name: "misspelt top-level key in an upstream",
+		yaml: ok + "    journal_kep: 1d\n",
+		want: `config.yaml line 3: upstreams[0]: unknown key "journal_kep" (did you mean "journal_keep", a top-level key?)`,
+	}, {
+		// A key as near one of its own level's as another level's is
+		// taken for its own level's: "heds" is two edits from the top
+		// level's redis and an upstream's hedge.
+		name: "own level first at equal distance",
+		yaml: ok + "heds: x\n",
+		want: `config.yaml line 3: the file: unknown key "heds" (did you mean "redis"?)`,
+	}, {
+		name: "own level first at equal distance in an upstream",
+		yaml: ok + "    heds: x\n",
+		want: `config.yaml line 3: upstreams[0]: unknown key "heds" (did you mean "hedge"?)`,
 	}, {
 		name: "key twice",
 		yaml: "upstreams:\n  - url: http://x\n    slots: 1\n    slots: 2\n",

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outlast-llm/outlast/internal/parse"
 	"github.com/outlast-llm/outlast/mockllm"
 )
 
@@ -58,9 +60,11 @@ retry-after-date=S, retry-after-ms=MS, header=NAME=VALUE, body=VALUE,
 delay=D, first-token-delay=D (headers at once, the first event D later),
 resume=D (stall-after's silence ends after D), refuse-prefill (400 to a
 request whose last message is the assistant's). Repeat a step with xN,
-or for a time with "for D". A chat request whose last message is the
-assistant's is a prefill: the answer continues the text after it. The
-package documentation of mockllm gives the whole grammar.
+or for a time with "for D". D is a duration as serve takes one: 500ms,
+30s, 2m, 7d, or a bare number of seconds (20 is 20s). A chat request
+whose last message is the assistant's is a prefill: the answer continues
+the text after it. The package documentation of mockllm gives the whole
+grammar.
 
 Flags:`
 
@@ -80,7 +84,14 @@ func newMockFlags(fs *flag.FlagSet) *mockFlags {
 	fs.IntVar(&f.capacity, "capacity", 0, "completions generated at once, as a provider's capacity: one more gets 429 with no Retry-After; 0 for no limit")
 	fs.StringVar(&f.script, "script", "", "the faults: a script `SPEC`, or a FILE with one step a line; none: every request succeeds")
 	fs.IntVar(&f.chunks, "chunks", 9, "content chunks in each response")
-	fs.DurationVar(&f.chunkDelay, "chunk-delay", 0, "the wait before each content chunk")
+	fs.Func("chunk-delay", "the wait before each content chunk, a `DURATION` such as 50ms (bare numbers are seconds, as serve reads them)", func(s string) error {
+		d, err := parse.Duration(s)
+		if err == nil && d < 0 {
+			err = errors.New("is negative: want 0 or more, such as 50ms")
+		}
+		f.chunkDelay = d
+		return err
+	})
 	fs.BoolVar(&f.fromFirst, "from-first-request", false, "start the script's windows at the first model request instead of when the mock starts, as they do by default, so that a host slow to start misses none; a first refuse:D step starts with the mock regardless")
 	fs.BoolVar(&f.quiet, "quiet", false, "do not log each request to stderr")
 	return f

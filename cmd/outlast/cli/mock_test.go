@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 // --from-first-request reaches the Server; without it the windows start
@@ -41,5 +42,17 @@ func TestMockListenUsage(t *testing.T) {
 	_, _, done, err := mockServer([]string{"--listen", "8799"}, io.Discard)
 	if !done || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "127.0.0.1:8799") {
 		t.Errorf("got done %v, %v; want a usage error suggesting 127.0.0.1:8799", done, err)
+	}
+}
+
+// The mock reads its flag's duration as serve reads its own: bare
+// numbers are seconds.
+func TestMockChunkDelaySeconds(t *testing.T) {
+	t.Parallel()
+	for arg, want := range map[string]time.Duration{"1": time.Second, "0.05": 50 * time.Millisecond, "20ms": 20 * time.Millisecond} {
+		f, done, err := parseCommand("mock", "", newMockFlags, []string{"--chunk-delay", arg}, io.Discard)
+		if done || err != nil || f.chunkDelay != want {
+			t.Errorf("--chunk-delay %s: got %v (done %v, %v), want %v", arg, f.chunkDelay, done, err, want)
+		}
 	}
 }

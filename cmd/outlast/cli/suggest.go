@@ -13,26 +13,48 @@ import (
 // when none is close, or when two contain it and neither is near: a
 // guess between them would mislead more than the list of names does.
 func closest(name string, known []string) (best string, ok bool) {
+	best, _, ok = closestOf(name, known)
+	return best, ok
+}
+
+// closestOf is closest over several lists of names, such as the keys of
+// each level of a config file, and returns which list the name it picks
+// is in. The nearest by edit distance wins, the earlier list at equal
+// distance, so that a name near one of the first list's is taken for it
+// unless it is nearer another's. Failing that, the first list with a name
+// that contains name, or that name contains, decides, as closest does
+// with one list.
+func closestOf(name string, lists ...[]string) (best string, list int, ok bool) {
 	lower := strings.ToLower(name)
 	bestDist := min(2, utf8.RuneCountInString(lower)-1) + 1
-	for _, k := range known {
-		if d := editDistance(lower, strings.ToLower(k)); d < bestDist {
-			best, bestDist = k, d
+	for i, known := range lists {
+		for _, k := range known {
+			if d := editDistance(lower, strings.ToLower(k)); d < bestDist {
+				best, list, bestDist = k, i, d
+			}
 		}
 	}
 	if best != "" {
-		return best, true
+		return best, list, true
 	}
-	var found []string
-	for _, k := range known {
-		if contains(strings.ToLower(k), lower) || contains(lower, strings.ToLower(k)) {
-			found = append(found, k)
+	for i, known := range lists {
+		var found []string
+		for _, k := range known {
+			if contains(strings.ToLower(k), lower) || contains(lower, strings.ToLower(k)) {
+				found = append(found, k)
+			}
+		}
+		switch len(found) {
+		case 0:
+		case 1:
+			return found[0], i, true
+		default:
+			// Two in the first list that has any: a guess, even one
+			// from a later list, would mislead.
+			return "", 0, false
 		}
 	}
-	if len(found) != 1 {
-		return "", false
-	}
-	return found[0], true
+	return "", 0, false
 }
 
 // contains reports whether s contains sub, of 3 letters or more: "x" or

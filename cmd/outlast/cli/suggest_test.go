@@ -98,3 +98,43 @@ func TestClosest(t *testing.T) {
 		})
 	}
 }
+
+// closestOf says which list the name it picks is in, and prefers the
+// first list only when the others are no nearer.
+func TestClosestOf(t *testing.T) {
+	t.Parallel()
+	top := []string{"upstreams", "listen", "read_header_timeout", "body_timeout", "keepalive_timeout"}
+	up := []string{"slots", "timeout", "max_timeout"}
+	for _, tc := range []struct {
+		name     string
+		in       string
+		want     string
+		wantList int
+		wantOK   bool
+	}{
+		// Near a name of the first list, as closest has it.
+		{"first list", "listn", "listen", 0, true},
+		// A name of another list, exactly: nearer than any of the first.
+		{"exact in another", "timeout", "timeout", 1, true},
+		// Near a name of another list, and of none of the first.
+		{"near in another", "timout", "timeout", 1, true},
+		// Nearer another list's name than the first's.
+		{"nearer in another", "max_timeout", "max_timeout", 1, true},
+		// A part found in several names of the first list says none,
+		// though one name of another list contains it too.
+		{"ambiguous in the first", "_timeo", "", 0, false},
+		// A part found in one name of another list, and none of the
+		// first, is that name.
+		{"part in another", "max_tim", "max_timeout", 1, true},
+		// Near none.
+		{"none", "colour", "", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, list, ok := closestOf(tc.in, top, up)
+			if got != tc.want || list != tc.wantList || ok != tc.wantOK {
+				t.Errorf("closestOf(%q): got %q, %d, %v; want %q, %d, %v", tc.in, got, list, ok, tc.want, tc.wantList, tc.wantOK)
+			}
+		})
+	}
+}
