@@ -34,6 +34,9 @@
 // [Policy.Waits] whatever the caller's patience.
 package outlast
 
-// Version is outlast's version, as the gateway's health and its traces
-// report it. A release build sets it with -ldflags "-X".
+// Version is outlast's version: the one that outlast version, the
+// gateway's health endpoint, its page and its traces all report. It is
+// kept in the source. A release's commit sets it to the release's number
+// and is tagged with it (v0.1.0 for 0.1.0); the commits after it name the
+// next release, with -dev.
 var Version = "0.1.0-dev"

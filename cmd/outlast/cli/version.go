@@ -9,15 +9,16 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/outlast-llm/outlast"
 )
 
 const versionUsage = `Usage: outlast version
 
-Prints outlast's version on one line, for a bug report: the module's
-version ("(devel)" or a pseudo-version when built from a checkout), the
-commit it was built from with "+dirty" if it had uncommitted changes, when
-the build recorded them, and the Go version. "outlast --version" does the
-same.`
+Prints outlast's version on one line, for a bug report: the version, as
+/outlast/health and the timeline page say it too; the commit it was built
+from, with "+dirty" if it had uncommitted changes, when the build
+recorded one; and the Go version. "outlast --version" does the same.`
 
 // runVersion prints the version line of the running binary.
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -26,23 +27,22 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	info, _ := debug.ReadBuildInfo()
-	fmt.Fprintln(stdout, versionLine(info))
+	fmt.Fprintln(stdout, versionLine(outlast.Version, info))
 	return nil
 }
 
 // versionLine is "outlast VERSION [REVISION[+dirty]] GO", such as
-// "outlast (devel) a53273c+dirty go1.26.8", from info: nil for a binary
-// built without module support. The revision is there only if go build
-// recorded it (-buildvcs, in a clone), cut to 7 digits as git shows it,
-// and only if the version does not hold it already: built in a clone
-// past its last tag, the version is a pseudo-version such as
-// v0.0.0-20261203134308-4692b06088ab+dirty, which says it all.
-func versionLine(info *debug.BuildInfo) string {
-	if info == nil {
-		return "outlast (unknown) " + runtime.Version()
-	}
-	version := cmp.Or(info.Main.Version, "(devel)")
+// "outlast 0.2.0-dev a53273c+dirty go1.26.10": version is outlast.Version,
+// the one version the health endpoint and the page say too, and info
+// (nil for a binary built without module support) gives the rest. The
+// revision is go build's (-buildvcs, in a clone), cut to 7 digits as git
+// shows it; or, installed at a pseudo-version such as
+// v0.0.0-20261203134308-4692b06088ab, the commit that names.
+func versionLine(version string, info *debug.BuildInfo) string {
 	parts := []string{"outlast", version}
+	if info == nil {
+		return strings.Join(append(parts, runtime.Version()), " ")
+	}
 	var rev, dirty string
 	for _, s := range info.Settings {
 		switch {
@@ -52,9 +52,28 @@ func versionLine(info *debug.BuildInfo) string {
 			dirty = "+dirty"
 		}
 	}
-	if rev != "" && !strings.Contains(version, rev[:min(12, len(rev))]) {
+	if rev == "" {
+		rev = pseudoRevision(info.Main.Version)
+	}
+	if rev != "" {
 		parts = append(parts, rev[:min(7, len(rev))]+dirty)
 	}
-	parts = append(parts, cmp.Or(info.GoVersion, runtime.Version()))
-	return strings.Join(parts, " ")
+	return strings.Join(append(parts, cmp.Or(info.GoVersion, runtime.Version())), " ")
+}
+
+// pseudoRevision returns the commit a pseudo-version names, as
+// v0.0.0-20261203134308-4692b06088ab does, or "" for any other version.
+func pseudoRevision(v string) string {
+	v, _, _ = strings.Cut(v, "+")
+	i := strings.LastIndexByte(v, '-')
+	if i < 0 || len(v)-i-1 != 12 || i < 15 {
+		return ""
+	}
+	if stamp := v[i-14 : i]; strings.Trim(stamp, "0123456789") != "" || v[i-15] != '.' && v[i-15] != '-' {
+		return ""
+	}
+	if strings.Trim(v[i+1:], "0123456789abcdef") != "" {
+		return ""
+	}
+	return v[i+1:]
 }

@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"testing"
+
+	"github.com/outlast-llm/outlast"
 )
 
 // The version line says what the build recorded, and no more.
@@ -18,32 +22,43 @@ func TestVersionLine(t *testing.T) {
 		info *debug.BuildInfo
 		want string
 	}{
-		// Built from a checkout with changes: the example.
-		{"dirty checkout", build("(devel)", debug.BuildSetting{Key: "vcs.revision", Value: rev}, debug.BuildSetting{Key: "vcs.modified", Value: "true"}), "outlast (devel) a53273c+dirty go1.26.8"},
+		// Built from a checkout with changes.
+		{"dirty checkout", build("(devel)", debug.BuildSetting{Key: "vcs.revision", Value: rev}, debug.BuildSetting{Key: "vcs.modified", Value: "true"}), "outlast 0.2.0-dev a53273c+dirty go1.26.8"},
 		// A clean checkout has no mark.
-		{"clean checkout", build("(devel)", debug.BuildSetting{Key: "vcs.revision", Value: rev}, debug.BuildSetting{Key: "vcs.modified", Value: "false"}), "outlast (devel) a53273c go1.26.8"},
+		{"clean checkout", build("(devel)", debug.BuildSetting{Key: "vcs.revision", Value: rev}, debug.BuildSetting{Key: "vcs.modified", Value: "false"}), "outlast 0.2.0-dev a53273c go1.26.8"},
 		// Built with -buildvcs=false, or outside git: no revision, and
 		// no "+dirty" without one to mark.
-		{"no revision", build("(devel)", debug.BuildSetting{Key: "vcs.modified", Value: "true"}), "outlast (devel) go1.26.8"},
-		// go install …@v1.2.0 records the version and no revision.
-		{"released", build("v1.2.0"), "outlast v1.2.0 go1.26.8"},
-		// Built in a clone past its last tag, the pseudo-version holds
-		// the revision and the mark: they are not said twice.
-		{"pseudo-version", build("v0.0.0-20261203134308-a53273ca433f+dirty", debug.BuildSetting{Key: "vcs.revision", Value: rev}, debug.BuildSetting{Key: "vcs.modified", Value: "true"}), "outlast v0.0.0-20261203134308-a53273ca433f+dirty go1.26.8"},
-		// Built at a tag, the version does not say the commit.
-		{"tagged clone", build("v1.2.0", debug.BuildSetting{Key: "vcs.revision", Value: rev}), "outlast v1.2.0 a53273c go1.26.8"},
-		// A version left empty reads as a checkout's.
-		{"empty version", build(""), "outlast (devel) go1.26.8"},
+		{"no revision", build("(devel)", debug.BuildSetting{Key: "vcs.modified", Value: "true"}), "outlast 0.2.0-dev go1.26.8"},
+		// go install …@v0.2.0 records the tag and no revision: the
+		// version is the source's, which the tag names.
+		{"released", build("v0.2.0"), "outlast 0.2.0-dev go1.26.8"},
+		// go install …@main records a pseudo-version and no revision:
+		// the commit is the one it names.
+		{"pseudo-version", build("v0.1.1-0.20261203134308-a53273ca433f"), "outlast 0.2.0-dev a53273c go1.26.8"},
+		{"first pseudo-version", build("v0.0.0-20261203134308-a53273ca433f+dirty"), "outlast 0.2.0-dev a53273c go1.26.8"},
 		// A revision shorter than 7 digits is shown whole.
-		{"short revision", build("(devel)", debug.BuildSetting{Key: "vcs.revision", Value: "a53"}), "outlast (devel) a53 go1.26.8"},
+		{"short revision", build("(devel)", debug.BuildSetting{Key: "vcs.revision", Value: "a53"}), "outlast 0.2.0-dev a53 go1.26.8"},
 		// Built without module support: nothing but Go's version.
-		{"no build info", nil, "outlast (unknown) " + runtime.Version()},
+		{"no build info", nil, "outlast 0.2.0-dev " + runtime.Version()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if got := versionLine(tc.info); got != tc.want {
+			if got := versionLine("0.2.0-dev", tc.info); got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// outlast --version says the version that the health endpoint and the
+// page say: outlast.Version.
+func TestVersionIsOutlastVersion(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	if err := Run(t.Context(), []string{"--version"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if want := "outlast " + outlast.Version + " "; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("got %q, want it to begin %q", out.String(), want)
 	}
 }
