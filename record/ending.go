@@ -32,17 +32,8 @@ func (r *Request) Ending(i int) string {
 	case a.Class != outlast.ClassNone:
 		return strconv.Itoa(a.Status)
 	}
-	// A response that went to the caller. Each such answer but the last
-	// broke, and its break is the continuation of the same rank.
-	k := 0
-	for j := range i {
-		if answered(&r.Attempts[j]) {
-			k++
-		}
-	}
 	s := strconv.Itoa(a.Status)
-	if k < len(r.Continuations) {
-		c := r.Continuations[k]
+	if c := r.Break(i); c != nil {
 		s += fmt.Sprintf(", broke after %s", bytesText(c.After))
 		if c.CarriedOn() {
 			return s + ", " + c.Outcome
@@ -70,6 +61,28 @@ func (r *Request) Ending(i int) string {
 		return s + ", an error event"
 	}
 	return s + ", " + r.Error
+}
+
+// Break returns the continuation made when the answer of r's attempt i
+// broke after reaching the caller, or nil: for an attempt whose answer
+// did not reach the caller, and for one that did not break before its
+// request's end, which r.Error tells of. Each answer that reached the
+// caller but the last broke, and the k-th one's break is the k-th
+// continuation.
+func (r *Request) Break(i int) *Continuation {
+	if !answered(&r.Attempts[i]) {
+		return nil
+	}
+	k := 0
+	for j := range i {
+		if answered(&r.Attempts[j]) {
+			k++
+		}
+	}
+	if k < len(r.Continuations) {
+		return &r.Continuations[k]
+	}
+	return nil
 }
 
 // answered reports whether a's response went to the caller: a success,

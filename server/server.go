@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -172,7 +173,28 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.Gateway, err = s.newGateway(logger); err != nil {
 		return nil, &ConfigError{err}
 	}
+	s.seedFeed(ctx, logger)
 	return s, nil
+}
+
+// seedRequests is how many of the journal's newest requests the page
+// shows from the start: as many as it draws.
+const seedRequests = 200
+
+// seedFeed gives the page's feed the journal's newest requests, so that a
+// gateway started again on its journal shows them at once. A journal that
+// cannot be read costs only that, and a warning.
+func (s *Server) seedFeed(ctx context.Context, logger *slog.Logger) {
+	if s.Store == nil {
+		return
+	}
+	page, err := s.Store.List(ctx, journal.Query{Limit: seedRequests})
+	if err != nil {
+		logger.Warn("outlast: the page starts without the journal's requests", "err", err)
+		return
+	}
+	slices.Reverse(page.Requests) // oldest first, as they came
+	s.Feed.Seed(page.Requests)
 }
 
 // openJournal opens the journal that the config names, with its writer

@@ -126,3 +126,34 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("an unopenable journal: got %v, want an error that is not a *ConfigError", err)
 	}
 }
+
+// A gateway started on a journal that holds requests shows them on its
+// page from the start, oldest first, as they came.
+func TestPageStartsWithTheJournal(t *testing.T) {
+	spec := "sqlite:" + filepath.Join(t.TempDir(), "j.db")
+	s, err := server.New(t.Context(), server.Config{Gateway: gateway.Config{Upstreams: upstreams()}, Journal: spec, JournalWriter: server.WriterInline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(-time.Minute)
+	for i, id := range []string{"r1", "r2", "r3"} {
+		start := t0.Add(time.Duration(i) * time.Second)
+		s.Writer.Add(record.Request{ID: id, Method: "POST", Path: "/v1/chat/completions", Status: 200, Start: start, End: start.Add(time.Second),
+			Attempts: []record.Attempt{{N: 1, Status: 200, Start: start, End: start.Add(time.Second)}}})
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s, err = server.New(t.Context(), server.Config{Gateway: gateway.Config{Upstreams: upstreams()}, Journal: spec, JournalWriter: server.WriterInline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	var ids []string
+	for _, r := range s.Feed.Snapshot().Requests {
+		ids = append(ids, r.ID)
+	}
+	if got := strings.Join(ids, " "); got != "r1 r2 r3" {
+		t.Errorf("the page's requests: got %q, want r1 r2 r3", got)
+	}
+}

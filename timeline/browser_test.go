@@ -1,9 +1,13 @@
 package timeline_test
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	"image"
+	"image/color"
+	"image/png"
 	"io"
 	"log/slog"
 	"net"
@@ -19,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -126,6 +132,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("admission", func(t *testing.T) { testAdmission(t, newTab(t, b)) })
 	t.Run("continuation", func(t *testing.T) { testContinuation(t, newTab(t, b)) })
 	t.Run("hedge", func(t *testing.T) { testHedge(t, newTab(t, b)) })
+	t.Run("first paint", func(t *testing.T) { testFirstPaint(t, newTab(t, b)) })
 }
 
 // newTab opens a tab in b's browser, closed when the test ends.
@@ -246,7 +253,7 @@ func testOutage(t *testing.T, tab context.Context) {
 		{"gaps", 7}, {"labelled", 7}, // one wait after each failed attempt
 		{"retryAfter", 2}, // after each 429
 		{"runs", 2},
-		{"legend", 6},
+		{"legend", 8},
 	} {
 		if counts[c.key] != c.want {
 			t.Errorf("%s: got %d, want %d", c.key, counts[c.key], c.want)
@@ -592,6 +599,11 @@ func testContinuation(t *testing.T, tab context.Context) {
 	if err != nil || !strings.Contains(title, "continued the stream that broke, with 321 bytes") {
 		t.Errorf("got the title %q (%v), want it to say what the continuation carried", title, err)
 	}
+	// The attempt whose stream broke is amber, not green, and says so.
+	broke, err := chromedp.Run(tab, chromedp.Evaluate[string](`(() => { const b = document.querySelector('.bar[data-n="1"]'); return b.dataset.outcome + "|" + b.title; })()`))
+	if err != nil || !strings.HasPrefix(broke, "broke|attempt 1: 200, broke after 500 bytes, continued") {
+		t.Errorf("got the broken attempt's outcome and title %q (%v), want broke and its ending", broke, err)
+	}
 	if e := errs(); len(e) > 0 {
 		t.Errorf("the page's script failed: %q", e)
 	}
@@ -635,4 +647,236 @@ func matchAll(want map[string]int) string {
 		conds = append(conds, fmt.Sprintf("c[%q] === %d", k, v))
 	}
 	return strings.Join(conds, " && ")
+}
+
+// testFirstPaint loads the page while its event stream is held back, as
+// a proxy that buffers it would, and finds the feed's requests drawn
+// within a second of the navigation: the page draws the newest requests
+// that its HTML carries, without waiting for the stream. Each attempt
+// shows how it ended: a broken stream's first answer is amber, not
+// green, and its title says where it broke; a hedge's loser is grey. The
+// stream, once let through, takes over.
+func testFirstPaint(t *testing.T, tab context.Context) {
+	errs := jsErrors(t, tab)
+	feed := timeline.New(0, 0)
+	recordEndings(feed.Observer(), time.Now().Add(-10*time.Second))
+	base, release := heldStream(t, feed)
+
+	// When the rows first appear, and when the page first paints, from
+	// the page's own clock: observers that run before the page's script,
+	// and are not subject to its CSP.
+	const watch = `new MutationObserver((_, o) => {
+		if (document.querySelector('.row')) { window.outlastRowsAt = performance.now(); o.disconnect(); }
+	}).observe(document, { childList: true, subtree: true });
+	new PerformanceObserver((l) => {
+		for (const e of l.getEntries()) if (e.name === "first-contentful-paint") window.outlastPaintAt = e.startTime;
+	}).observe({ type: "paint", buffered: true });`
+	if err := chromedp.Do(tab, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: watch})
+		return err
+	})); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	soon, cancel := context.WithDeadline(tab, start.Add(time.Second))
+	defer cancel()
+	if err := chromedp.Do(soon, chromedp.Navigate(base+"/outlast/")); err != nil {
+		t.Fatalf("the page did not load within 1s: %v", err)
+	}
+	if _, err := chromedp.Run(soon, chromedp.Poll[bool](`document.querySelectorAll('.row').length === 4`, chromedp.WithPollingMutation())); err != nil {
+		got, _ := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelectorAll('.row').length + " rows, " + document.getElementById('empty').textContent`))
+		t.Fatalf("1s after the navigation, with the event stream held back, the page shows %s; want the 4 requests: %v", got, err)
+	}
+	took := time.Since(start)
+	times, err := chromedp.Run(tab, chromedp.Poll[map[string]float64](`window.outlastPaintAt !== undefined && { rows: window.outlastRowsAt, paint: window.outlastPaintAt }`,
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(5*time.Second)))
+	if err != nil {
+		t.Fatalf("the page's first paint was not reported: %v", err)
+	}
+	t.Logf("the rows were in the DOM %.0f ms after the navigation began, and the page's first contentful paint was at %.0f ms; the test saw the rows %v after it sent the navigation",
+		times["rows"], times["paint"], took.Round(time.Millisecond))
+	if times["rows"] > times["paint"] {
+		t.Errorf("the page first painted at %.0f ms, before its rows were drawn at %.0f ms", times["paint"], times["rows"])
+	}
+	if conn, _ := chromedp.Run(tab, chromedp.Evaluate[string](`document.getElementById('conn').dataset.state`)); conn == "live" {
+		t.Errorf("the page says it is live, though its event stream is held back")
+	}
+
+	checkEndings(t, tab)
+	checkPainted(t, tab)
+
+	release()
+	if err := poll(tab, 5*time.Second, `document.getElementById('conn').dataset.state === "live" && document.querySelectorAll('.row').length === 4`); err != nil {
+		t.Errorf("the page did not go live with the same rows once its stream was let through: %v", err)
+	}
+	checkEndings(t, tab)
+	if e := errs(); len(e) > 0 {
+		t.Errorf("the page's script failed: %q", e)
+	}
+}
+
+// recordEndings tells obs of four requests from at on, one for each way
+// an answer ends that the page tells apart: whole; a stream that broke
+// after 300 bytes and was continued, at the second try; a stream that
+// broke and was not continued; and a hedge whose other side answered.
+func recordEndings(obs record.Observer, at time.Time) {
+	ms := func(n int) time.Time { return at.Add(time.Duration(n) * time.Millisecond) }
+	add := func(r *record.Request, as ...record.Attempt) {
+		for _, a := range as {
+			r.Attempts = append(r.Attempts, a)
+			obs.AttemptEnd(r, a)
+		}
+	}
+	req := func(id string, start int, stream bool) *record.Request {
+		return &record.Request{ID: id, Run: "endings", Method: "POST", Path: "/v1/chat/completions", Upstream: "mock", Start: ms(start), Stream: stream}
+	}
+
+	r := req("whole", 0, false)
+	add(r, record.Attempt{N: 1, Start: ms(0), End: ms(800), Status: 200})
+	r.Status, r.End = 200, ms(1000)
+	obs.Done(r)
+
+	r = req("continued", 1500, true)
+	add(r, record.Attempt{N: 1, Start: ms(1500), End: ms(2000), Status: 200},
+		record.Attempt{N: 2, Start: ms(3500), End: ms(3600), Status: 529, Class: outlast.ClassOverloaded, RetryIn: 200 * time.Millisecond},
+		record.Attempt{N: 3, Start: ms(3800), End: ms(4300), Status: 200, Continued: true, PrefillBytes: 280})
+	r.Status, r.End, r.Committed, r.Bytes = 200, ms(5500), true, 900
+	r.Continuations = []record.Continuation{{Upstream: "mock", After: 300, Prefill: 280, Outcome: record.ContinuationOK}}
+	obs.Done(r)
+
+	r = req("broke", 6000, true)
+	add(r, record.Attempt{N: 1, Start: ms(6000), End: ms(6500), Status: 200})
+	r.Status, r.End, r.Committed, r.Bytes, r.Error = 200, ms(7500), true, 1234, record.ErrorUpstreamBroke
+	obs.Done(r)
+
+	r = req("hedged", 7000, true)
+	add(r, record.Attempt{N: 1, Upstream: "fallback", Fallback: record.ReasonHedge, Start: ms(8000), End: ms(8600), Status: 200},
+		record.Attempt{N: 2, Upstream: "mock", Start: ms(7000), End: ms(8600), Class: outlast.ClassCanceled, Error: record.HedgedError})
+	r.Status, r.End, r.Committed = 200, ms(9500), true
+	r.Moves = []record.Move{{From: "mock", To: "fallback", Reason: record.ReasonHedge}}
+	obs.Done(r)
+}
+
+// checkEndings checks what recordEndings's requests show: each bar's
+// colour, in the page's computed style, and its title; and a tag on each
+// stream's row.
+func checkEndings(t *testing.T, tab context.Context) {
+	t.Helper()
+	got, err := chromedp.Run(tab, chromedp.Evaluate[map[string]string](`(() => {
+		const out = {};
+		for (const b of document.querySelectorAll('.row .bar')) {
+			const id = b.closest('.row').dataset.id + "/" + b.dataset.n;
+			out[id] = b.dataset.outcome + "|" + getComputedStyle(b).backgroundColor + "|" + b.title.split("\n")[0];
+		}
+		for (const r of document.querySelectorAll('.row')) {
+			out[r.dataset.id + "/tag"] = r.querySelector('.tag')?.textContent || "";
+			out[r.dataset.id + "/label"] = r.querySelector('.label').title;
+		}
+		return out;
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const green, amber = "rgb(47, 158, 68)", "rgb(252, 196, 25)"
+	for _, c := range []struct{ bar, outcome, colour, title string }{
+		{"whole/1", "ok", green, "attempt 1: 200, 800ms"},
+		{"continued/1", "broke", amber, "attempt 1: 200, broke after 300 bytes, continued, 500ms"},
+		{"continued/2", "5xx", "", "attempt 2: 529, 100ms (overloaded)"},
+		{"continued/3", "ok", green, "attempt 3: 200, stream whole, 500ms"},
+		{"broke/1", "broke", amber, "attempt 1: 200, broke after 1234 bytes, 500ms"},
+		{"hedged/2", "hedged", "", "attempt 2: hedged: the other attempt answered first, 1.6s"},
+	} {
+		parts := strings.SplitN(got[c.bar], "|", 3)
+		if len(parts) != 3 {
+			t.Errorf("%s: no bar in %v", c.bar, got)
+			continue
+		}
+		if parts[0] != c.outcome || (c.colour != "" && parts[1] != c.colour) || parts[2] != c.title {
+			t.Errorf("%s: got %s coloured %s, titled %q; want %s, %s, %q", c.bar, parts[0], parts[1], parts[2], c.outcome, c.colour, c.title)
+		}
+		if c.outcome != "ok" && parts[1] == green {
+			t.Errorf("%s: a %s attempt is green", c.bar, c.outcome)
+		}
+	}
+	// The row's tooltip lists how each attempt ended.
+	if label, want := got["continued/label"], "\nattempt 1: 200, broke after 300 bytes, continued\nattempt 2: 529\nattempt 3: 200, stream whole"; !strings.HasSuffix(label, want) {
+		t.Errorf("got the row's title %q, want it to end %q", label, want)
+	}
+	for id, want := range map[string]string{"whole": "", "continued": "stream", "broke": "stream", "hedged": "stream"} {
+		if got := got[id+"/tag"]; got != want {
+			t.Errorf("%s's row: got the tag %q, want %q", id, got, want)
+		}
+	}
+}
+
+// checkPainted takes a screenshot, which is kept nowhere, and checks that
+// the rows are painted in it: green and amber bars where the page laid
+// the rows out.
+func checkPainted(t *testing.T, tab context.Context) {
+	t.Helper()
+	if err := chromedp.Do(tab, chromedp.Evaluate[chromedp.Void](`document.getElementById('timeline').scrollIntoView()`)); err != nil {
+		t.Fatal(err)
+	}
+	shot, err := chromedp.Run(tab, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil {
+		t.Fatalf("the screenshot: %v", err)
+	}
+	box, err := chromedp.Run(tab, chromedp.Evaluate[map[string]float64](`(() => {
+		const r = document.getElementById('rows').getBoundingClientRect(), d = devicePixelRatio;
+		return { x0: r.left * d, y0: r.top * d, x1: r.right * d, y1: Math.min(r.bottom, innerHeight) * d };
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	within := image.Rect(int(box["x0"]), int(box["y0"]), int(box["x1"]), int(box["y1"])).Intersect(img.Bounds())
+	count := func(want color.RGBA) int {
+		n := 0
+		for y := within.Min.Y; y < within.Max.Y; y++ {
+			for x := within.Min.X; x < within.Max.X; x++ {
+				r, g, b, _ := img.At(x, y).RGBA()
+				if uint8(r>>8) == want.R && uint8(g>>8) == want.G && uint8(b>>8) == want.B {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	green, amber := count(color.RGBA{47, 158, 68, 255}), count(color.RGBA{252, 196, 25, 255})
+	t.Logf("the screenshot's rows, %v px, hold %d green and %d amber pixels", within.Size(), green, amber)
+	// A bar is at least 3 px wide and 14 px high.
+	if green < 3*14 || amber < 3*14 {
+		t.Errorf("the screenshot shows %d green and %d amber pixels where the rows are, want the bars painted", green, amber)
+	}
+}
+
+// heldStream serves feed's endpoints as the gateway mounts them, but
+// holds back the event stream until release is called, as a proxy that
+// buffers it would; and returns the server's URL.
+func heldStream(t *testing.T, feed *timeline.Feed) (base string, release func()) {
+	t.Helper()
+	released := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(released) }) }
+	ends := feed.Endpoints()
+	mux := http.NewServeMux()
+	mux.Handle("/outlast/{$}", ends[""])
+	mux.Handle("/outlast/timeline/", ends["timeline/"])
+	mux.HandleFunc("/outlast/events", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-released:
+			ends["events"].ServeHTTP(w, r)
+		case <-r.Context().Done():
+		}
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	// Before srv.Close, which waits for the streams: end them.
+	t.Cleanup(feed.Close)
+	t.Cleanup(release)
+	return srv.URL, release
 }

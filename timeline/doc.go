@@ -1,11 +1,14 @@
 // Package timeline is the gateway's live page: GET /outlast/ shows each
 // upstream's slots and queue, and the recent requests as a timeline in
-// which each attempt is a bar coloured by its outcome, the waits between
-// attempts are labelled gaps, and a server's Retry-After is marked. When
-// an upstream has an outlast.Admission, an attempt's wait for it and its
-// probe are marked too, and a row above the runs bands each upstream's
-// stretches down, probing and recovering. The page updates itself
-// through server-sent events from the gateway.
+// which each attempt is a bar coloured by how it ended (an answer cut
+// after bytes is amber, not green, and a hedge's loser grey), titled with
+// record.Request.Ending's words, the waits between attempts are labelled
+// gaps, and a server's Retry-After is marked. When an upstream has an
+// outlast.Admission, an attempt's wait for it and its probe are marked
+// too, and a row above the runs bands each upstream's stretches down,
+// probing and recovering. The page's HTML carries the newest requests,
+// which its first paint shows; then it updates itself through
+// server-sent events from the gateway.
 //
 // A Feed keeps the most recent requests in memory. It learns of them
 // through the gateway's Observer, and serves the page, the event stream

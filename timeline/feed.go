@@ -78,11 +78,12 @@ type entry struct {
 	size     int // viewSize(view)
 
 	// first holds the views of a request's first attempt, in flight
-	// ([0]) and ended ([1]), which its views' Attempts then share: most
-	// requests make one attempt, and need no array of their own. Each
-	// is written once, before a view holds it, as used records.
-	first [2]Attempt
-	used  [2]bool
+	// ([0]), ended ([1]) and at the request's end ([2], where an
+	// answer's ending becomes final), which its views' Attempts then
+	// share: most requests make one attempt, and need no array of their
+	// own. Each is written once, before a view holds it, as used records.
+	first [3]Attempt
+	used  [3]bool
 }
 
 // New returns a Feed that keeps the most recent requests: at most keep of
@@ -132,6 +133,16 @@ func (f *Feed) Observer() record.Observer {
 	}
 }
 
+// Seed adds recs, requests that ended before f began, oldest first: the
+// journal's newest when a gateway starts on a journal that holds some,
+// so that its page shows them at once, not nothing until the next
+// request. Call it before the Observer's first call.
+func (f *Feed) Seed(recs []record.Request) {
+	for i := range recs {
+		f.done(&recs[i])
+	}
+}
+
 // Endpoints returns the handlers to serve under /outlast/, as
 // gateway.Config's Endpoints: "" the page, "events" its event stream,
 // "recent" a JSON Snapshot, and "timeline/" the page's script and style.
@@ -154,23 +165,32 @@ func (f *Feed) Close() {
 // Snapshot returns the kept requests, the upstreams' slots and the last
 // changes of their states.
 func (f *Feed) Snapshot() Snapshot {
+	return f.newest(f.keep)
+}
+
+// newest returns a Snapshot of the newest n of the kept requests, which
+// counts the others in Elided.
+func (f *Feed) newest(n int) Snapshot {
 	ups := f.upstreams()
 	f.mu.Lock()
-	s := f.snapshotLocked()
+	s := f.snapshotLocked(n)
 	f.mu.Unlock()
 	s.Upstreams = ups
 	return s
 }
 
-func (f *Feed) snapshotLocked() Snapshot {
+// snapshotLocked is newest's snapshot, but for the upstreams, which it
+// takes under mu.
+func (f *Feed) snapshotLocked(n int) Snapshot {
+	from := max(0, len(f.list)-n)
 	s := Snapshot{
 		Now: millis(time.Now()), Keep: f.keep, KeepBytes: f.keepBytes, Dropped: f.dropped,
-		Requests: make([]Request, len(f.list)), States: slices.Clone(f.states),
+		Requests: make([]Request, len(f.list)-from), Elided: from, States: slices.Clone(f.states),
 	}
 	if s.States == nil {
 		s.States = []StateChange{} // the page reads a list, never null
 	}
-	for i, e := range f.list {
+	for i, e := range f.list[from:] {
 		// The views' slices are never changed once made: sharing them
 		// is safe.
 		s.Requests[i] = e.view
@@ -195,7 +215,7 @@ func (f *Feed) queued(r *record.Request, key string, ahead int) {
 }
 
 func (f *Feed) attemptStart(r *record.Request, a record.Attempt) {
-	cur := attemptOf(a)
+	cur := inFlight(a)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e := f.entry(r)
@@ -218,7 +238,7 @@ func (f *Feed) attemptEnd(r *record.Request, _ record.Attempt) {
 	var v Attempt
 	var ended []Attempt
 	if first {
-		v = attemptOf(r.Attempts[0])
+		v = attemptOf(r, 0)
 	} else {
 		ended = attemptsOf(r)
 	}
@@ -244,11 +264,24 @@ func (e *entry) keepFirst(i int, v Attempt) []Attempt {
 }
 
 func (f *Feed) done(r *record.Request) {
+	// The request's end may change how its answer ended ("200,
+	// answering" becomes "200" or "200, broke after 12 bytes"), so the
+	// views are made again, and the old ones kept where they are the same.
+	one := len(r.Attempts) == 1
+	var v Attempt
+	if one {
+		v = attemptOf(r, 0)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e := f.entry(r)
 	ended := e.view.Attempts
-	if e.current != nil || len(ended) == 0 || !sameAttempts(ended, r) {
+	switch {
+	case one:
+		if e.current != nil || len(ended) != 1 || ended[0] != v {
+			ended = e.keepFirst(2, v)
+		}
+	case e.current != nil || len(ended) == 0 || !sameAttempts(ended, r):
 		ended = attemptsOf(r)
 	}
 	f.dequeue(e)
@@ -276,24 +309,31 @@ func (f *Feed) upstreamState(c record.StateChange) {
 // attemptsOf returns the views of r's ended attempts that a Request view
 // holds: the last MaxAttempts-1, which leaves room for one in flight.
 func attemptsOf(r *record.Request) []Attempt {
-	as := r.Attempts[max(0, len(r.Attempts)-(MaxAttempts-1)):]
-	v := make([]Attempt, len(as), len(as)+1)
-	for i, a := range as {
-		v[i] = attemptOf(a)
+	from := firstShown(r)
+	v := make([]Attempt, len(r.Attempts)-from, len(r.Attempts)-from+1)
+	for i := range v {
+		v[i] = attemptOf(r, from+i)
 	}
 	return v
 }
 
+// firstShown is the index in r.Attempts of the first attempt that a view
+// holds.
+func firstShown(r *record.Request) int {
+	return max(0, len(r.Attempts)-(MaxAttempts-1))
+}
+
 // sameAttempts reports whether v, a view's attempts, are attemptsOf(r):
-// at done they most often are the ones attemptEnd made, which the view
-// then shares rather than copies.
+// at done they are often the ones attemptEnd made (a failure's ending
+// does not change at the end of its request, an answer's may), which the
+// view then shares rather than copies.
 func sameAttempts(v []Attempt, r *record.Request) bool {
-	as := r.Attempts[max(0, len(r.Attempts)-(MaxAttempts-1)):]
-	if len(v) != len(as) {
+	from := firstShown(r)
+	if len(v) != len(r.Attempts)-from {
 		return false
 	}
-	for i, a := range as {
-		if v[i] != attemptOf(a) {
+	for i := range v {
+		if v[i] != attemptOf(r, from+i) {
 			return false
 		}
 	}
@@ -393,7 +433,7 @@ func viewSize(v *Request) int {
 	n := 400 + 6*(len(v.ID)+len(v.Run)+len(v.Method)+len(v.Path)+len(v.Upstream)+len(v.Slot)+len(v.Model)+len(v.State)+len(v.Outcome)+len(v.Error))
 	for i := range v.Attempts {
 		a := &v.Attempts[i]
-		n += 380 + 6*(len(a.Key)+len(a.Outcome)+len(a.Error))
+		n += 390 + 6*(len(a.Key)+len(a.Outcome)+len(a.Ending)+len(a.Error))
 	}
 	return n
 }

@@ -408,12 +408,23 @@ func TestFeedDoneSeesLateChanges(t *testing.T) {
 // event stream encodes after the feed's lock is let go, keeps the views
 // it was given while the request goes on: its first attempt's views
 // share the request's entry, and each must be written only once. The
-// race detector sees a view changed under an encoding.
+// race detector sees a view changed under an encoding. A request of one
+// attempt ends with that attempt's view made anew, its ending final.
 func TestFeedSnapshotsStayAsTaken(t *testing.T) {
 	t.Parallel()
+	for _, tries := range []int{1, 2} {
+		t.Run(fmt.Sprint(tries), func(t *testing.T) {
+			t.Parallel()
+			snapshotsStayAsTaken(t, tries)
+		})
+	}
+}
+
+func snapshotsStayAsTaken(t *testing.T, tries int) {
 	f := timeline.New(0, 0)
 	obs := f.Observer()
 	r := request("r", "run")
+	r.Stream = true
 	type taken struct {
 		s    timeline.Snapshot
 		json string
@@ -434,11 +445,11 @@ func TestFeedSnapshotsStayAsTaken(t *testing.T) {
 			json.Marshal(f.Snapshot())
 		}
 	}()
-	for n := 1; n <= 2; n++ {
+	for n := 1; n <= tries; n++ {
 		obs.AttemptStart(r, attempt(n, 0, 0, 0, nil))
 		snap()
 		a := attempt(n, 0, time.Second, 503, nil)
-		if n == 2 {
+		if n == tries {
 			a = attempt(n, 0, time.Second, 200, nil)
 		}
 		r.Attempts = append(r.Attempts, a)
@@ -456,13 +467,136 @@ func TestFeedSnapshotsStayAsTaken(t *testing.T) {
 		}
 	}
 	want := []string{"1:sending", "1:waiting", "2:sending", "2:waiting", "2:done"}
+	if tries == 1 {
+		want = []string{"1:sending", "1:waiting", "1:done"}
+	}
 	for i, s := range snaps {
 		v := s.s.Requests[0]
 		if got := fmt.Sprintf("%d:%s", len(v.Attempts), v.State); got != want[i] {
 			t.Errorf("snapshot %d: %s, want %s", i, got, want[i])
 		}
 	}
-	if a := snaps[1].s.Requests[0].Attempts[0]; a.Outcome == timeline.OutcomeInFlight || a.Status != 503 {
-		t.Errorf("the first attempt ended: %+v, want status 503 and not in flight", a)
+	if a := snaps[1].s.Requests[0].Attempts[0]; a.Outcome == timeline.OutcomeInFlight || a.Status == 0 {
+		t.Errorf("the first attempt ended: %+v, want a status and not in flight", a)
+	}
+	answer := func(i int) string {
+		as := snaps[i].s.Requests[0].Attempts
+		return as[len(as)-1].Ending
+	}
+	if then, now := answer(len(snaps)-2), answer(len(snaps)-1); then != "200, answering" || now != "200, stream whole" {
+		t.Errorf("the answer's ending: %q, then %q at the end, want %q, then %q", then, now, "200, answering", "200, stream whole")
+	}
+}
+
+// TestFeedAttemptEndings checks that each attempt's view says how it
+// ended, in record.Request.Ending's words, and is coloured so: green only
+// for an answer whole so far, amber for one cut after bytes had gone,
+// continued or not, and striped grey for a hedge's loser.
+func TestFeedAttemptEndings(t *testing.T) {
+	t.Parallel()
+	ok := attempt(1, 0, time.Second, 200, nil)
+	overloaded := attempt(2, time.Second, time.Second, 529, &outlast.StatusError{StatusCode: 529})
+	continued := attempt(3, 2*time.Second, time.Second, 200, nil)
+	continued.Continued, continued.PrefillBytes = true, 80
+	timeout := attempt(1, 0, time.Second, 0, context.DeadlineExceeded)
+	timeout.Class = outlast.ClassTimeout // the Transport's class for its own attempt timeout
+	hedged := attempt(2, 0, time.Second, 0, context.Canceled)
+	hedged.Error = record.HedgedError
+	errorEvent := attempt(1, 0, time.Second, 200, &outlast.StatusError{StatusCode: 200, Err: fmt.Errorf("%w: overloaded_error", outlast.ErrErrorEvent)})
+	second := ok
+	second.N = 2
+	type want struct{ ending, outcome string }
+	cases := []struct {
+		name     string
+		attempts []record.Attempt
+		done     func(r *record.Request) // nil: the request is not over
+		want     []want
+	}{
+		// A plain answer that went through whole.
+		{"whole", []record.Attempt{ok}, func(r *record.Request) { r.Status = 200 },
+			[]want{{"200", timeline.OutcomeOK}}},
+		// A stream that went through whole says so.
+		{"whole stream", []record.Attempt{ok}, func(r *record.Request) { r.Status, r.Stream = 200, true },
+			[]want{{"200, stream whole", timeline.OutcomeOK}}},
+		// An answer still on its way is green so far.
+		{"answering", []record.Attempt{ok}, nil,
+			[]want{{"200, answering", timeline.OutcomeOK}}},
+		// A stream that broke after 300 bytes and was continued: its
+		// first answer is amber, though the caller got the whole answer.
+		{"broke, continued", []record.Attempt{ok, overloaded, continued}, func(r *record.Request) {
+			r.Status, r.Stream, r.Bytes = 200, true, 900
+			r.Continuations = []record.Continuation{{After: 300, Prefill: 80, Outcome: record.ContinuationOK}}
+		}, []want{{"200, broke after 300 bytes, continued", timeline.OutcomeBroke}, {"529", timeline.Outcome5xx}, {"200, stream whole", timeline.OutcomeOK}}},
+		// A stream that broke and was not continued: amber too.
+		{"broke", []record.Attempt{ok}, func(r *record.Request) {
+			r.Status, r.Stream, r.Bytes, r.Error = 200, true, 1234, record.ErrorUpstreamBroke
+		}, []want{{"200, broke after 1234 bytes", timeline.OutcomeBroke}}},
+		// The caller left mid-answer: the answer did not reach it whole.
+		{"caller left", []record.Attempt{ok}, func(r *record.Request) {
+			r.Status, r.Bytes, r.Error = 200, 12, record.ErrorClientClosed
+		}, []want{{"200, the caller left after 12 bytes", timeline.OutcomeBroke}}},
+		// An answer that was an error event is a failure: red.
+		{"error event", []record.Attempt{errorEvent, second}, func(r *record.Request) {
+			r.Status, r.Stream, r.Error = 529, true, record.ErrorUpstreamError
+		}, []want{{"200 error_event", timeline.Outcome5xx}, {"200, an error event", timeline.Outcome5xx}}},
+		// A hedge's loser was cancelled, and nothing failed: not a
+		// network failure's colour.
+		{"hedged", []record.Attempt{ok, hedged}, func(r *record.Request) { r.Status, r.Stream = 200, true },
+			[]want{{"200, stream whole", timeline.OutcomeOK}, {"hedged: the other attempt answered first", timeline.OutcomeHedged}}},
+		// A failure without a status is named by its class.
+		{"timeout", []record.Attempt{timeout}, func(r *record.Request) { r.Status, r.Error = 504, "timeout" },
+			[]want{{"timeout", timeline.OutcomeNetwork}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := timeline.New(0, 0)
+			obs := f.Observer()
+			r := request("r", "run")
+			for _, a := range c.attempts {
+				obs.AttemptStart(r, record.Attempt{N: a.N, Start: a.Start})
+				r.Attempts = append(r.Attempts, a)
+				obs.AttemptEnd(r, a)
+			}
+			if c.done != nil {
+				c.done(r)
+				r.End = t0.Add(5 * time.Second)
+				obs.Done(r)
+			}
+			as := f.Snapshot().Requests[0].Attempts
+			if len(as) != len(c.want) {
+				t.Fatalf("got %d attempts, want %d", len(as), len(c.want))
+			}
+			for i, w := range c.want {
+				if as[i].Ending != w.ending || as[i].Outcome != w.outcome {
+					t.Errorf("attempt %d: got %q (%s), want %q (%s)", i+1, as[i].Ending, as[i].Outcome, w.ending, w.outcome)
+				}
+			}
+		})
+	}
+}
+
+// TestFeedEndingInFlight checks the ending of an attempt just sent, and
+// that the page's JSON carries each attempt's ending by that name.
+func TestFeedEndingInFlight(t *testing.T) {
+	t.Parallel()
+	f := timeline.New(0, 0)
+	obs := f.Observer()
+	r := request("r", "run")
+	r.Stream = true
+	first := attempt(1, 0, time.Second, 200, nil)
+	obs.AttemptStart(r, first)
+	r.Attempts = append(r.Attempts, first)
+	obs.AttemptEnd(r, first)
+	r.Continuations = []record.Continuation{{After: 300, Outcome: record.ContinuationOK}}
+	obs.AttemptStart(r, attempt(2, time.Second, 0, 0, nil))
+	b, err := json.Marshal(f.Snapshot().Requests[0].Attempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"outcome":"broke","ending":"200, broke after 300 bytes, continued"`, `"outcome":"inflight","ending":"in flight"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("got %s, want it to hold %s", b, want)
+		}
 	}
 }

@@ -1,11 +1,13 @@
 package timeline_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outlast-llm/outlast/timeline"
 )
@@ -124,5 +126,58 @@ func TestRecentHasNoSecrets(t *testing.T) {
 	}
 	if got := snap.Requests[1]; len(got.Attempts) == 0 || got.Attempts[0].Error != "refused" || got.Outcome != timeline.OutcomeNetwork {
 		t.Errorf("second request: got %+v, want refused attempts and a network outcome", got)
+	}
+}
+
+// TestPageCarriesTheNewest checks the page's first paint: its HTML holds
+// the newest requests, as many as it draws, as JSON in a data element,
+// so that the page shows them before its event stream delivers; and a
+// request's path cannot end that element early.
+func TestPageCarriesTheNewest(t *testing.T) {
+	t.Parallel()
+	f := timeline.New(0, 0)
+	obs := f.Observer()
+	const n = 250
+	evil := "/v1/</script><script>alert(1)</script><!--"
+	for i := range n {
+		r := request(fmt.Sprintf("r%03d", i), "run")
+		if i == n-1 {
+			r.Path = evil
+		}
+		r.Attempts = append(r.Attempts, attempt(1, 0, time.Second, 200, nil))
+		obs.AttemptEnd(r, r.Attempts[0])
+		r.Status, r.End = 200, t0.Add(time.Second)
+		obs.Done(r)
+	}
+	srv := httptest.NewServer(f.Endpoints()[""])
+	t.Cleanup(srv.Close)
+	resp, body := get(t, client(t), srv.URL)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("got %d, want 200", resp.StatusCode)
+	}
+	if strings.Contains(body, "<script>alert") || strings.Count(body, "</script>") != 2 {
+		t.Errorf("a request's path ends the page's data element early:\n%s", body)
+	}
+	const open = `<script type="application/json" id="first">`
+	_, data, ok := strings.Cut(body, open)
+	data, _, ok2 := strings.Cut(data, "</script>")
+	if !ok || !ok2 {
+		t.Fatalf("the page has no %s element", open)
+	}
+	snap := decode[timeline.Snapshot](t, data)
+	if got, want := len(snap.Requests), 200; got != want || snap.Elided != n-want {
+		t.Fatalf("the page carries %d requests and elides %d, want the newest %d and %d", got, snap.Elided, want, n-want)
+	}
+	if first, last := snap.Requests[0], snap.Requests[len(snap.Requests)-1]; first.ID != "r050" || last.ID != "r249" || last.Path != evil {
+		t.Errorf("the page carries %s to %s (path %q), want r050 to r249 (path %q)", first.ID, last.ID, last.Path, evil)
+	}
+	if got := snap.Requests[0].Attempts[0].Ending; got != "200" {
+		t.Errorf("got the ending %q, want %q", got, "200")
+	}
+	if !strings.Contains(body, `<p id="empty" hidden>`) {
+		t.Errorf("the page says it has no requests before its script runs")
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self';") {
+		t.Errorf("got Content-Security-Policy %q, want the page's own scripts only", csp)
 	}
 }

@@ -76,7 +76,7 @@ func (f *Feed) subscribe() (*client, Snapshot) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.clients[c] = struct{}{}
-	return c, f.snapshotLocked()
+	return c, f.snapshotLocked(f.keep)
 }
 
 func (f *Feed) unsubscribe(c *client) {
@@ -95,7 +95,7 @@ func (f *Feed) catchUp(c *client) Snapshot {
 		<-c.events
 	}
 	c.stale = false
-	return f.snapshotLocked()
+	return f.snapshotLocked(f.keep)
 }
 
 // serveEvents serves the event stream (GET /outlast/events): a

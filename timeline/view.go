@@ -10,12 +10,14 @@ import (
 
 // The outcomes of attempts and requests, which the page colours.
 const (
-	OutcomeOK       = "ok"       // a response below 400
+	OutcomeOK       = "ok"       // a response below 400; of an attempt, an answer whole so far
 	Outcome4xx      = "4xx"      // a 4xx status, 429 included
 	Outcome5xx      = "5xx"      // a 5xx status, or a stream that opened with an error event (overloaded)
 	OutcomeNetwork  = "network"  // no response: refused, reset, timed out, stalled or canceled
 	OutcomeBusy     = "busy"     // the gateway's queue was full
 	OutcomeInFlight = "inflight" // not over yet
+	OutcomeBroke    = "broke"    // an attempt's answer that was cut after bytes had reached the caller
+	OutcomeHedged   = "hedged"   // an attempt cancelled because the other side of its hedge answered first
 )
 
 // The states of a request.
@@ -27,7 +29,8 @@ const (
 )
 
 // Snapshot is the body of GET /outlast/recent and of the event stream's
-// first event. Times are milliseconds since the Unix epoch, to the
+// first event; the page's HTML carries one of the newest requests, for
+// its first paint. Times are milliseconds since the Unix epoch, to the
 // microsecond.
 type Snapshot struct {
 	// Now is when the snapshot was taken.
@@ -41,6 +44,10 @@ type Snapshot struct {
 	Dropped int64 `json:"dropped"`
 	// Requests are the kept requests, oldest first.
 	Requests []Request `json:"requests"`
+	// Elided counts the older kept requests that Requests leaves out:
+	// none, but in the page's HTML, which carries only the newest that
+	// the page draws.
+	Elided int `json:"elided,omitempty"`
 	// Upstreams are the upstreams' slots, in the gateway's order.
 	Upstreams []Upstream `json:"upstreams"`
 	// States are the last MaxStates changes of the upstreams' admission
@@ -130,7 +137,15 @@ type Attempt struct {
 	// Status is the response's status, if there was one.
 	Status int `json:"status,omitempty"`
 	// Outcome is the attempt's colour: one of the Outcome constants.
+	// An answer that went to the caller is OutcomeOK until it is known
+	// to have been cut, and then OutcomeBroke, continued or not.
 	Outcome string `json:"outcome"`
+	// Ending says how the attempt ended, in words, as
+	// record.Request.Ending says it: "529", "timeout", "200, broke after
+	// 300 bytes, continued", "hedged: the other attempt answered first".
+	// It holds statuses, classes, byte counts and fixed words, never an
+	// error's text, which may hold a URL and its key.
+	Ending string `json:"ending"`
 	// Error is the failure's class, the attempt's outlast.Class, as
 	// "rate_limited" or "refused"; "" for none.
 	Error string `json:"error,omitempty"`
@@ -202,8 +217,28 @@ func millis(t time.Time) float64 {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
-// attemptOf is the page's view of a.
-func attemptOf(a record.Attempt) Attempt {
+// attemptOf is the page's view of r's attempt i. Its ending and colour
+// depend on the attempts after it and on how r ended, as well as on the
+// attempt: a view is made anew at each change of r.
+func attemptOf(r *record.Request, i int) Attempt {
+	v := attemptFields(&r.Attempts[i])
+	v.Ending, v.Outcome = r.Ending(i), attemptOutcome(r, i)
+	return v
+}
+
+// inFlight is the page's view of a, an attempt just sent, which its
+// request's Attempts do not hold yet. Its ending is what Ending says of
+// an attempt with no end, asked of a request of a alone, so that the
+// words stay record's.
+func inFlight(a record.Attempt) Attempt {
+	v := attemptFields(&a)
+	alone := record.Request{Attempts: []record.Attempt{a}}
+	v.Ending, v.Outcome = alone.Ending(0), OutcomeInFlight
+	return v
+}
+
+// attemptFields is the page's view of a, but for its ending and colour.
+func attemptFields(a *record.Attempt) Attempt {
 	return Attempt{
 		N:             a.N,
 		Key:           a.Key,
@@ -218,22 +253,27 @@ func attemptOf(a record.Attempt) Attempt {
 		Start:         millis(a.Start),
 		End:           millis(a.End),
 		Status:        a.Status,
-		Outcome:       attemptOutcome(a),
 		Error:         a.Class.String(),
 		RetryAfter:    ms(a.RetryAfter),
 		RetryIn:       ms(a.RetryIn),
 	}
 }
 
-// attemptOutcome is the colour of an attempt, from its class.
-func attemptOutcome(a record.Attempt) string {
+// attemptOutcome is the colour of r's attempt i: from its class, or for
+// the answer that went to the caller, from how that answer ended.
+func attemptOutcome(r *record.Request, i int) string {
+	a := &r.Attempts[i]
 	switch {
+	case a.Error == record.HedgedError:
+		// Its class is canceled, as the caller's leaving is; but nothing
+		// failed: the hedge's other side answered.
+		return OutcomeHedged
 	case a.End.IsZero():
 		return OutcomeInFlight
 	}
 	switch a.Class {
 	case outlast.ClassNone:
-		return OutcomeOK
+		return answerOutcome(r, i)
 	case outlast.ClassBusy:
 		return OutcomeBusy
 	case outlast.ClassRateLimited, outlast.ClassStatus4xx:
@@ -244,6 +284,25 @@ func attemptOutcome(a record.Attempt) string {
 		return Outcome5xx
 	}
 	return OutcomeNetwork
+}
+
+// answerOutcome is the colour of r's attempt i, whose answer went to the
+// caller. It is green while the answer is whole so far, and amber once
+// it is known to have been cut after bytes had gone: when it broke and a
+// continuation was made of it (record.Request.Break), or when r ended
+// with a failure of its own (the upstream broke it and it was not
+// continued, the caller left, the gateway shut down). An answer that was
+// an error event is red, as its request is.
+func answerOutcome(r *record.Request, i int) string {
+	switch {
+	case r.Break(i) != nil:
+		return OutcomeBroke
+	case r.End.IsZero(), r.Error == "":
+		return OutcomeOK
+	case r.Error == record.ErrorUpstreamError:
+		return Outcome5xx
+	}
+	return OutcomeBroke
 }
 
 // requestOutcome is the outcome of the response sent for r, which is over

@@ -1,16 +1,20 @@
 // outlast timeline: keeps the gateway's recent requests from its event
-// stream and draws them. No framework and no build step: the gateway
-// serves this file as it is.
+// stream and draws them, and before the stream delivers, the newest of
+// them that the page's HTML carries. No framework and no build step: the
+// gateway serves this file as it is.
 "use strict";
 
 (() => {
   const app = document.getElementById("app");
   const cfg = { events: app.dataset.events, keep: Number(app.dataset.keep) || 1000 };
 
-  // Rows drawn at most: the rest are counted in a note. Redraws are at
-  // most one per MIN_FRAME ms, so a burst of events costs one frame.
-  const MAX_ROWS = 200;
+  // Rows drawn at most, as many as the page's HTML carries: the rest are
+  // counted in a note. Redraws are at most one per MIN_FRAME ms, so a
+  // burst of events costs one frame.
+  const MAX_ROWS = Number(app.dataset.rows) || 200;
   const MIN_FRAME = 200;
+  // Attempts whose endings a request's tooltip lists, the last ones.
+  const MAX_ENDINGS = 10;
   const MAX_SLOT_BOXES = 32;
   const MAX_WAITERS = 20;
   // State changes kept, as the feed keeps them (timeline.MaxStates).
@@ -23,6 +27,7 @@
     peak: new Map(), // upstream → most queued seen
     offset: 0, // server clock − this clock, in ms
     dropped: 0,
+    elided: 0, // older requests kept that reqs lacks: the HTML's, until the stream's snapshot
   };
 
   const $ = (id) => document.getElementById(id);
@@ -42,12 +47,7 @@
   function connect() {
     const es = new EventSource(cfg.events);
     es.addEventListener("snapshot", (e) => {
-      const s = JSON.parse(e.data);
-      state.offset = s.now - Date.now();
-      state.reqs = new Map(s.requests.map((r) => [r.id, r]));
-      state.states = s.states || [];
-      state.dropped = s.dropped;
-      setUpstreams(s.upstreams);
+      apply(JSON.parse(e.data));
       setConn("live");
       schedule();
     });
@@ -77,6 +77,17 @@
         setConn("reconnecting");
       }
     };
+  }
+
+  // apply makes a snapshot (the stream's, or the HTML's) what the page
+  // holds, in place of what it held.
+  function apply(s) {
+    state.offset = s.now - Date.now();
+    state.reqs = new Map(s.requests.map((r) => [r.id, r]));
+    state.elided = s.elided || 0;
+    state.states = s.states || [];
+    state.dropped = s.dropped;
+    setUpstreams(s.upstreams);
   }
 
   function setConn(s) {
@@ -246,14 +257,17 @@
     // An upstream not healthy is a band that grows with the clock.
     const live = all.some((r) => r.state !== "done") || troubled().length > 0;
 
-    $("counts").textContent = `${plural(state.reqs.size, "request")} kept of ${cfg.keep}` +
+    $("counts").textContent = `${plural(state.reqs.size + state.elided, "request")} kept of ${cfg.keep}` +
       (state.dropped ? ` · ${plural(state.dropped, "event")} dropped` : "");
     $("shown").textContent = match.length === all.length ? "" : `${match.length} of ${all.length} match`;
     $("empty").hidden = rows.length > 0;
     $("empty").textContent = all.length ? "No request matches the filters." : "No requests yet. They appear here as the gateway serves them.";
+    // Until the stream's snapshot, the older requests are only counted,
+    // and only the unfiltered view knows how many it leaves out.
+    const more = match.length - rows.length + (!run && status === "all" ? state.elided : 0);
     const note = $("cap-note");
-    note.hidden = match.length <= MAX_ROWS;
-    note.textContent = `Showing the newest ${MAX_ROWS} of ${match.length}: filter by run or status to see the others.`;
+    note.hidden = more === 0;
+    note.textContent = `Showing the newest ${rows.length} of ${rows.length + more}: filter by run or status to see the others.`;
 
     if (rows.length === 0) {
       $("ticks").replaceChildren();
@@ -394,10 +408,11 @@
     const statusText = r.state === "done" ? String(r.status || "—") : r.state;
     label.append(el("span", "status", { outcome: r.outcome }, statusText),
       el("span", "method", null, r.method),
-      el("span", "path", null, r.path),
-      el("span", "meta", null, [r.upstream, r.model, r.slot && "slot " + r.slot, plural(r.attempts.length + (r.elided || 0), "attempt") + (r.elided ? ` (the last ${r.attempts.length} shown)` : "")].filter(Boolean).join(" · ")));
-    label.title = `${r.id}\n${r.method} ${r.path}\nrun ${r.run || "(none)"} · upstream ${r.upstream}` +
-      (r.model ? ` · model ${r.model}` : "") + (r.error ? `\ngateway error: ${r.error}` : "");
+      el("span", "path", null, r.path));
+    if (r.stream) label.append(el("span", "tag", { tag: "stream" }, "stream"));
+    label.append(el("span", "meta", null, [r.upstream, r.model, r.slot && "slot " + r.slot, plural(r.attempts.length + (r.elided || 0), "attempt") + (r.elided ? ` (the last ${r.attempts.length} shown)` : "")].filter(Boolean).join(" · ")));
+    label.title = `${r.id}\n${r.method} ${r.path}${r.stream ? " (a stream)" : ""}\nrun ${r.run || "(none)"} · upstream ${r.upstream}` +
+      (r.model ? ` · model ${r.model}` : "") + (r.error ? `\ngateway error: ${r.error}` : "") + endings(r);
     row.append(label);
 
     const track = el("div", "track");
@@ -445,16 +460,33 @@
     return row;
   }
 
+  // endings lists how the request's last attempts ended, for its tooltip.
+  function endings(r) {
+    const as = r.attempts.slice(-MAX_ENDINGS);
+    const skipped = r.attempts.length - as.length + (r.elided || 0);
+    return (skipped ? `\n(${plural(skipped, "earlier attempt")})` : "") +
+      as.map((a) => `\nattempt ${a.n}: ${ending(a)}`).join("");
+  }
+
+  // ending says how an attempt ended, as the feed wrote it from the
+  // record: a status, a class, or how an answer ended ("200, broke after
+  // 300 bytes, continued"); never an error's text.
+  function ending(a) {
+    return a.ending || (a.status ? String(a.status) : (a.error || (a.outcome === "inflight" ? "in flight" : a.outcome)));
+  }
+
   function bar(a, v) {
     const end = a.end || v.t;
     const b = place(el("div", "bar", { outcome: a.outcome, n: a.n }), v.x, a.start, end);
     if (a.probe) b.dataset.probe = "true";
     if (a.continued) b.dataset.continued = "true";
     if (a.fallback === "hedge") b.dataset.hedge = "true";
-    const what = a.status ? String(a.status) : (a.error || (a.outcome === "inflight" ? "in flight" : a.outcome));
-    if ((end - a.start) * v.pxPerMs > 30) b.textContent = a.status ? String(a.status) : "";
+    // The bar says how it ended where the words fit (10px type is about
+    // 6px a character), else its status, as the tooltip says the rest.
+    const what = ending(a), px = (end - a.start) * v.pxPerMs;
+    b.textContent = what.length * 6 + 8 <= px ? what : (a.status && px > 30 ? String(a.status) : "");
     b.title = `attempt ${a.n}: ${what}, ${fmtDur(end - a.start)}` +
-      (a.error && a.status ? ` (${a.error})` : "") +
+      (a.error && a.status && !what.includes(a.error) ? ` (${a.error})` : "") +
       (a.upstream ? `\nat ${a.upstream}` : "") +
       (a.fallback === "hedge" ? ", a hedge: sent beside the request's own attempt, which had no content yet; the first to send content won" :
         a.fallback ? `, a fallback (${a.fallback})` : "") +
@@ -531,5 +563,12 @@
   window.addEventListener("resize", schedule);
   $("rows").addEventListener("pointerenter", () => { pointing = true; });
   $("rows").addEventListener("pointerleave", () => { pointing = false; });
+  // The page's HTML carries the newest requests: they are drawn now, in
+  // the first frame, rather than when the event stream delivers its
+  // snapshot, which a proxy that buffers may hold back. The snapshot then
+  // replaces them, and the events follow it.
+  const first = $("first");
+  if (first) apply(JSON.parse(first.textContent));
+  frame();
   connect();
 })();
