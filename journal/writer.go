@@ -15,7 +15,7 @@ import (
 // Defaults for the zero values of WriterConfig.
 const (
 	DefaultWriterSize    = 4096
-	DefaultFlushInterval = 50 * time.Millisecond
+	DefaultFlushInterval = 100 * time.Millisecond
 	DefaultWriteTimeout  = 30 * time.Second
 )
 
@@ -44,13 +44,14 @@ type WriterConfig struct {
 	// (4096).
 	Size int
 
-	// FlushInterval bounds how long a record waits before its batch is
-	// written, and so what a crash can lose: a batch is written when it
-	// reaches 1,024 records or when its first record has waited this long.
-	// It is also the wait before a failed write is tried again. Zero
-	// means DefaultFlushInterval (50 ms): short enough that a person who
-	// looks for a request that just ended finds it, and long enough that
-	// a busy gateway writes one batch for many requests.
+	// FlushInterval spaces the writes: a record is written at once if no
+	// batch was written in the last FlushInterval, else with the batch
+	// written FlushInterval after the last, or sooner when that batch
+	// reaches 1,024 records. It bounds how long a record waits, and so
+	// what a crash can lose. It is also the wait before a failed write is
+	// tried again. Zero means DefaultFlushInterval (100 ms): a quiet
+	// gateway's request is in the journal as soon as its answer ends, and
+	// a busy one writes one batch for many requests.
 	FlushInterval time.Duration
 
 	// WriteTimeout bounds one write of a batch. Zero means
@@ -281,6 +282,7 @@ type batcher struct {
 	tries  int         // failed writes of the batch, or of states, so far
 	timer  *time.Timer // runs while records wait for the flush interval
 	armed  bool
+	wrote  time.Time // when the last write began
 }
 
 func (b *batcher) run(ctx context.Context) {
@@ -295,8 +297,12 @@ func (b *batcher) run(ctx context.Context) {
 				// records with it.
 			case b.w.pendingLen() >= b.w.max:
 				b.flush(ctx)
-			case !b.armed:
-				b.arm()
+			case b.armed:
+			case time.Since(b.wrote) >= b.w.interval:
+				b.flush(ctx) // the first records after a quiet spell
+			default:
+				b.timer.Reset(b.w.interval - time.Since(b.wrote))
+				b.armed = true
 			}
 		case <-b.timer.C:
 			b.armed = false
@@ -354,6 +360,7 @@ func (b *batcher) next() int { return min(len(b.buf)-b.off, b.w.max) }
 // the timer to try again and returns the error.
 func (b *batcher) writeNext(ctx context.Context) (int, error) {
 	s, n := len(b.states), b.next()
+	b.wrote = time.Now()
 	err := b.write(ctx, n)
 	if err == nil {
 		b.release(n)

@@ -141,49 +141,60 @@ func closeWriter(t *testing.T, w *journal.Writer) {
 	}
 }
 
-// With the defaults, a record reaches the store 50 ms after it was added,
-// so that outlast requests and the page list a request as soon as a person
-// looks for it.
+// With the defaults, a quiet gateway's record reaches the store as soon
+// as it is added, so that outlast requests lists a request as soon as its
+// answer ends; one that follows within 100 ms waits for the rest of them.
 func TestWriterDefaultInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeStore{}
 		w := journal.NewWriter(f, journal.WriterConfig{Logger: quiet})
 		start := time.Now()
 		addAll(t, w, []string{"a"})
-		time.Sleep(100 * time.Millisecond)
 		synctest.Wait()
-		if got, at := f.written(), f.times(); fmt.Sprint(got) != "[a]" || at[0].Sub(start) != 50*time.Millisecond {
-			t.Errorf("after 100ms: got %v written at %v, want [a] at 50ms", got, at)
+		time.Sleep(10 * time.Millisecond)
+		addAll(t, w, []string{"b"})
+		time.Sleep(time.Second)
+		synctest.Wait()
+		at := f.times()
+		if got := f.written(); fmt.Sprint(got) != "[a b]" || len(at) != 2 || at[0] != start || at[1].Sub(start) != 100*time.Millisecond {
+			t.Errorf("got %v written at %v, want a at once and b at 100ms", got, at)
 		}
 		closeWriter(t, w)
 	})
 }
 
-// TestWriterFlushInterval checks that a record waits FlushInterval for
-// company, and no longer.
+// TestWriterFlushInterval checks that writes are FlushInterval apart: a
+// record after a quiet spell is written at once, and those that follow
+// within FlushInterval of that write go together when it has passed.
 func TestWriterFlushInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeStore{}
 		w := journal.NewWriter(f, journal.WriterConfig{FlushInterval: time.Second, Logger: quiet})
 		start := time.Now()
 		addAll(t, w, []string{"a"})
-		time.Sleep(999 * time.Millisecond)
 		synctest.Wait()
-		if got := f.written(); len(got) != 0 {
-			t.Errorf("after 999ms: got %v written, want nothing", got)
+		if got := f.written(); fmt.Sprint(got) != "[a]" {
+			t.Errorf("at once: got %v written, want [a]", got)
 		}
-		addAll(t, w, []string{"b"}) // joins a's batch: the interval runs from a
+		time.Sleep(500 * time.Millisecond)
+		addAll(t, w, []string{"b"})
+		time.Sleep(499 * time.Millisecond)
+		addAll(t, w, []string{"c"}) // joins b's batch
+		synctest.Wait()
+		if got := f.written(); fmt.Sprint(got) != "[a]" {
+			t.Errorf("after 999ms: got %v written, want [a]", got)
+		}
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
-		if got, at := f.written(), f.times(); fmt.Sprint(got) != "[a b]" || at[0].Sub(start) != time.Second {
-			t.Errorf("after 1s: got %v written at %v, want [a b] at 1s", got, at)
+		if got, at := f.written(), f.times(); fmt.Sprint(got) != "[a b c]" || len(at) != 2 || at[1].Sub(start) != time.Second {
+			t.Errorf("after 1s: got %v written at %v, want [b c] at 1s", got, at)
 		}
-		// A later record starts a new interval.
-		addAll(t, w, []string{"c"})
-		time.Sleep(time.Second)
+		// After a quiet spell, a record is written at once again.
+		time.Sleep(5 * time.Second)
+		addAll(t, w, []string{"d"})
 		synctest.Wait()
-		if got, at := f.written(), f.times(); fmt.Sprint(got) != "[a b c]" || len(at) != 2 {
-			t.Errorf("after 2s: got %v in %d batches, want [a b c] in 2", got, len(at))
+		if got, at := f.written(), f.times(); fmt.Sprint(got) != "[a b c d]" || len(at) != 3 || at[2].Sub(start) != 6*time.Second {
+			t.Errorf("after a quiet spell: got %v in batches at %v, want d at once, at 6s", got, at)
 		}
 		closeWriter(t, w)
 	})
@@ -195,10 +206,14 @@ func TestWriterFullBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeStore{}
 		w := journal.NewWriter(f, journal.WriterConfig{Size: 8, FlushInterval: time.Hour, Logger: quiet})
+		// A first record is written at once; those after it wait for
+		// the interval, unless they make a batch.
+		addAll(t, w, []string{"p"})
+		synctest.Wait()
 		addAll(t, w, ids("r", 8))
 		synctest.Wait()
-		if got := f.written(); len(got) != 8 {
-			t.Errorf("got %d written at once, want 8", len(got))
+		if got := f.written(); len(got) != 9 {
+			t.Errorf("got %d written at once, want 9", len(got))
 		}
 		closeWriter(t, w)
 	})
@@ -435,16 +450,23 @@ func TestWriterFlush(t *testing.T) {
 // that the records are kept and written by the next try.
 func TestWriterFlushFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeStore{fails: 1}
+		f := &fakeStore{}
 		w := journal.NewWriter(f, journal.WriterConfig{FlushInterval: time.Second, Logger: quiet})
+		// A first record is written at once; those after it wait for the
+		// interval, or for Flush.
+		addAll(t, w, []string{"p"})
+		synctest.Wait()
+		f.mu.Lock()
+		f.fails = 1
+		f.mu.Unlock()
 		addAll(t, w, ids("r", 3))
 		if err := w.Flush(context.Background()); !errors.Is(err, errFake) {
 			t.Errorf("Flush: got %v, want %v", err, errFake)
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if got := f.written(); fmt.Sprint(got) != "[r0 r1 r2]" {
-			t.Errorf("written after the retry: got %v, want [r0 r1 r2]", got)
+		if got := f.written(); fmt.Sprint(got) != "[p r0 r1 r2]" {
+			t.Errorf("written after the retry: got %v, want [p r0 r1 r2]", got)
 		}
 		closeWriter(t, w)
 	})
@@ -517,17 +539,11 @@ func TestWriterStates(t *testing.T) {
 		if !w.AddState(change("up", t0, outlast.Healthy, outlast.Down)) {
 			t.Fatal("AddState: got false, want true")
 		}
-		// A change alone waits the interval, as a record does, and no
-		// longer: an outage with no traffic is still written.
-		time.Sleep(time.Second - time.Nanosecond)
-		synctest.Wait()
-		if got := f.written(); len(got) != 0 {
-			t.Errorf("before the interval: got %v written, want nothing", got)
-		}
-		time.Sleep(time.Nanosecond)
+		// A change alone is written as a record is, at once after a
+		// quiet spell: an outage with no traffic is still written.
 		synctest.Wait()
 		if got := f.written(); fmt.Sprint(got) != "[up>down]" {
-			t.Errorf("after the interval: got %v written, want [up>down]", got)
+			t.Errorf("at once: got %v written, want [up>down]", got)
 		}
 
 		// A record and the changes after it: the changes go first, in
@@ -569,6 +585,10 @@ func TestWriterStatesGiveUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeStore{stateFails: 3}
 		w := journal.NewWriter(f, journal.WriterConfig{FlushInterval: time.Hour, Logger: quiet})
+		// A first record is written at once; what follows waits for the
+		// interval, or for Flush.
+		addAll(t, w, []string{"p"})
+		synctest.Wait()
 		w.AddState(change("up", t0, outlast.Healthy, outlast.Down))
 		addAll(t, w, ids("r", 2))
 		for i := range 2 {
@@ -576,15 +596,15 @@ func TestWriterStatesGiveUp(t *testing.T) {
 				t.Errorf("Flush %d: got %v, want %v", i+1, err, errFake)
 			}
 		}
-		if got := f.written(); len(got) != 0 {
-			t.Errorf("after two failed tries: got %v written, want nothing", got)
+		if got := f.written(); fmt.Sprint(got) != "[p]" {
+			t.Errorf("after two failed tries: got %v written, want [p]", got)
 		}
 		// The third try gives the change up and writes the records.
 		if err := w.Flush(context.Background()); err == nil || !strings.Contains(err.Error(), "1 records lost") {
 			t.Errorf("Flush 3: got %v, want one lost", err)
 		}
-		if got := f.written(); fmt.Sprint(got) != "[r0 r1]" || w.Failed() != 1 {
-			t.Errorf("got %v written, %d failed; want [r0 r1], 1", got, w.Failed())
+		if got := f.written(); fmt.Sprint(got) != "[p r0 r1]" || w.Failed() != 1 {
+			t.Errorf("got %v written, %d failed; want [p r0 r1], 1", got, w.Failed())
 		}
 		closeWriter(t, w)
 	})
