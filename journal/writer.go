@@ -44,14 +44,15 @@ type WriterConfig struct {
 	// (4096).
 	Size int
 
-	// FlushInterval spaces the writes: a record is written at once if no
-	// batch was written in the last FlushInterval, else with the batch
-	// written FlushInterval after the last, or sooner when that batch
-	// reaches 1,024 records. It bounds how long a record waits, and so
-	// what a crash can lose. It is also the wait before a failed write is
-	// tried again. Zero means DefaultFlushInterval (100 ms): a quiet
-	// gateway's request is in the journal as soon as its answer ends, and
-	// a busy one writes one batch for many requests.
+	// FlushInterval spaces the writes of a busy gateway: records are
+	// written as they come while the writes allow, up to 4 in a row, and
+	// beyond that one write goes every FlushInterval, with the records
+	// that came meanwhile (or sooner, when they make a batch of 1,024).
+	// It bounds how long a record waits, and so what a crash can lose. It
+	// is also the wait before a failed write is tried again. Zero means
+	// DefaultFlushInterval (100 ms): a quiet gateway's request is in the
+	// journal as soon as its answer ends, and a busy one writes one batch
+	// for many requests.
 	FlushInterval time.Duration
 
 	// WriteTimeout bounds one write of a batch. Zero means
@@ -144,7 +145,7 @@ func NewWriter(s Store, cfg WriterConfig) *Writer {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
-	b := &batcher{w: w, timer: time.NewTimer(w.interval)}
+	b := &batcher{w: w, timer: time.NewTimer(w.interval), writes: writeBurst, counted: time.Now()}
 	b.timer.Stop()
 	go b.run(ctx)
 	return w
@@ -282,7 +283,39 @@ type batcher struct {
 	tries  int         // failed writes of the batch, or of states, so far
 	timer  *time.Timer // runs while records wait for the flush interval
 	armed  bool
-	wrote  time.Time // when the last write began
+	// writes is the writes that may go at once, up to writeBurst, and
+	// counted is when it was last brought up to date: one comes back
+	// each FlushInterval.
+	writes  float64
+	counted time.Time
+}
+
+// writeBurst is how many writes may go in a row, as records come, before
+// they are spaced FlushInterval apart: a request's record and the
+// upstream's state changes just before it are written at once.
+const writeBurst = 4
+
+// due returns how long the next write must wait for the writes that may
+// go: none while one is left.
+func (b *batcher) due() time.Duration {
+	now := time.Now()
+	b.writes = min(writeBurst, b.writes+float64(now.Sub(b.counted))/float64(b.w.interval))
+	b.counted = now
+	if b.writes >= 1 {
+		return 0
+	}
+	return time.Duration((1 - b.writes) * float64(b.w.interval))
+}
+
+// schedule writes what is pending at once if the writes allow, else arms
+// the timer for when they do.
+func (b *batcher) schedule(ctx context.Context) {
+	if d := b.due(); d > 0 {
+		b.timer.Reset(d)
+		b.armed = true
+		return
+	}
+	b.flush(ctx)
 }
 
 func (b *batcher) run(ctx context.Context) {
@@ -297,12 +330,8 @@ func (b *batcher) run(ctx context.Context) {
 				// records with it.
 			case b.w.pendingLen() >= b.w.max:
 				b.flush(ctx)
-			case b.armed:
-			case time.Since(b.wrote) >= b.w.interval:
-				b.flush(ctx) // the first records after a quiet spell
-			default:
-				b.timer.Reset(b.w.interval - time.Since(b.wrote))
-				b.armed = true
+			case !b.armed:
+				b.schedule(ctx)
 			}
 		case <-b.timer.C:
 			b.armed = false
@@ -335,11 +364,11 @@ func (b *batcher) flush(ctx context.Context) {
 			return
 		}
 		if !b.holds() {
-			// Records that came during the writes wait for their own
-			// interval, unless they are a batch already.
+			// Records that came during the writes go when the writes
+			// allow, unless they are a batch already.
 			if p := b.w.pendingLen(); p < b.w.max {
 				if p > 0 {
-					b.arm()
+					b.schedule(ctx)
 				}
 				return
 			}
@@ -360,7 +389,8 @@ func (b *batcher) next() int { return min(len(b.buf)-b.off, b.w.max) }
 // the timer to try again and returns the error.
 func (b *batcher) writeNext(ctx context.Context) (int, error) {
 	s, n := len(b.states), b.next()
-	b.wrote = time.Now()
+	b.due()
+	b.writes = max(b.writes-1, 0) // a full batch or Flush may write past it, and owes nothing
 	err := b.write(ctx, n)
 	if err == nil {
 		b.release(n)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -143,58 +144,79 @@ func closeWriter(t *testing.T, w *journal.Writer) {
 
 // With the defaults, a quiet gateway's record reaches the store as soon
 // as it is added, so that outlast requests lists a request as soon as its
-// answer ends; one that follows within 100 ms waits for the rest of them.
+// answer ends, even after the upstream's state changes just before it.
 func TestWriterDefaultInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeStore{}
 		w := journal.NewWriter(f, journal.WriterConfig{Logger: quiet})
 		start := time.Now()
+		for _, c := range []record.StateChange{change("up", t0, outlast.Probing, outlast.Recovering), change("up", t0, outlast.Recovering, outlast.Healthy)} {
+			w.AddState(c)
+			synctest.Wait()
+		}
 		addAll(t, w, []string{"a"})
 		synctest.Wait()
-		time.Sleep(10 * time.Millisecond)
-		addAll(t, w, []string{"b"})
-		time.Sleep(time.Second)
-		synctest.Wait()
-		at := f.times()
-		if got := f.written(); fmt.Sprint(got) != "[a b]" || len(at) != 2 || at[0] != start || at[1].Sub(start) != 100*time.Millisecond {
-			t.Errorf("got %v written at %v, want a at once and b at 100ms", got, at)
+		if got, at := f.written(), f.times(); fmt.Sprint(got) != "[up>recovering up>healthy a]" || at[len(at)-1] != start {
+			t.Errorf("got %v written at %v, want a at once", got, at)
 		}
 		closeWriter(t, w)
 	})
 }
 
-// TestWriterFlushInterval checks that writes are FlushInterval apart: a
-// record after a quiet spell is written at once, and those that follow
-// within FlushInterval of that write go together when it has passed.
+// spendBurst adds records one at a time, each written at once, until
+// the writes that may go in a row are spent, and flushes the last: what
+// is added next waits for the flush interval. It returns how many
+// records the store holds then.
+func spendBurst(t *testing.T, w *journal.Writer, f *fakeStore) int {
+	t.Helper()
+	for i := 0; ; i++ {
+		id := "p" + strconv.Itoa(i)
+		addAll(t, w, []string{id})
+		synctest.Wait()
+		if got := f.written(); len(got) == 0 || got[len(got)-1] != id {
+			if err := w.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return len(f.written())
+		}
+	}
+}
+
+// TestWriterFlushInterval checks that records are written as they come
+// for 4 writes in a row, and then one write goes each FlushInterval, with
+// the records that came meanwhile; after a quiet spell, they go at once
+// again.
 func TestWriterFlushInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeStore{}
 		w := journal.NewWriter(f, journal.WriterConfig{FlushInterval: time.Second, Logger: quiet})
 		start := time.Now()
-		addAll(t, w, []string{"a"})
-		synctest.Wait()
-		if got := f.written(); fmt.Sprint(got) != "[a]" {
-			t.Errorf("at once: got %v written, want [a]", got)
+		for _, id := range ids("p", 4) {
+			addAll(t, w, []string{id})
+			synctest.Wait()
+		}
+		if got, at := f.written(), f.times(); fmt.Sprint(got) != "[p0 p1 p2 p3]" || len(at) != 4 {
+			t.Errorf("at once: got %v written in %d writes, want [p0 p1 p2 p3] in 4", got, len(at))
 		}
 		time.Sleep(500 * time.Millisecond)
-		addAll(t, w, []string{"b"})
+		addAll(t, w, []string{"b"}) // one write is back at 1s
 		time.Sleep(499 * time.Millisecond)
 		addAll(t, w, []string{"c"}) // joins b's batch
 		synctest.Wait()
-		if got := f.written(); fmt.Sprint(got) != "[a]" {
-			t.Errorf("after 999ms: got %v written, want [a]", got)
+		if got := f.written(); len(got) != 4 {
+			t.Errorf("after 999ms: got %v written, want the first 4", got)
 		}
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
-		if got, at := f.written(), f.times(); fmt.Sprint(got) != "[a b c]" || len(at) != 2 || at[1].Sub(start) != time.Second {
+		if got, at := f.written(), f.times(); fmt.Sprint(got[4:]) != "[b c]" || len(at) != 5 || at[4].Sub(start) != time.Second {
 			t.Errorf("after 1s: got %v written at %v, want [b c] at 1s", got, at)
 		}
 		// After a quiet spell, a record is written at once again.
 		time.Sleep(5 * time.Second)
 		addAll(t, w, []string{"d"})
 		synctest.Wait()
-		if got, at := f.written(), f.times(); fmt.Sprint(got) != "[a b c d]" || len(at) != 3 || at[2].Sub(start) != 6*time.Second {
-			t.Errorf("after a quiet spell: got %v in batches at %v, want d at once, at 6s", got, at)
+		if got, at := f.written(), f.times(); fmt.Sprint(got[6:]) != "[d]" || len(at) != 6 || at[5].Sub(start) != 6*time.Second {
+			t.Errorf("after a quiet spell: got %v in writes at %v, want d at once, at 6s", got, at)
 		}
 		closeWriter(t, w)
 	})
@@ -206,14 +228,13 @@ func TestWriterFullBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeStore{}
 		w := journal.NewWriter(f, journal.WriterConfig{Size: 8, FlushInterval: time.Hour, Logger: quiet})
-		// A first record is written at once; those after it wait for
-		// the interval, unless they make a batch.
-		addAll(t, w, []string{"p"})
-		synctest.Wait()
+		// Once the burst is spent, records wait for the interval,
+		// unless they make a batch.
+		n := spendBurst(t, w, f)
 		addAll(t, w, ids("r", 8))
 		synctest.Wait()
-		if got := f.written(); len(got) != 9 {
-			t.Errorf("got %d written at once, want 9", len(got))
+		if got := f.written(); len(got) != n+8 {
+			t.Errorf("got %d written at once, want %d", len(got)-n, 8)
 		}
 		closeWriter(t, w)
 	})
@@ -415,8 +436,9 @@ func TestWriterFlush(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeStore{}
 		w := journal.NewWriter(f, journal.WriterConfig{Size: 2 * journal.MaxBatch, FlushInterval: time.Hour, Logger: quiet})
-		want := ids("r", journal.MaxBatch+44) // a full batch and a partial one
-		addAll(t, w, want)
+		n := spendBurst(t, w, f)
+		want := append(f.written(), ids("r", journal.MaxBatch+44)...) // a full batch and a partial one
+		addAll(t, w, want[n:])
 		start := time.Now()
 		if err := w.Flush(context.Background()); err != nil {
 			t.Fatalf("Flush: %v", err)
@@ -452,10 +474,9 @@ func TestWriterFlushFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeStore{}
 		w := journal.NewWriter(f, journal.WriterConfig{FlushInterval: time.Second, Logger: quiet})
-		// A first record is written at once; those after it wait for the
-		// interval, or for Flush.
-		addAll(t, w, []string{"p"})
-		synctest.Wait()
+		// Once the burst is spent, records wait for the interval, or
+		// for Flush.
+		n := spendBurst(t, w, f)
 		f.mu.Lock()
 		f.fails = 1
 		f.mu.Unlock()
@@ -465,8 +486,8 @@ func TestWriterFlushFails(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if got := f.written(); fmt.Sprint(got) != "[p r0 r1 r2]" {
-			t.Errorf("written after the retry: got %v, want [p r0 r1 r2]", got)
+		if got := f.written()[n:]; fmt.Sprint(got) != "[r0 r1 r2]" {
+			t.Errorf("written after the retry: got %v, want [r0 r1 r2]", got)
 		}
 		closeWriter(t, w)
 	})
@@ -546,8 +567,13 @@ func TestWriterStates(t *testing.T) {
 			t.Errorf("at once: got %v written, want [up>down]", got)
 		}
 
-		// A record and the changes after it: the changes go first, in
-		// their own write.
+		// Once the writes in a row are spent, a record and the changes
+		// after it wait together: the changes go first, in their own
+		// write.
+		spendBurst(t, w, f)
+		f.mu.Lock()
+		before := len(f.batches)
+		f.mu.Unlock()
 		addAll(t, w, []string{"a"})
 		w.AddState(change("up", t0.Add(time.Second), outlast.Down, outlast.Probing))
 		w.AddState(change("up", t0.Add(2*time.Second), outlast.Probing, outlast.Recovering))
@@ -560,9 +586,9 @@ func TestWriterStates(t *testing.T) {
 			t.Fatalf("Flush: %v", err)
 		}
 		f.mu.Lock()
-		batches := fmt.Sprint(f.batches)
+		batches := fmt.Sprint(f.batches[before:])
 		f.mu.Unlock()
-		if want := "[[up>down] [up>probing up>recovering] [a b]]"; batches != want {
+		if want := "[[up>probing up>recovering] [a b]]"; batches != want {
 			t.Errorf("batches: got %s, want %s", batches, want)
 		}
 		if w.AddState(record.StateChange{Upstream: "up", To: outlast.Down}) {
@@ -585,10 +611,9 @@ func TestWriterStatesGiveUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeStore{stateFails: 3}
 		w := journal.NewWriter(f, journal.WriterConfig{FlushInterval: time.Hour, Logger: quiet})
-		// A first record is written at once; what follows waits for the
-		// interval, or for Flush.
-		addAll(t, w, []string{"p"})
-		synctest.Wait()
+		// Once the burst is spent, what follows waits for the interval,
+		// or for Flush.
+		n := spendBurst(t, w, f)
 		w.AddState(change("up", t0, outlast.Healthy, outlast.Down))
 		addAll(t, w, ids("r", 2))
 		for i := range 2 {
@@ -596,15 +621,15 @@ func TestWriterStatesGiveUp(t *testing.T) {
 				t.Errorf("Flush %d: got %v, want %v", i+1, err, errFake)
 			}
 		}
-		if got := f.written(); fmt.Sprint(got) != "[p]" {
-			t.Errorf("after two failed tries: got %v written, want [p]", got)
+		if got := f.written()[n:]; len(got) != 0 {
+			t.Errorf("after two failed tries: got %v written, want nothing", got)
 		}
 		// The third try gives the change up and writes the records.
 		if err := w.Flush(context.Background()); err == nil || !strings.Contains(err.Error(), "1 records lost") {
 			t.Errorf("Flush 3: got %v, want one lost", err)
 		}
-		if got := f.written(); fmt.Sprint(got) != "[p r0 r1]" || w.Failed() != 1 {
-			t.Errorf("got %v written, %d failed; want [p r0 r1], 1", got, w.Failed())
+		if got := f.written()[n:]; fmt.Sprint(got) != "[r0 r1]" || w.Failed() != 1 {
+			t.Errorf("got %v written, %d failed; want [r0 r1], 1", got, w.Failed())
 		}
 		closeWriter(t, w)
 	})
