@@ -39,4 +39,4 @@ package outlast
 // kept in the source. A release's commit sets it to the release's number
 // and is tagged with it (v0.1.0 for 0.1.0); the commits after it name the
 // next release, with -dev.
-var Version = "0.1.0"
+var Version = "0.2.0-dev"
