@@ -423,6 +423,11 @@ type request struct {
 	Instructions string          `json:"instructions"`
 	Background   bool            `json:"background"`
 	Store        *bool           `json:"store"`
+	// The answer's bound: max_tokens (chat, Messages),
+	// max_completion_tokens (chat) or max_output_tokens (Responses).
+	MaxTokens           int `json:"max_tokens"`
+	MaxCompletionTokens int `json:"max_completion_tokens"`
+	MaxOutputTokens     int `json:"max_output_tokens"`
 }
 
 // countWords counts the words in a request's text: the content of its

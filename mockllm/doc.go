@@ -252,4 +252,9 @@
 // close-after-headers) hold a slot while they run when Server.Slots is
 // set; error responses do not. A request refused for its prefill counts
 // as "400" in Stats, as does a body that is not JSON.
+//
+// Server.Limits gives each API key a provider's rate limits, requests
+// and tokens per window, with the API's rate-limit headers on every
+// answer; a request that generates and does not fit gets 429 with
+// Retry-After, counted as "rate-limited" in Stats. See [Limits].
 package mockllm

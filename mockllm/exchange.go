@@ -13,12 +13,13 @@ import (
 
 // exchange is one model request being answered as its step says.
 type exchange struct {
-	s   *Server
-	w   http.ResponseWriter
-	r   *http.Request
-	api api
-	st  step
-	rep *reply // set by parse, for the steps that generate
+	s    *Server
+	w    http.ResponseWriter
+	r    *http.Request
+	api  api
+	st   step
+	rep  *reply // set by parse, for the steps that generate
+	cost int    // set by parse: the request's tokens, as Limits count them
 
 	wroteHeader bool // whether the status line and headers went
 }
@@ -72,6 +73,7 @@ func (x *exchange) parse(body []byte) error {
 		rep.want = *req.IDSlot
 	}
 	x.rep = rep
+	x.cost = tokenCost(&req, len(rep.pieces))
 	return nil
 }
 

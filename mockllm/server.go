@@ -69,6 +69,11 @@ type Server struct {
 	// clock. False means the first step becomes current at Start.
 	FromFirstRequest bool
 
+	// Limits rate-limits model requests per API key, with the
+	// providers' rate-limit headers on every answer. The zero Limits
+	// limits nothing.
+	Limits Limits
+
 	// RefusePrefill makes the server refuse, as some models do, a chat
 	// request whose last message is the assistant's (a prefill): it gets
 	// 400 in the API's error shape, whatever the step, unless the step
@@ -102,6 +107,7 @@ type Server struct {
 
 	store      store        // background responses, for GET /v1/responses/{id}
 	generating atomic.Int64 // completions being generated, for Capacity
+	limits     limiter      // each key's allowances, for Limits
 	peak       atomic.Int64 // the most generating at once
 
 	mu       sync.Mutex // guards started, closed and the handlers' Add
@@ -156,6 +162,9 @@ func (s *Server) Start(addr string) error {
 	if s.Slots < 0 || s.Chunks < 0 || s.ChunkDelay < 0 {
 		return fmt.Errorf("mockllm: Slots %d, Chunks %d and ChunkDelay %v cannot be negative", s.Slots, s.Chunks, s.ChunkDelay)
 	}
+	if l := s.Limits; l.Requests < 0 || l.Tokens < 0 || l.Window < 0 {
+		return fmt.Errorf("mockllm: Limits %+v: requests, tokens and window cannot be negative", l)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
@@ -172,6 +181,7 @@ func (s *Server) Start(addr string) error {
 	s.ln = ln
 	s.URL = "http://" + ln.Addr().String()
 	s.sched = newSchedule(s.Script, ln.setRefusing, s.Logf)
+	s.limits.l = s.Limits
 	if s.Slots > 0 {
 		s.slots = newSlots(s.Slots)
 	}
@@ -365,6 +375,17 @@ func (s *Server) model(a api) http.HandlerFunc {
 				outcome = "400"
 				x.st = errorStep(http.StatusBadRequest, a, errorMessage(http.StatusBadRequest))
 				s.logf("mockllm: %s %s: %v", r.Method, r.URL.Path, err)
+			}
+		}
+		if x.generates() && s.Limits.on() {
+			now := time.Now()
+			ok, wait, reqs, toks := s.limits.take(apiKey(r), x.cost, now)
+			setLimitHeaders(w.Header(), a, reqs, toks, now)
+			if !ok {
+				outcome = "rate-limited"
+				x.st = errorStep(http.StatusTooManyRequests, a, "Rate limit reached for requests or tokens per "+s.Limits.window().String()+".")
+				x.st.retryAfter = int((wait + time.Second - 1) / time.Second)
+				x.st.retryAfterMs = int((wait + time.Millisecond - 1) / time.Millisecond)
 			}
 		}
 		if x.generates() {

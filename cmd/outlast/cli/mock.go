@@ -74,6 +74,7 @@ type mockFlags struct {
 	slots, capacity, chunks int
 	chunkDelay              time.Duration
 	fromFirst, quiet        bool
+	limits                  mockllm.Limits
 }
 
 // newMockFlags defines the mock command's flags on fs.
@@ -92,6 +93,16 @@ func newMockFlags(fs *flag.FlagSet) *mockFlags {
 		f.chunkDelay = d
 		return err
 	})
+	fs.IntVar(&f.limits.Requests, "limit-requests", 0, "each API key's requests per --limit-window, as a provider's rate limit: past it, 429 with Retry-After; every answer carries the API's rate-limit headers; 0 for no limit")
+	fs.IntVar(&f.limits.Tokens, "limit-tokens", 0, "each API key's tokens per --limit-window, counted up front as the input's words plus max_tokens; 0 for no limit")
+	fs.Func("limit-window", "the `DURATION` the limits refill in, continuously: 1m as most providers count, or less, as Azure's windows (default 1m)", func(s string) error {
+		d, err := parse.Duration(s)
+		if err == nil && d <= 0 {
+			err = errors.New("want a positive duration, such as 10s")
+		}
+		f.limits.Window = d
+		return err
+	})
 	fs.BoolVar(&f.fromFirst, "from-first-request", false, "start the script's windows at the first model request instead of when the mock starts, as they do by default, so that a host slow to start misses none; a first refuse:D step starts with the mock regardless")
 	fs.BoolVar(&f.quiet, "quiet", false, "do not log each request to stderr")
 	return f
@@ -106,8 +117,8 @@ func mockServer(args []string, stderr io.Writer) (srv *mockllm.Server, listen st
 	if done {
 		return nil, "", true, err
 	}
-	if f.slots < 0 || f.capacity < 0 || f.chunks < 0 || f.chunkDelay < 0 {
-		return nil, "", true, fmt.Errorf("%w: mock: --slots, --capacity, --chunks and --chunk-delay cannot be negative", ErrUsage)
+	if f.slots < 0 || f.capacity < 0 || f.chunks < 0 || f.chunkDelay < 0 || f.limits.Requests < 0 || f.limits.Tokens < 0 {
+		return nil, "", true, fmt.Errorf("%w: mock: --slots, --capacity, --chunks, --chunk-delay, --limit-requests and --limit-tokens cannot be negative", ErrUsage)
 	}
 	if err := checkListen(f.listen); err != nil {
 		return nil, "", true, fmt.Errorf("%w: mock: --listen %q: %v", ErrUsage, f.listen, err)
@@ -116,7 +127,7 @@ func mockServer(args []string, stderr io.Writer) (srv *mockllm.Server, listen st
 	if err != nil {
 		return nil, "", true, err
 	}
-	srv = &mockllm.Server{Script: sc, Slots: f.slots, Capacity: f.capacity, Chunks: f.chunks, ChunkDelay: f.chunkDelay, FromFirstRequest: f.fromFirst}
+	srv = &mockllm.Server{Script: sc, Slots: f.slots, Capacity: f.capacity, Chunks: f.chunks, ChunkDelay: f.chunkDelay, FromFirstRequest: f.fromFirst, Limits: f.limits}
 	if !f.quiet {
 		srv.Logf = lineLogger(stderr)
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outlast-llm/outlast/mockllm"
 )
 
 // --from-first-request reaches the Server; without it the windows start
@@ -54,5 +56,21 @@ func TestMockChunkDelaySeconds(t *testing.T) {
 		if done || err != nil || f.chunkDelay != want {
 			t.Errorf("--chunk-delay %s: got %v (done %v, %v), want %v", arg, f.chunkDelay, done, err, want)
 		}
+	}
+}
+
+// The limit flags set the mock's Limits, their window read as serve reads
+// durations.
+func TestMockLimitFlags(t *testing.T) {
+	t.Parallel()
+	srv, _, done, err := mockServer([]string{"--limit-requests", "60", "--limit-tokens", "90000", "--limit-window", "10"}, io.Discard)
+	if done || err != nil {
+		t.Fatalf("got done %v, %v", done, err)
+	}
+	if want := (mockllm.Limits{Requests: 60, Tokens: 90000, Window: 10 * time.Second}); srv.Limits != want {
+		t.Errorf("got %+v, want %+v", srv.Limits, want)
+	}
+	if _, _, _, err := mockServer([]string{"--limit-requests", "-1"}, io.Discard); err == nil {
+		t.Error("--limit-requests -1: got no error")
 	}
 }
