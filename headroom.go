@@ -1,10 +1,13 @@
 package outlast
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outlast-llm/outlast/internal/jsonscan"
 )
 
 // A Quota is one of a provider's rate limits as a response's headers state
@@ -183,4 +186,38 @@ func goDuration(v string) (time.Duration, bool) {
 		total = min(total+d, maxDelay)
 	}
 	return total, true
+}
+
+// bytesPerToken is how many bytes of a request body EstimateTokens counts
+// as one token: about four characters of English, as OpenAI's tokenizers
+// average, and JSON's own bytes make it an estimate from above.
+const bytesPerToken = 4
+
+// EstimateTokens estimates what a request body will count against a
+// provider's token limit before it is sent, as providers count it up
+// front: the body's input, at a token for each four bytes of it, plus the
+// answer's bound, max_tokens (chat completions, Anthropic's Messages),
+// max_completion_tokens (chat completions) or max_output_tokens (the
+// Responses API), whichever is largest, or defaultOutput when the body
+// names none. A body that is not a JSON object is input alone. The
+// response's headers then say what the provider counted (ReadHeadroom).
+func EstimateTokens(body []byte, defaultOutput int) int {
+	input := (len(body) + bytesPerToken - 1) / bytesPerToken
+	bound := -1
+	s := jsonscan.Scanner{B: body}
+	whole := s.Members(func(key, v []byte) {
+		switch string(key) {
+		case "max_tokens", "max_completion_tokens", "max_output_tokens":
+			if n, err := strconv.Atoi(string(v)); err == nil && n >= 0 {
+				bound = max(bound, n)
+			}
+		}
+	})
+	if !whole {
+		return input
+	}
+	if bound < 0 {
+		bound = max(defaultOutput, 0)
+	}
+	return input + min(bound, math.MaxInt-input)
 }

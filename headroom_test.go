@@ -1,6 +1,9 @@
 package outlast_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -135,6 +138,72 @@ func FuzzReadHeadroom(f *testing.F) {
 					t.Fatalf("reset %q: got %v, want %v", reset, q.Reset.Sub(now), d)
 				}
 			}
+		}
+	})
+}
+
+// A request's tokens are its body's input at four bytes a token and its
+// answer's bound, the largest it names, or the default.
+func TestEstimateTokens(t *testing.T) {
+	for _, tt := range []struct {
+		name, body string
+		want       int
+	}{
+		{"chat", `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`, 19 + 100},
+		{"largest bound", `{"max_tokens":100,"max_completion_tokens":300}`, 12 + 300},
+		{"responses", `{"input":"hi","max_output_tokens":50}`, 10 + 50},
+		{"default", `{"model":"m","messages":[]}`, 7 + 4096},
+		// A bound inside the input is the input's text, not the request's.
+		{"nested", `{"messages":[{"max_tokens":9}]}`, 8 + 4096},
+		{"not a number", `{"max_tokens":"lots"}`, 6 + 4096},
+		{"not JSON", `max_tokens=100`, 4},
+		{"huge", `{"max_tokens":9223372036854775807}`, math.MaxInt},
+	} {
+		if got := outlast.EstimateTokens([]byte(tt.body), 4096); got != tt.want {
+			t.Errorf("%s: got %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// EstimateTokens never panics, never counts less than the input, and reads
+// the bounds as encoding/json reads the body's top-level members.
+func FuzzEstimateTokens(f *testing.F) {
+	for _, s := range []string{`{"max_tokens":100}`, `{"a":{"max_tokens":1},"max_output_tokens":2,"max_tokens":3}`, `[1]`, `{"max_tokens":-1}`, `{"max_tokens":1e3}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got := outlast.EstimateTokens(body, 7)
+		input := (len(body) + 3) / 4
+		if got < input {
+			t.Fatalf("%q: got %d, less than the input's %d", body, got, input)
+		}
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(body, &obj) != nil {
+			return
+		}
+		// Every top-level member, repeated keys too, in order.
+		d := json.NewDecoder(bytes.NewReader(body))
+		d.UseNumber()
+		d.Token() // {
+		bound := -1
+		for d.More() {
+			k, _ := d.Token()
+			var v json.RawMessage
+			if d.Decode(&v) != nil {
+				return
+			}
+			switch k {
+			case "max_tokens", "max_completion_tokens", "max_output_tokens":
+				if n, err := strconv.Atoi(string(v)); err == nil && n >= 0 {
+					bound = max(bound, n)
+				}
+			}
+		}
+		if bound < 0 {
+			bound = 7
+		}
+		if want := input + min(bound, math.MaxInt-input); got != want {
+			t.Fatalf("%q: got %d, want %d", body, got, want)
 		}
 	})
 }
