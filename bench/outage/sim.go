@@ -143,8 +143,8 @@ func runAll(b bubbler, sc *scenario, pols []policy, oracle bool, seeds []uint64,
 			jobs = append(jobs, job{p, s})
 		}
 	}
-	// Do logs every retry through slog.Default; thousands of simulated
-	// retries would bury the output.
+	// outlast logs nothing unasked, but thousands of simulated retries
+	// through anything that logs to slog.Default would bury the output.
 	slog.SetDefault(discard)
 	out := make([]simRun, len(jobs))
 	var (
