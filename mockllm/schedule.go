@@ -43,12 +43,15 @@ type schedule struct {
 
 func newSchedule(s Script, refuse func(bool) error, logf func(string, ...any)) *schedule {
 	steps := s.steps
+	// The step added is ok as a script writes it: without a Retry-After
+	// of any form, which the zero step would send as 0.
+	ok := step{fault: faultOK, retryAfter: -1, retryAfterDate: -1, retryAfterMs: -1}
 	switch {
 	case len(steps) == 0:
-		steps = []step{{fault: faultOK}}
+		steps = []step{ok}
 	case steps[len(steps)-1].fault == faultRefuse:
 		// A refuse step is a server restart: after it the server is up.
-		steps = append(steps[:len(steps):len(steps)], step{fault: faultOK})
+		steps = append(steps[:len(steps):len(steps)], ok)
 	}
 	return &schedule{steps: steps, refuse: refuse, logf: logf, reopenOK: true}
 }
