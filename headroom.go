@@ -64,28 +64,28 @@ var unknownQuota = Quota{Limit: -1, Remaining: -1}
 func ReadHeadroom(h http.Header, now time.Time) Headroom {
 	hr := Headroom{Requests: unknownQuota, Tokens: unknownQuota, InputTokens: unknownQuota, OutputTokens: unknownQuota}
 	// Together's, per second.
-	readQuota(&hr.Requests, h, "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "", now)
-	readQuota(&hr.Tokens, h, "X-Tokenlimit-Limit", "X-Tokenlimit-Remaining", "", now)
+	readQuota(&hr.Requests, h, "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "", nil, now)
+	readQuota(&hr.Tokens, h, "X-Tokenlimit-Limit", "X-Tokenlimit-Remaining", "", nil, now)
 	for _, q := range []*Quota{&hr.Requests, &hr.Tokens} {
 		if q.Known() {
 			q.Reset = now.Add(time.Second)
 		}
 	}
 	// OpenAI's and Azure's.
-	readQuota(&hr.Requests, h, "X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests", now)
-	readQuota(&hr.Tokens, h, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens", now)
+	readQuota(&hr.Requests, h, "X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests", resetIn, now)
+	readQuota(&hr.Tokens, h, "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens", resetIn, now)
 	// Anthropic's.
-	readQuota(&hr.Requests, h, "Anthropic-Ratelimit-Requests-Limit", "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset", now)
-	readQuota(&hr.Tokens, h, "Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining", "Anthropic-Ratelimit-Tokens-Reset", now)
-	readQuota(&hr.InputTokens, h, "Anthropic-Ratelimit-Input-Tokens-Limit", "Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Input-Tokens-Reset", now)
-	readQuota(&hr.OutputTokens, h, "Anthropic-Ratelimit-Output-Tokens-Limit", "Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset", now)
+	readQuota(&hr.Requests, h, "Anthropic-Ratelimit-Requests-Limit", "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset", resetAt, now)
+	readQuota(&hr.Tokens, h, "Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining", "Anthropic-Ratelimit-Tokens-Reset", resetAt, now)
+	readQuota(&hr.InputTokens, h, "Anthropic-Ratelimit-Input-Tokens-Limit", "Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Input-Tokens-Reset", resetAt, now)
+	readQuota(&hr.OutputTokens, h, "Anthropic-Ratelimit-Output-Tokens-Limit", "Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset", resetAt, now)
 	return hr
 }
 
 // readQuota sets q from one form's three headers, named canonically, if
-// the form states what remains; reset may be "" for a form without one.
-// The form replaces what q held, all three fields together.
-func readQuota(q *Quota, h http.Header, limit, remaining, reset string, now time.Time) {
+// the form states what remains; a form without a reset has reset "" and
+// read nil. The form replaces what q held, all three fields together.
+func readQuota(q *Quota, h http.Header, limit, remaining, reset string, read resetReader, now time.Time) {
 	left, ok := count(h, remaining)
 	if !ok {
 		return
@@ -94,20 +94,32 @@ func readQuota(q *Quota, h http.Header, limit, remaining, reset string, now time
 	if n, ok := count(h, limit); ok {
 		q.Limit = n
 	}
-	if reset == "" {
-		return
-	}
-	v := first(h, reset)
-	if strings.HasPrefix(reset, "Anthropic") {
-		if t, err := time.Parse(time.RFC3339, v); err == nil {
-			// A reset already past is now; one past the cap, the cap.
-			q.Reset = now.Add(min(max(t.Sub(now), 0), maxDelay))
+	if read != nil {
+		if t, ok := read(first(h, reset), now); ok {
+			q.Reset = t
 		}
-		return
 	}
-	if d, ok := resetDuration(v); ok {
-		q.Reset = now.Add(d)
+}
+
+// A resetReader reads a form's reset value, in a response received at
+// now, as the time its limit is whole again.
+type resetReader func(v string, now time.Time) (time.Time, bool)
+
+// resetIn reads OpenAI's and Azure's reset: a duration from now (see
+// resetDuration).
+func resetIn(v string, now time.Time) (time.Time, bool) {
+	d, ok := resetDuration(v)
+	return now.Add(d), ok
+}
+
+// resetAt reads Anthropic's reset, an RFC 3339 time: one already past is
+// now, and one past the cap is the cap.
+func resetAt(v string, now time.Time) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, false
 	}
+	return now.Add(min(max(t.Sub(now), 0), maxDelay)), true
 }
 
 // count reads a header's whole number, at least 0; -1 and anything else

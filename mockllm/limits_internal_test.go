@@ -44,3 +44,19 @@ func TestLimiter(t *testing.T) {
 		t.Errorf("more than the allowance: got ok %v wait %v; want the wait until it is whole, 30s", ok, wait)
 	}
 }
+
+// The steps a schedule adds, for an empty script and after a last refuse
+// step, are ok as a script writes it, with no Retry-After of any form.
+func TestAddedStepsAreOK(t *testing.T) {
+	for _, src := range []string{"", "refuse:1s"} {
+		sc := Script{}
+		if src != "" {
+			sc = MustParseScript(src)
+		}
+		steps := newSchedule(sc, func(bool) error { return nil }, t.Logf).steps
+		if got, want := steps[len(steps)-1], MustParseScript("ok").steps[0]; got.fault != want.fault ||
+			got.retryAfter != want.retryAfter || got.retryAfterDate != want.retryAfterDate || got.retryAfterMs != want.retryAfterMs {
+			t.Errorf("script %q: the added step is %+v, want ok's %+v", src, got, want)
+		}
+	}
+}
