@@ -162,7 +162,10 @@ var durationUnits = []struct {
 // goDuration reads a duration as time.ParseDuration does, without a
 // sign, and cut to maxDelay where ParseDuration would overflow.
 func goDuration(v string) (time.Duration, bool) {
-	if v == "0" {
+	switch v {
+	case "":
+		return 0, false
+	case "0":
 		return 0, true
 	}
 	var total time.Duration

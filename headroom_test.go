@@ -70,6 +70,9 @@ func TestReadHeadroom(t *testing.T) {
 			"x-ratelimit-remaining-requests": "1e3", "x-ratelimit-remaining-tokens": "12", "x-ratelimit-reset-tokens": "soon", "x-ratelimit-limit-tokens": "+5",
 			"anthropic-ratelimit-input-tokens-remaining": " 7 ", "anthropic-ratelimit-input-tokens-reset": "tomorrow",
 		}, outlast.Headroom{Requests: unknown, Tokens: outlast.Quota{Limit: -1, Remaining: 12}, InputTokens: outlast.Quota{Limit: -1, Remaining: 7}, OutputTokens: unknown}},
+		// No reset is no reset, not now.
+		{"no reset", map[string]string{"x-ratelimit-remaining-requests": "5"},
+			outlast.Headroom{Requests: outlast.Quota{Limit: -1, Remaining: 5}, Tokens: unknown, InputTokens: unknown, OutputTokens: unknown}},
 		{"far", map[string]string{"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "99999999999999999999s"},
 			outlast.Headroom{Requests: outlast.Quota{Limit: -1, Remaining: 0, Reset: at(100 * 365 * 24 * time.Hour)}, Tokens: unknown, InputTokens: unknown, OutputTokens: unknown}},
 		{"none", nil, outlast.Headroom{Requests: unknown, Tokens: unknown, InputTokens: unknown, OutputTokens: unknown}},

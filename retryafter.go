@@ -97,29 +97,24 @@ func parseDelay(s string, unit time.Duration) (time.Duration, bool) {
 // RateLimitReset returns how long until a response's rate limit lets a
 // request through again, when its header says none is left: OpenAI's
 // x-ratelimit-remaining-requests: 0 with x-ratelimit-reset-requests (a
-// duration such as "6m0s", "1s" or "120ms"), or Anthropic's
-// anthropic-ratelimit-requests-remaining: 0 with
-// anthropic-ratelimit-requests-reset (an RFC 3339 time). It reports false
-// when requests remain, when the header says nothing, or when the reset is
-// malformed; a reset in the past is a delay of 0. Delays are capped at 100
-// years. An [Admission] paces a key on it before the 429 arrives.
+// duration such as "6m0s", "1s" or "120ms", or Azure's bare seconds), or
+// Anthropic's anthropic-ratelimit-requests-remaining: 0 with
+// anthropic-ratelimit-requests-reset (an RFC 3339 time), read as
+// [ReadHeadroom] reads them. It reports false when requests remain, when
+// the header says nothing, or when the reset is malformed; a reset in the
+// past is a delay of 0. Delays are capped at 100 years. An [Admission]
+// paces a key on it before the 429 arrives.
 func RateLimitReset(h http.Header, now time.Time) (time.Duration, bool) {
-	// Direct map reads with canonical keys: this runs on every success
-	// under an Admission, and must not allocate.
-	if v := h["X-Ratelimit-Remaining-Requests"]; len(v) > 0 && strings.TrimSpace(v[0]) == "0" {
-		if r := h["X-Ratelimit-Reset-Requests"]; len(r) > 0 {
-			d, err := time.ParseDuration(strings.TrimSpace(r[0]))
-			if err == nil && d >= 0 {
-				return min(d, maxDelay), true
-			}
+	// Canonical keys, read directly: this runs on every success under
+	// an Admission, and must not allocate.
+	if first(h, "X-Ratelimit-Remaining-Requests") == "0" {
+		if t, ok := resetIn(first(h, "X-Ratelimit-Reset-Requests"), now); ok {
+			return t.Sub(now), true
 		}
 	}
-	if v := h["Anthropic-Ratelimit-Requests-Remaining"]; len(v) > 0 && strings.TrimSpace(v[0]) == "0" {
-		if r := h["Anthropic-Ratelimit-Requests-Reset"]; len(r) > 0 {
-			t, err := time.Parse(time.RFC3339, strings.TrimSpace(r[0]))
-			if err == nil {
-				return min(max(t.Sub(now), 0), maxDelay), true
-			}
+	if first(h, "Anthropic-Ratelimit-Requests-Remaining") == "0" {
+		if t, ok := resetAt(first(h, "Anthropic-Ratelimit-Requests-Reset"), now); ok {
+			return t.Sub(now), true
 		}
 	}
 	return 0, false

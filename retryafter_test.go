@@ -295,6 +295,7 @@ var rlCases = []struct {
 	{"openai none left", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "6m0s"}, 6 * time.Minute, true},
 	{"openai milliseconds", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "120ms"}, 120 * time.Millisecond, true},
 	{"openai fractional", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "1.5s"}, 1500 * time.Millisecond, true},
+	{"azure bare seconds", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "2"}, 2 * time.Second, true},
 	{"openai some left", map[string]string{"X-Ratelimit-Remaining-Requests": "3", "X-Ratelimit-Reset-Requests": "6m0s"}, 0, false},
 	{"openai no reset", map[string]string{"X-Ratelimit-Remaining-Requests": "0"}, 0, false},
 	{"openai malformed reset", map[string]string{"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "soon"}, 0, false},
