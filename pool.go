@@ -1,0 +1,828 @@
+package outlast
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// ErrPoolSpent is what a [Pool] returns, wrapped in a *StatusError of 429
+// or 503 with a RetryAfter, when no member can take a request before its
+// deadline less its reserve.
+var ErrPoolSpent = errors.New("outlast: no member of the pool can take the request in time")
+
+// DefaultOutputTokens is the answer's length that a Pool counts for a
+// request whose body names no bound (max_tokens and the like), when it
+// estimates the tokens the request will count against a member's limit.
+const DefaultOutputTokens = 1024
+
+// poolCooldown is how long a member that answered 429 without saying
+// when to come back (no Retry-After, no spent limit with a reset) is
+// left alone.
+const poolCooldown = time.Second
+
+// Pool is an http.RoundTripper that serves each request from one of
+// several members that serve the same model: API keys of one provider,
+// deployments of a model in several regions, or servers of one model.
+// Each member is a [Transport] of its own, with its own Name, Gate and
+// Admission; Rewrite makes each member's request (its URL, its
+// credential, its model's name).
+//
+// # Routing by headroom
+//
+// The Pool keeps a ledger for each member: what its latest response's
+// rate-limit headers said was left of its requests and tokens
+// ([ReadHeadroom]), refilled at the rate those headers imply (from what is
+// left to the limit by the reset), less what was sent since. Each request's
+// tokens are estimated before it is sent (Estimate, by default
+// [EstimateTokens] with DefaultOutputTokens), and the answer's headers
+// correct the count. A request goes to the member that can take it now,
+// ranked by:
+//
+//  1. healthy before down: a member whose Admission holds it down takes
+//     a request only as its probe, and only when the probe is due;
+//  2. a free place in its Gate, if the Gate says its capacity;
+//  3. the largest share of its limits left, in steps of a tenth, the
+//     smaller of the requests' and the tokens' (a limit its headers do
+//     not state counts as whole);
+//  4. the fewest requests in flight for its weight;
+//  5. in turn, by weight.
+//
+// A member can take a request when it is not held by a server's delay
+// (a 429's Retry-After) or by its Admission, and has at least one request
+// and the request's estimated tokens left. A request larger than a
+// member's whole token limit waits for the limit to be whole.
+//
+// # Pacing
+//
+// When no member can take a request, it waits, in the order requests
+// came, until one can: until the earliest moment its ledger shows room,
+// or a request in flight ends. A new request never passes one that
+// waits. It waits no later than its deadline less its reserve; a request
+// whose wait would end after that gets, at once, a *StatusError wrapping
+// ErrPoolSpent: 429 when the members are out of quota, 503 when they
+// are down, with RetryAfter the time until the first can take it.
+//
+// # Retries
+//
+// The Pool retries under its policy (the context's, see WithPolicy, or
+// Policy), as a Transport does, and is the layer that retries: each
+// member makes one attempt per turn. A 429 or a retryable failure at one
+// member is retried at once at another that can take the request and
+// has not failed it yet; once each member has failed it, the retry waits
+// as the policy says, and then for room. Each member's Admission sees its
+// own failures. A response with a body returned to the caller is never
+// sent again. Under an outer layer that retries (see Do), the Pool makes
+// one attempt.
+//
+// The request's body is sent again from Request.GetBody; a request
+// without one is sent once.
+type Pool struct {
+	// Members serve the requests. Each is named by its Transport.Name in
+	// the attempts it reports. At least one is needed. A member's own
+	// Policy is not used: the Pool retries.
+	Members []*Transport
+
+	// Weights, if not nil, has a weight of at least 1 for each member:
+	// among members with the same share of their limits left, a member
+	// of weight 2 takes twice the requests of one of weight 1. Nil means
+	// 1 for each.
+	Weights []int
+
+	// Rewrite, if not nil, returns the request for Members[i] made from
+	// r, a clone of the caller's request with a fresh body: set its URL,
+	// its model or its credentials. An error ends the request with it.
+	Rewrite func(r *http.Request, i int) (*http.Request, error)
+
+	// Policy says when to retry, unless the request's context carries a
+	// policy (see WithPolicy). Nil means one attempt.
+	Policy *Policy
+
+	// Estimate, if not nil, returns the tokens a request will count
+	// against a member's limit. Nil means EstimateTokens of the body
+	// from GetBody, with DefaultOutputTokens.
+	Estimate func(r *http.Request) int
+
+	// OnMove, if not nil, is told of each retry that goes to another
+	// member, from Members[from] to Members[to], with the failure it
+	// moved on from, before the attempt there.
+	OnMove func(r *http.Request, from, to int, err error)
+
+	once    sync.Once
+	initErr error
+	mu      sync.Mutex
+	members []poolMember
+	q       []*poolWaiter // in the order they came
+	timer   *time.Timer   // wakes the queue's head at the earliest room
+	wakeAt  time.Time     // when timer fires, if it is set
+	seq     uint64        // numbers the attempts sent, for their answers' headers
+}
+
+// A MemberState is what a [Pool] knows of one member now.
+type MemberState struct {
+	// Name is the member's Transport.Name.
+	Name string
+	// Requests and Tokens are the member's limits as the Pool counts
+	// them now: the latest headers, refilled since, less what was sent
+	// since. A limit its headers never stated is not Known.
+	Requests, Tokens Quota
+	// InFlight counts the requests sent to it and not yet answered.
+	InFlight int
+	// NotBefore is when a server's delay (a 429's Retry-After) lets it
+	// take requests again, if that is still ahead.
+	NotBefore time.Time
+}
+
+// State returns what the pool knows of Members[i] now.
+func (p *Pool) State(i int) MemberState {
+	if p.setup() != nil || i < 0 || i >= len(p.members) {
+		return MemberState{Requests: unknownQuota, Tokens: unknownQuota}
+	}
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := &p.members[i]
+	s := MemberState{Name: p.Members[i].Name, Requests: m.req.quota(now), Tokens: m.tok.quota(now), InFlight: m.inFlight}
+	if now.Before(m.notBefore) {
+		s.NotBefore = m.notBefore
+	}
+	return s
+}
+
+// poolMember is a member's ledger.
+type poolMember struct {
+	req, tok  ledger
+	weight    float64
+	inFlight  int
+	turns     float64   // requests taken, over its weight: the turn's order
+	notBefore time.Time // a 429's delay
+	sent      []sending // the attempts in flight, in the order sent
+}
+
+// sending is an attempt in flight: its number and its estimate.
+type sending struct {
+	seq    uint64
+	tokens float64
+}
+
+// A ledger is one limit of a member as the Pool counts it.
+type ledger struct {
+	known bool
+	limit float64   // the window's allowance; -1 if not stated
+	left  float64   // what was left at
+	at    time.Time // when left was counted
+	rate  float64   // refill per second, from the headers' reset; 0 if unknown
+	reset time.Time // when the headers said the limit is whole again
+}
+
+// avail returns what is left at now: left, refilled at rate since at,
+// and never above the limit; past the reset, the whole limit.
+func (l *ledger) avail(now time.Time) float64 {
+	if !l.known {
+		return math.Inf(1)
+	}
+	if !l.reset.IsZero() && !now.Before(l.reset) {
+		if l.limit < 0 {
+			return math.Inf(1) // whole, but how much is not known
+		}
+		return max(l.limit, l.left)
+	}
+	v := l.left + l.rate*now.Sub(l.at).Seconds()
+	if l.limit >= 0 {
+		v = min(v, max(l.limit, l.left))
+	}
+	return v
+}
+
+// spend takes n from what is left at now.
+func (l *ledger) spend(now time.Time, n float64) {
+	if !l.known {
+		return
+	}
+	v := l.avail(now)
+	if math.IsInf(v, 1) {
+		l.known = false // whole again, of a limit not known: the next answer tells
+		return
+	}
+	l.left, l.at = v-n, now
+	if l.rate == 0 && l.limit > 0 && l.left < l.limit && l.reset.After(now) {
+		l.rate = (l.limit - l.left) / l.reset.Sub(now).Seconds()
+	}
+	if l.rate > 0 && l.limit > 0 {
+		// The reset moves with what was taken: the refill is steady.
+		l.reset = now.Add(time.Duration((l.limit - l.left) / l.rate * float64(time.Second)))
+	}
+}
+
+// need returns when at least n will be left, from now: now if it is, the
+// zero time if never (a limit below n that is not known to refill).
+func (l *ledger) when(now time.Time, n float64) time.Time {
+	v := l.avail(now)
+	if v >= n {
+		return now
+	}
+	if l.limit >= 0 && n > l.limit {
+		n = l.limit // more than the whole limit: wait for it whole
+	}
+	if l.rate > 0 {
+		return now.Add(time.Duration(math.Ceil((n - v) / l.rate * float64(time.Second))))
+	}
+	if l.reset.After(now) {
+		return l.reset
+	}
+	return time.Time{}
+}
+
+// fits reports whether n is left at now, or, for n above the whole limit,
+// whether the limit is whole.
+func (l *ledger) fits(now time.Time, n float64) bool {
+	v := l.avail(now)
+	if l.limit >= 0 && n > l.limit {
+		return v >= l.limit
+	}
+	return v >= n
+}
+
+// share returns the share of the limit left at now, 1 if not known.
+func (l *ledger) share(now time.Time) float64 {
+	if !l.known || l.limit <= 0 {
+		return 1
+	}
+	return min(max(l.avail(now)/l.limit, 0), 1)
+}
+
+// set counts the limit afresh from q, a response's headers read at now,
+// less pending, what was sent since that the headers may not count.
+func (l *ledger) set(q Quota, now time.Time, pending float64) {
+	if !q.Known() {
+		return
+	}
+	l.known, l.limit, l.left, l.at = true, float64(q.Limit), float64(q.Remaining)-pending, now
+	l.reset = q.Reset
+	if q.Limit > 0 && q.Remaining < q.Limit && q.Reset.After(now) {
+		l.rate = float64(q.Limit-q.Remaining) / q.Reset.Sub(now).Seconds()
+	}
+}
+
+// quota returns the ledger as a Quota at now.
+func (l *ledger) quota(now time.Time) Quota {
+	if !l.known {
+		return unknownQuota
+	}
+	q := Quota{Limit: int64(l.limit), Remaining: -1, Reset: l.reset}
+	if v := l.avail(now); !math.IsInf(v, 1) {
+		q.Remaining = max(int64(math.Floor(v)), 0)
+	}
+	return q
+}
+
+// poolWaiter is a request waiting for room.
+type poolWaiter struct {
+	tokens float64
+	req    *http.Request // for the members' Admission keys
+	ready  chan poolTicket
+}
+
+// poolTicket is a member's place taken for an attempt.
+type poolTicket struct {
+	i      int
+	seq    uint64
+	tokens float64
+}
+
+func (p *Pool) setup() error {
+	p.once.Do(func() {
+		if len(p.Members) == 0 {
+			p.initErr = errors.New("outlast: Pool has no members")
+			return
+		}
+		if p.Weights != nil && len(p.Weights) != len(p.Members) {
+			p.initErr = fmt.Errorf("outlast: Pool has %d weights for %d members", len(p.Weights), len(p.Members))
+			return
+		}
+		p.members = make([]poolMember, len(p.Members))
+		for i := range p.members {
+			m := &p.members[i]
+			m.weight = 1
+			if p.Weights != nil {
+				if p.Weights[i] < 1 {
+					p.initErr = fmt.Errorf("outlast: Pool member %d (%s) has weight %d: want 1 or more", i, p.Members[i].Name, p.Weights[i])
+					return
+				}
+				m.weight = float64(p.Weights[i])
+			}
+			m.req.limit, m.tok.limit = -1, -1
+		}
+	})
+	return p.initErr
+}
+
+// RoundTrip sends req to the member that can take it soonest, retrying
+// at another as Pool's doc says.
+func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := p.setup(); err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	ctx := req.Context()
+	pol, _ := policyFrom(ctx)
+	if pol == nil {
+		pol = p.Policy
+	}
+	var s schedule
+	var m *markCtx
+	if pol != nil && !marked(ctx) && (req.Body == nil || req.Body == http.NoBody || req.GetBody != nil) {
+		if err := pol.Validate(); err != nil {
+			closeBody(req)
+			return nil, err
+		}
+		s.p = pol
+		m = mark(ctx, pol)
+		ctx = m
+	}
+	tokens := float64(p.estimate(req))
+	bound := p.bound(ctx, pol)
+	failed := make([]bool, len(p.Members))
+	var resp *http.Response
+	var err error
+	from := -1
+	for n := 1; ; n++ {
+		if m != nil {
+			m.n.Store(int32(min(n, math.MaxInt32)))
+		}
+		t, werr := p.take(ctx, req, tokens, failed, bound)
+		if werr != nil {
+			if n > 1 && !errors.Is(werr, ErrPoolSpent) {
+				return resp, err // the caller left: the last failure says more
+			}
+			// No member can take the retry in time: the caller hears when
+			// the first can, not one member's delay.
+			discard(resp)
+			closeBody(req)
+			return nil, werr
+		}
+		if n > 1 {
+			discard(resp)
+			if p.OnMove != nil && from != t.i {
+				p.OnMove(req, from, t.i, err)
+			}
+		}
+		r, rerr := p.request(req, ctx, t.i, n)
+		if rerr != nil {
+			p.answered(t, nil, rerr)
+			return nil, rerr
+		}
+		start := time.Now()
+		resp, err = p.Members[t.i].RoundTrip(r)
+		fail := p.answered(t, resp, err)
+		if fail == nil || s.p == nil || req.GetBody == nil && req.Body != nil && req.Body != http.NoBody {
+			return resp, err
+		}
+		failed[t.i] = true
+		from = t.i
+		if se, ok := errors.AsType[*StatusError](fail); p.canTakeNow(req, tokens, failed) || ok && se.StatusCode == http.StatusTooManyRequests {
+			// Another member can take it now: no wait, whatever this
+			// member's delay, which holds this member alone. Or a member
+			// is out of quota: its delay holds it, and the wait for room
+			// that follows waits for the first member that has some.
+			if s.n == 0 {
+				s.first = start
+			}
+			s.n++
+			if s.p.MaxAttempts > 0 && n >= s.p.MaxAttempts || !s.p.retryable(fail) || ctx.Err() != nil {
+				return resp, err
+			}
+			if !slices.Contains(failed, false) {
+				clear(failed)
+			}
+			continue
+		}
+		// Every member failed it: the retry waits as the policy says, and
+		// then for room.
+		clear(failed)
+		news := keyNews{}
+		wait, retry, derr := s.decide(ctx, fail, start, false, news)
+		if derr != nil {
+			discard(resp)
+			return nil, derr
+		}
+		if !retry {
+			return resp, err
+		}
+		if serr := sleep(ctx, wait); serr != nil {
+			discard(resp)
+			return nil, waitErr(serr, wait, fail)
+		}
+	}
+}
+
+// estimate returns r's tokens as Estimate or EstimateTokens counts them.
+func (p *Pool) estimate(r *http.Request) int {
+	if p.Estimate != nil {
+		return p.Estimate(r)
+	}
+	if r.GetBody == nil {
+		return DefaultOutputTokens
+	}
+	b, err := r.GetBody()
+	if err != nil {
+		return DefaultOutputTokens
+	}
+	defer b.Close()
+	body, err := io.ReadAll(io.LimitReader(b, DefaultMaxBufferedBody))
+	if err != nil {
+		return DefaultOutputTokens
+	}
+	return EstimateTokens(body, DefaultOutputTokens)
+}
+
+// bound returns the latest a request under pol may be sent, the zero
+// time for none: its deadline less the reserve of the layer that retries.
+func (p *Pool) bound(ctx context.Context, pol *Policy) time.Time {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}
+	}
+	var reserve time.Duration
+	switch m := markOf(ctx); {
+	case m != nil:
+		reserve = m.reserve
+	case pol != nil:
+		reserve = pol.ReserveInForce()
+	}
+	return boundOf(deadline, reserve)
+}
+
+// request returns the request for Members[i], attempt n: req itself for
+// the first attempt without Rewrite, else a clone with a fresh body,
+// rewritten. A member never queues while its Admission holds it down:
+// the pool has others.
+func (p *Pool) request(req *http.Request, ctx context.Context, i, n int) (*http.Request, error) {
+	ctx = context.WithValue(ctx, leaveKey{}, true)
+	if n == 1 && p.Rewrite == nil {
+		return req.WithContext(ctx), nil
+	}
+	r := req.Clone(ctx)
+	if n > 1 && req.GetBody != nil {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		r.Body = body
+	}
+	if p.Rewrite == nil {
+		return r, nil
+	}
+	return p.Rewrite(r, i)
+}
+
+// take returns a member's place for a request of tokens: at once if one
+// can take it, and no request waits ahead, else when one can, in order.
+// A member that failed the request is taken at once only if no other
+// can be. It returns a *StatusError wrapping ErrPoolSpent when the room
+// comes after bound, or the context's error.
+func (p *Pool) take(ctx context.Context, req *http.Request, tokens float64, failed []bool, bound time.Time) (poolTicket, error) {
+	now := time.Now()
+	p.mu.Lock()
+	if len(p.q) == 0 {
+		if i, ok := p.pick(now, req, tokens, failed); ok {
+			t := p.takeLocked(now, i, tokens)
+			p.mu.Unlock()
+			return t, nil
+		}
+	}
+	at, down := p.earliest(now, req, tokens)
+	if at.IsZero() || !bound.IsZero() && at.After(bound) {
+		p.mu.Unlock()
+		return poolTicket{}, p.spent(now, at, down)
+	}
+	w := &poolWaiter{tokens: tokens, req: req, ready: make(chan poolTicket, 1)}
+	p.q = append(p.q, w)
+	p.armLocked(now)
+	p.mu.Unlock()
+
+	var expire <-chan time.Time
+	if !bound.IsZero() {
+		tm := time.NewTimer(time.Until(bound))
+		defer tm.Stop()
+		expire = tm.C
+	}
+	select {
+	case t := <-w.ready:
+		return t, nil
+	case <-ctx.Done():
+		if t, ok := p.leave(w); ok {
+			return t, nil // taken as it left: use it rather than waste it
+		}
+		return poolTicket{}, ctx.Err()
+	case <-expire:
+		if t, ok := p.leave(w); ok {
+			return t, nil
+		}
+		now := time.Now()
+		p.mu.Lock()
+		at, down := p.earliest(now, req, tokens)
+		p.mu.Unlock()
+		return poolTicket{}, p.spent(now, at, down)
+	}
+}
+
+// leave takes w out of the queue; if it was given a place meanwhile, it
+// returns it.
+func (p *Pool) leave(w *poolWaiter) (poolTicket, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := slices.Index(p.q, w); i >= 0 {
+		p.q = slices.Delete(p.q, i, i+1)
+		p.dispatchLocked(time.Now()) // the next may fit where w did not
+		return poolTicket{}, false
+	}
+	select {
+	case t := <-w.ready:
+		return t, true
+	default:
+		return poolTicket{}, false
+	}
+}
+
+// spent returns the error for a request that no member can take before
+// its bound: 503 if the members are down, else 429, with the time until
+// at, the first room, if known.
+func (p *Pool) spent(now, at time.Time, down bool) error {
+	e := &StatusError{StatusCode: http.StatusTooManyRequests, Err: ErrPoolSpent}
+	if down {
+		e.StatusCode = http.StatusServiceUnavailable
+	}
+	if !at.IsZero() {
+		e.RetryAfter = max(at.Sub(now), time.Millisecond)
+	}
+	return e
+}
+
+// canTakeNow reports whether a member that has not failed the request
+// can take it now.
+func (p *Pool) canTakeNow(req *http.Request, tokens float64, failed []bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !slices.Contains(failed, false) {
+		return false
+	}
+	i, ok := p.pick(time.Now(), req, tokens, failed)
+	return ok && !failed[i]
+}
+
+// pick returns the member that takes a request of tokens now, by the
+// ranks of Pool's doc, preferring those that have not failed it.
+func (p *Pool) pick(now time.Time, req *http.Request, tokens float64, failed []bool) (int, bool) {
+	best, bestRank := -1, poolRank{}
+	for i := range p.members {
+		r, ok := p.rank(now, req, i, tokens)
+		if !ok {
+			continue
+		}
+		r.failed = failed != nil && failed[i]
+		if best < 0 || r.before(bestRank) {
+			best, bestRank = i, r
+		}
+	}
+	return best, best >= 0
+}
+
+// poolRank orders the members that can take a request: lower first.
+type poolRank struct {
+	failed bool
+	down   bool
+	full   bool
+	share  int // tenths of its limits left, negated
+	load   float64
+	turns  float64
+}
+
+func (a poolRank) before(b poolRank) bool {
+	switch {
+	case a.failed != b.failed:
+		return !a.failed
+	case a.down != b.down:
+		return !a.down
+	case a.full != b.full:
+		return !a.full
+	case a.share != b.share:
+		return a.share < b.share
+	case a.load != b.load:
+		return a.load < b.load
+	}
+	return a.turns < b.turns
+}
+
+// rank returns Members[i]'s rank for a request of tokens now, and
+// whether it can take the request now.
+func (p *Pool) rank(now time.Time, req *http.Request, i int, tokens float64) (poolRank, bool) {
+	m := &p.members[i]
+	if now.Before(m.notBefore) || !m.req.fits(now, 1) || !m.tok.fits(now, tokens) {
+		return poolRank{}, false
+	}
+	var r poolRank
+	t := p.Members[i]
+	if a := t.Admission; a != nil && a.troubled.Load() != 0 {
+		st := a.State(t.admissionKey(req))
+		if now.Before(st.NotBefore) {
+			return r, false
+		}
+		switch st.State {
+		case Down:
+			if now.Before(st.NextProbe) {
+				return r, false
+			}
+			r.down = true
+		case Probing:
+			return r, false
+		}
+	}
+	if c := t.gateCapacity(); c > 0 && m.inFlight >= c {
+		r.full = true
+	}
+	r.share = -int(math.Floor(min(m.req.share(now), m.tok.share(now)) * 10))
+	r.load = float64(m.inFlight) / m.weight
+	r.turns = m.turns
+	return r, true
+}
+
+// earliest returns when a member can first take a request of tokens, the
+// zero time if none is known to, and whether the members are held down
+// (by their Admissions) rather than out of quota.
+func (p *Pool) earliest(now time.Time, req *http.Request, tokens float64) (time.Time, bool) {
+	var first time.Time
+	downs := 0
+	for i := range p.members {
+		m := &p.members[i]
+		reqAt, tokAt := m.req.when(now, 1), m.tok.when(now, tokens)
+		if reqAt.IsZero() || tokAt.IsZero() {
+			continue // spent, and not known to refill
+		}
+		at := later(later(m.notBefore, reqAt), tokAt)
+		t := p.Members[i]
+		if a := t.Admission; a != nil && a.troubled.Load() != 0 {
+			st := a.State(t.admissionKey(req))
+			if st.State == Down || st.State == Probing {
+				downs++
+			}
+			at = later(at, st.NotBefore)
+			if st.State == Down {
+				at = later(at, st.NextProbe)
+			}
+		}
+		if at.Before(now) {
+			at = now // room now, but its gate is full or its probe out: a request's end wakes the queue
+		}
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	return first, downs == len(p.members)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// takeLocked counts an attempt of tokens at Members[i] and returns its
+// ticket.
+func (p *Pool) takeLocked(now time.Time, i int, tokens float64) poolTicket {
+	m := &p.members[i]
+	m.req.spend(now, 1)
+	m.tok.spend(now, tokens)
+	m.inFlight++
+	m.turns += 1 / m.weight
+	p.seq++
+	m.sent = append(m.sent, sending{seq: p.seq, tokens: tokens})
+	return poolTicket{i: i, seq: p.seq, tokens: tokens}
+}
+
+// answered ends t's attempt with its result: the answer's headers count
+// the member's limits afresh, and a 429 holds the member for its delay.
+// It returns the attempt's failure, nil for a response to return.
+func (p *Pool) answered(t poolTicket, resp *http.Response, err error) error {
+	now := time.Now()
+	var h http.Header
+	status := 0
+	var fail error
+	switch {
+	case err != nil:
+		fail = err
+		if se, ok := errors.AsType[*StatusError](err); ok {
+			h, status = se.Header, se.StatusCode
+		}
+	case resp != nil:
+		h, status = resp.Header, resp.StatusCode
+		if isFailure(status) {
+			d, _ := RetryAfter(h, now)
+			se := &StatusError{StatusCode: status, Header: h, RetryAfter: d}
+			if statusRetryable(se) {
+				fail = se
+			}
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := &p.members[t.i]
+	m.inFlight--
+	var pendReq, pendTok float64
+	for j := len(m.sent) - 1; j >= 0; j-- {
+		s := m.sent[j]
+		if s.seq == t.seq {
+			m.sent = slices.Delete(m.sent, j, j+1)
+			break
+		}
+		pendReq++
+		pendTok += s.tokens
+	}
+	if h != nil {
+		hr := ReadHeadroom(h, now)
+		m.req.set(hr.Requests, now, pendReq)
+		m.tok.set(hr.Tokens, now, pendTok)
+		if !hr.Tokens.Known() && hr.InputTokens.Known() {
+			m.tok.set(hr.InputTokens, now, pendTok)
+		}
+	}
+	if status == http.StatusTooManyRequests {
+		d, ok := RetryAfter(h, now)
+		if !ok {
+			d, ok = rateLimitReset(h, now)
+		}
+		if !ok || d <= 0 {
+			d = poolCooldown
+		}
+		if limit := p.Members[t.i].maxRetryAfter(); limit > 0 {
+			d = min(d, limit)
+		}
+		m.notBefore = later(m.notBefore, now.Add(d))
+	}
+	p.dispatchLocked(now)
+	return fail
+}
+
+// rateLimitReset returns the time until the latest reset of a limit the
+// headers say is spent.
+func rateLimitReset(h http.Header, now time.Time) (time.Duration, bool) {
+	hr := ReadHeadroom(h, now)
+	var at time.Time
+	for _, q := range []Quota{hr.Requests, hr.Tokens, hr.InputTokens, hr.OutputTokens} {
+		if q.Remaining == 0 && q.Reset.After(now) {
+			at = later(at, q.Reset)
+		}
+	}
+	if at.IsZero() {
+		return 0, false
+	}
+	return at.Sub(now), true
+}
+
+// dispatchLocked gives places to the waiting requests, in order, while
+// the head of the queue can be taken; then it arms the timer for the
+// head's earliest room.
+func (p *Pool) dispatchLocked(now time.Time) {
+	for len(p.q) > 0 {
+		w := p.q[0]
+		i, ok := p.pick(now, w.req, w.tokens, nil)
+		if !ok {
+			break
+		}
+		w.ready <- p.takeLocked(now, i, w.tokens)
+		p.q = p.q[1:]
+	}
+	p.armLocked(now)
+}
+
+// armLocked sets the timer for the earliest room of the queue's head.
+func (p *Pool) armLocked(now time.Time) {
+	if len(p.q) == 0 {
+		return
+	}
+	w := p.q[0]
+	at, _ := p.earliest(now, w.req, w.tokens)
+	if at.IsZero() || !at.After(now) {
+		return // a request's end wakes it
+	}
+	if p.timer != nil && p.wakeAt.Equal(at) {
+		return
+	}
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.wakeAt = at
+	p.timer = time.AfterFunc(at.Sub(now), func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.timer = nil
+		p.dispatchLocked(time.Now())
+	})
+}

@@ -1,0 +1,459 @@
+package outlast_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outlast-llm/outlast"
+)
+
+// limited is a fake provider key with OpenAI's limits: requests and
+// tokens per window, refilled continuously, each request counted up front
+// as its body's estimate. It answers with OpenAI's headers, and 429 with
+// Retry-After past a limit.
+type limited struct {
+	name    string
+	reqs    float64 // the request limit a window
+	toks    float64 // the token limit a window
+	window  time.Duration
+	latency time.Duration
+	status  int // if not zero, every answer's status (an outage)
+
+	mu         sync.Mutex
+	reqLeft    float64
+	tokLeft    float64
+	at         time.Time
+	sent, hits int // requests received, and those answered 429
+	order      []string
+}
+
+func newLimited(name string, reqs, toks float64) *limited {
+	return &limited{name: name, reqs: reqs, toks: toks, window: time.Minute, latency: 100 * time.Millisecond, reqLeft: reqs, tokLeft: toks, at: time.Now()}
+}
+
+func (l *limited) RoundTrip(r *http.Request) (*http.Response, error) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	cost := float64(outlast.EstimateTokens(body, outlast.DefaultOutputTokens))
+	l.mu.Lock()
+	now := time.Now()
+	el := now.Sub(l.at).Seconds() / l.window.Seconds()
+	l.reqLeft, l.tokLeft, l.at = min(l.reqs, l.reqLeft+el*l.reqs), min(l.toks, l.tokLeft+el*l.toks), now
+	l.sent++
+	l.order = append(l.order, r.Header.Get("X-Id"))
+	status := l.status
+	if status == 0 {
+		status = http.StatusOK
+		if l.reqLeft < 1 || l.tokLeft < cost {
+			status = http.StatusTooManyRequests
+			l.hits++
+		} else {
+			l.reqLeft--
+			l.tokLeft -= cost
+		}
+	}
+	h := http.Header{}
+	h.Set("x-ratelimit-limit-requests", strconv.Itoa(int(l.reqs)))
+	h.Set("x-ratelimit-remaining-requests", strconv.Itoa(int(math.Floor(l.reqLeft))))
+	h.Set("x-ratelimit-reset-requests", l.until(l.reqs-l.reqLeft, l.reqs).String())
+	h.Set("x-ratelimit-limit-tokens", strconv.Itoa(int(l.toks)))
+	h.Set("x-ratelimit-remaining-tokens", strconv.Itoa(int(math.Floor(l.tokLeft))))
+	h.Set("x-ratelimit-reset-tokens", l.until(l.toks-l.tokLeft, l.toks).String())
+	if status == http.StatusTooManyRequests {
+		wait := max(l.until(1-l.reqLeft, l.reqs), l.until(cost-l.tokLeft, l.toks))
+		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+	}
+	l.mu.Unlock()
+	if status == http.StatusOK {
+		time.Sleep(l.latency)
+	}
+	return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader(l.name)), Request: r}, nil
+}
+
+// until returns how long n of a limit of per a window takes to refill.
+func (l *limited) until(n, per float64) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil(n / per * float64(l.window)))
+}
+
+func (l *limited) counts() (sent, hits int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sent, l.hits
+}
+
+// poolOf makes a Pool over members, each a Transport named by its fake.
+func poolOf(p *outlast.Policy, members ...http.RoundTripper) *outlast.Pool {
+	pool := &outlast.Pool{Policy: p}
+	for _, m := range members {
+		name := ""
+		if l, ok := m.(*limited); ok {
+			name = l.name
+		}
+		pool.Members = append(pool.Members, &outlast.Transport{Name: name, Base: m})
+	}
+	return pool
+}
+
+// chat is a request of about tokens tokens: a body of the size that
+// EstimateTokens counts as its input, and max_tokens for the rest.
+func chat(t *testing.T, ctx context.Context, id string, tokens int) *http.Request {
+	t.Helper()
+	body := fmt.Sprintf(`{"max_tokens":%d}`, 0)
+	input := outlast.EstimateTokens([]byte(body), 0)
+	body = fmt.Sprintf(`{"max_tokens":%d}`, max(tokens-input, 0))
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://pool.test/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set("X-Id", id)
+	return r
+}
+
+// served sends r through rt and returns the member that answered 200, or
+// the error.
+func served(rt http.RoundTripper, r *http.Request) (string, error) {
+	resp, err := rt.RoundTrip(r)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return string(b), nil
+}
+
+var poolPolicy = &outlast.Policy{Waits: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}, Reserve: time.Second}
+
+// A request goes to the member with the largest share of its limits left,
+// by its latest headers less what was sent since.
+func TestPoolRoutesByHeadroom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newLimited("a", 100, 10000), newLimited("b", 100, 10000)
+		pool := poolOf(poolPolicy, a, b)
+		ctx := context.Background()
+		// Learn both members' limits.
+		for i := range 2 {
+			if _, err := served(pool, chat(t, ctx, strconv.Itoa(i), 100)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a.sent != 1 || b.sent != 1 {
+			t.Fatalf("sent a=%d b=%d, want one each: in turn among equals", a.sent, b.sent)
+		}
+		// A large request spends a third of a's tokens; the next ones go
+		// to b while b has the larger share left.
+		m, err := served(pool, chat(t, ctx, "big", 3500))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := b
+		if m == "b" {
+			other = a
+		}
+		for i := range 3 {
+			if m, err := served(pool, chat(t, ctx, "s"+strconv.Itoa(i), 100)); err != nil || m != other.name {
+				t.Fatalf("small request %d went to %q (%v), want %s, which has the larger share left", i, m, err, other.name)
+			}
+		}
+		st := pool.State(0)
+		if st.Name != "a" || !st.Tokens.Known() || !st.Requests.Known() || st.Tokens.Limit != 10000 {
+			t.Fatalf("State(0) = %+v, want a's limits known", st)
+		}
+	})
+}
+
+// A request never goes to collect a 429: while no member has room, it
+// waits for the earliest, in order, and is served then.
+func TestPoolPacesInsteadOf429(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Two members of 2 requests a minute each.
+		a, b := newLimited("a", 2, 1e6), newLimited("b", 2, 1e6)
+		pool := poolOf(poolPolicy, a, b)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		// The first two teach the pool the limits; the next two spend them.
+		for i := range 4 {
+			if _, err := served(pool, chat(t, ctx, strconv.Itoa(i), 10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range 4 {
+			wg.Go(func() { _, errs[i] = served(pool, chat(t, ctx, "w"+strconv.Itoa(i), 10)) })
+			synctest.Wait() // each joins the queue before the next
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("request w%d: %v", i, err)
+			}
+		}
+		if _, hits := a.counts(); hits != 0 {
+			t.Errorf("a answered %d 429s, want none: the pool waits for room", hits)
+		}
+		if _, hits := b.counts(); hits != 0 {
+			t.Errorf("b answered %d 429s, want none", hits)
+		}
+		// 2 requests a minute a member: a request refills in 30 s.
+		if took := time.Since(start); took < 30*time.Second || took > 70*time.Second {
+			t.Errorf("the four waited %v, want about a minute, as the limits refill", took)
+		}
+		var order []string
+		for _, l := range []*limited{a, b} {
+			for _, id := range l.order {
+				if strings.HasPrefix(id, "w") {
+					order = append(order, id)
+				}
+			}
+		}
+		if len(order) != 4 {
+			t.Fatalf("sent %v", order)
+		}
+	})
+}
+
+// Waiting requests are sent in the order they came.
+func TestPoolWaitsInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newLimited("a", 1, 1e6)
+		pool := poolOf(poolPolicy, a)
+		ctx := context.Background()
+		if _, err := served(pool, chat(t, ctx, "0", 10)); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := range 5 {
+			wg.Go(func() {
+				if _, err := served(pool, chat(t, ctx, strconv.Itoa(i+1), 10)); err != nil {
+					t.Error(err)
+				}
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		if got := strings.Join(a.order, ","); got != "0,1,2,3,4,5" {
+			t.Errorf("sent in the order %s, want 0,1,2,3,4,5", got)
+		}
+		if _, hits := a.counts(); hits != 0 {
+			t.Errorf("%d 429s, want none", hits)
+		}
+	})
+}
+
+// A 429 at one member is retried at another at once, without its delay.
+func TestPool429MovesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newLimited("a", 100, 1e6), newLimited("b", 100, 1e6)
+		a.status = http.StatusTooManyRequests // a says nothing of its limits' state but 429
+		pool := poolOf(poolPolicy, a, b)
+		var moves []string
+		pool.OnMove = func(_ *http.Request, from, to int, err error) {
+			moves = append(moves, fmt.Sprintf("%d→%d %v", from, to, err))
+		}
+		start := time.Now()
+		m, err := served(pool, chat(t, context.Background(), "x", 10))
+		if err != nil || m != "b" {
+			t.Fatalf("served by %q (%v), want b", m, err)
+		}
+		if took := time.Since(start); took != b.latency {
+			t.Errorf("took %v, want b's latency alone, %v: no wait after a's 429", took, b.latency)
+		}
+		if len(moves) != 1 || !strings.HasPrefix(moves[0], "0→1") {
+			t.Errorf("moves %q, want one from 0 to 1", moves)
+		}
+		// a is held for a while: the next request goes to b at once.
+		if m, err := served(pool, chat(t, context.Background(), "y", 10)); err != nil || m != "b" {
+			t.Fatalf("next served by %q (%v), want b while a cools down", m, err)
+		}
+		if sent, _ := a.counts(); sent != 1 {
+			t.Errorf("a was sent %d requests, want 1", sent)
+		}
+	})
+}
+
+// With every member spent past the request's deadline less its reserve,
+// the caller gets, at once, a 429 saying when the first member has room,
+// and nothing is sent.
+func TestPoolSpentSaysWhen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newLimited("a", 2, 1e6), newLimited("b", 4, 1e6)
+		pool := poolOf(poolPolicy, a, b)
+		ctx := context.Background()
+		for i := range 6 {
+			if _, err := served(pool, chat(t, ctx, strconv.Itoa(i), 10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sentA, _ := a.counts()
+		sentB, _ := b.counts()
+		short, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := pool.RoundTrip(chat(t, short, "late", 10))
+		var se *outlast.StatusError
+		if !errors.As(err, &se) || !errors.Is(err, outlast.ErrPoolSpent) || se.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("err = %v, want a 429 StatusError wrapping ErrPoolSpent", err)
+		}
+		if time.Since(start) != 0 {
+			t.Errorf("answered after %v, want at once", time.Since(start))
+		}
+		// b refills a request in 15 s, a in 30 s, less the time the six took.
+		if se.RetryAfter <= 10*time.Second || se.RetryAfter > 15*time.Second {
+			t.Errorf("RetryAfter = %v, want b's refill of one request, under 15 s", se.RetryAfter)
+		}
+		if s, _ := a.counts(); s != sentA {
+			t.Error("a was sent the request")
+		}
+		if s, _ := b.counts(); s != sentB {
+			t.Error("b was sent the request")
+		}
+		// Sent at that time, it is served without a 429.
+		time.Sleep(se.RetryAfter)
+		if m, err := served(pool, chat(t, ctx, "then", 10)); err != nil || m != "b" {
+			t.Fatalf("after RetryAfter: served by %q (%v), want b", m, err)
+		}
+	})
+}
+
+// What was sent since a member's latest headers is counted against it:
+// two requests that each take most of a member's tokens do not both go
+// to it.
+func TestPoolCountsWhatWasSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newLimited("a", 100, 1000), newLimited("b", 100, 1000)
+		a.latency, b.latency = 10*time.Second, 10*time.Second
+		pool := poolOf(poolPolicy, a, b)
+		ctx := context.Background()
+		for i := range 2 {
+			if _, err := served(pool, chat(t, ctx, strconv.Itoa(i), 10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		got := make([]string, 2)
+		for i := range 2 {
+			wg.Go(func() { got[i], _ = served(pool, chat(t, ctx, "big"+strconv.Itoa(i), 700)) })
+			synctest.Wait()
+		}
+		wg.Wait()
+		if got[0] == got[1] {
+			t.Errorf("both large requests went to %s, whose tokens hold one", got[0])
+		}
+		for _, l := range []*limited{a, b} {
+			if _, hits := l.counts(); hits != 0 {
+				t.Errorf("%s answered %d 429s", l.name, hits)
+			}
+		}
+	})
+}
+
+// Among members that say nothing of their limits, weights share the
+// requests out, in turn.
+func TestPoolWeights(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFake(step{}), newFake(step{})
+		pool := &outlast.Pool{Members: []*outlast.Transport{{Base: a}, {Base: b}}, Weights: []int{2, 1}}
+		for i := range 30 {
+			if _, err := served(pool, chat(t, context.Background(), strconv.Itoa(i), 10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if na, nb := len(a.attempts()), len(b.attempts()); na != 20 || nb != 10 {
+			t.Errorf("a took %d, b %d; want 20 and 10 for weights 2 and 1", na, nb)
+		}
+	})
+}
+
+// A member whose Admission holds it down takes no requests but its probe.
+func TestPoolSkipsDownMember(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := &upstream{up: time.Now().Add(time.Hour), service: time.Second}
+		ok := newFake(step{})
+		adm := &outlast.Admission{}
+		pool := &outlast.Pool{
+			Members: []*outlast.Transport{{Name: "down", Base: down, Admission: adm}, {Name: "ok", Base: ok}},
+			Policy:  poolPolicy,
+		}
+		for i := range 20 {
+			if _, err := served(pool, chat(t, context.Background(), strconv.Itoa(i), 10)); err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+		}
+		if s := adm.State("pool.test").State; s != outlast.Down {
+			t.Fatalf("down member's state %v, want down", s)
+		}
+		// It went down after DefaultDownAfter failures, each retried at
+		// ok at once; then only probes, on its schedule, and the 20
+		// requests took no time but their own.
+		down.mu.Lock()
+		n := len(down.sent)
+		down.mu.Unlock()
+		if n > outlast.DefaultDownAfter+1 {
+			t.Errorf("the down member was sent %d requests, want at most %d", n, outlast.DefaultDownAfter+1)
+		}
+		if n := len(ok.attempts()); n != 20 {
+			t.Errorf("ok served %d, want 20", n)
+		}
+	})
+}
+
+// Under a layer that retries already, the pool makes one attempt.
+func TestPoolOneAttemptUnderOuterLayer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newFake(step{status: 503}, step{status: 503}, step{})
+		b := newFake(step{status: 503}, step{status: 503}, step{})
+		pool := &outlast.Pool{Members: []*outlast.Transport{{Base: a}, {Base: b}}, Policy: poolPolicy}
+		calls := 0
+		err := outlast.Do(context.Background(), &outlast.Policy{Waits: []time.Duration{time.Second}, MaxAttempts: 2}, func(ctx context.Context) error {
+			calls++
+			resp, err := pool.RoundTrip(chat(t, ctx, "x", 10))
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				return &outlast.StatusError{StatusCode: resp.StatusCode}
+			}
+			return nil
+		})
+		if err == nil {
+			t.Fatal("want the outer layer's last failure")
+		}
+		if n := len(a.attempts()) + len(b.attempts()); n != 2 || calls != 2 {
+			t.Errorf("%d attempts in %d calls, want one a call", n, calls)
+		}
+	})
+}
+
+// A pool without members, or with weights that do not fit them, says so.
+func TestPoolRefusesBadWeights(t *testing.T) {
+	for _, w := range [][]int{{1}, {1, 0}} {
+		pool := &outlast.Pool{Members: []*outlast.Transport{{}, {}}, Weights: w}
+		r, _ := http.NewRequest(http.MethodGet, "http://pool.test/", nil)
+		if _, err := pool.RoundTrip(r); err == nil || !strings.Contains(err.Error(), "weight") {
+			t.Errorf("weights %v: err = %v, want one that names the weights", w, err)
+		}
+	}
+	var empty outlast.Pool
+	r, _ := http.NewRequest(http.MethodGet, "http://pool.test/", nil)
+	if _, err := empty.RoundTrip(r); err == nil || !strings.Contains(err.Error(), "no members") {
+		t.Errorf("no members: err = %v", err)
+	}
+}
