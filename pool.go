@@ -38,12 +38,16 @@ const poolCooldown = time.Second
 //
 // The Pool keeps a ledger for each member: what its latest response's
 // rate-limit headers said was left of its requests and tokens
-// ([ReadHeadroom]), refilled at the rate those headers imply (from what is
-// left to the limit by the reset), less what was sent since. Each request's
-// tokens are estimated before it is sent (Estimate, by default
-// [EstimateTokens] with DefaultOutputTokens), and the answer's headers
-// correct the count. A request goes to the member that can take it now,
-// ranked by:
+// ([ReadHeadroom]), less what was sent to it since, refilled steadily at
+// its limit a minute (the window of the providers' requests and tokens
+// per minute, and their token buckets' pace), or faster when the headers'
+// reset says so. Each request's tokens are estimated before it is sent
+// (Estimate, by default [EstimateTokens] with DefaultOutputTokens), and
+// the answer's headers correct the count: those of an answer to an
+// attempt sent before the one whose answer counted last are left out, and
+// the attempts sent after an answered one, or just before it, are still
+// counted against what its headers say is left. A request goes to the
+// member that can take it now, ranked by:
 //
 //  1. healthy before down: a member whose Admission holds it down takes
 //     a request only as its probe, and only when the probe is due;
@@ -57,17 +61,23 @@ const poolCooldown = time.Second
 // A member can take a request when it is not held by a server's delay
 // (a 429's Retry-After) or by its Admission, and has at least one request
 // and the request's estimated tokens left. A request larger than a
-// member's whole token limit waits for the limit to be whole.
+// member's whole token limit waits for the limit to be whole. A member's
+// Admission leaves its rate limits to the Pool: it does not pause a
+// member whose headers say none is left (see [RateLimitReset]).
 //
 // # Pacing
 //
 // When no member can take a request, it waits, in the order requests
-// came, until one can: until the earliest moment its ledger shows room,
-// or a request in flight ends. A new request never passes one that
-// waits. It waits no later than its deadline less its reserve; a request
-// whose wait would end after that gets, at once, a *StatusError wrapping
-// ErrPoolSpent: 429 when the members are out of quota, 503 when they
-// are down, with RetryAfter the time until the first can take it.
+// came, for the member that will have room for it first, rather than be
+// sent to collect a 429. A request that came later goes ahead of it only
+// to another member, so that it never delays one that came before it. A
+// request waits no later than its deadline less its reserve. One that
+// would wait past that, for the members' refill of its own tokens and
+// those of the requests waiting ahead of it, is refused at once with a
+// *StatusError wrapping ErrPoolSpent: 429 when the members are out of
+// quota, 503 when they are down, with RetryAfter the time until there is
+// room for it. One whose wait reaches that bound anyway gets the same
+// error then.
 //
 // # Retries
 //
@@ -116,12 +126,35 @@ type Pool struct {
 
 	once    sync.Once
 	initErr error
+	sh      *poolShared
+}
+
+// poolShared is the state of a Pool that Sharing shares: the members'
+// ledgers and the queue.
+type poolShared struct {
 	mu      sync.Mutex
 	members []poolMember
 	q       []*poolWaiter // in the order they came
 	timer   *time.Timer   // wakes the queue's head at the earliest room
 	wakeAt  time.Time     // when timer fires, if it is set
 	seq     uint64        // numbers the attempts sent, for their answers' headers
+}
+
+// Sharing returns a Pool like p, sending through members, that shares
+// p's ledgers and queue: members are p's members in the same order, with
+// other settings, such as a ResponseHeaderTimeout for requests that
+// stream. Requests through either pool count against the same headroom
+// and wait in the same queue. It returns p's error if p is not valid.
+func (p *Pool) Sharing(members []*Transport) (*Pool, error) {
+	if err := p.setup(); err != nil {
+		return nil, err
+	}
+	if len(members) != len(p.Members) {
+		return nil, fmt.Errorf("outlast: Pool.Sharing: %d members for a pool of %d", len(members), len(p.Members))
+	}
+	q := &Pool{Members: members, Weights: p.Weights, Rewrite: p.Rewrite, Policy: p.Policy, Estimate: p.Estimate, OnMove: p.OnMove, sh: p.sh}
+	q.once.Do(func() {})
+	return q, nil
 }
 
 // A MemberState is what a [Pool] knows of one member now.
@@ -141,13 +174,13 @@ type MemberState struct {
 
 // State returns what the pool knows of Members[i] now.
 func (p *Pool) State(i int) MemberState {
-	if p.setup() != nil || i < 0 || i >= len(p.members) {
+	if p.setup() != nil || i < 0 || i >= len(p.sh.members) {
 		return MemberState{Requests: unknownQuota, Tokens: unknownQuota}
 	}
 	now := time.Now()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m := &p.members[i]
+	p.sh.mu.Lock()
+	defer p.sh.mu.Unlock()
+	m := &p.sh.members[i]
 	s := MemberState{Name: p.Members[i].Name, Requests: m.req.quota(now), Tokens: m.tok.quota(now), InFlight: m.inFlight}
 	if now.Before(m.notBefore) {
 		s.NotBefore = m.notBefore
@@ -162,14 +195,26 @@ type poolMember struct {
 	inFlight  int
 	turns     float64   // requests taken, over its weight: the turn's order
 	notBefore time.Time // a 429's delay
-	sent      []sending // the attempts in flight, in the order sent
+	sent      []sending // the attempts sent after applied, in order
+	applied   uint64    // the attempt whose answer's headers last counted the limits
 }
+
+// maxSent bounds a member's attempts kept for the count of its limits, a
+// member whose answers state none included: past it, the oldest is
+// forgotten, as if an answer had counted it.
+const maxSent = 4096
 
 // sending is an attempt in flight: its number and its estimate.
 type sending struct {
 	seq    uint64
+	at     time.Time
 	tokens float64
 }
+
+// reorderWindow is how long before another an attempt may be sent and
+// still reach its member after it: the network, or goroutines at one
+// instant, may reorder them.
+const reorderWindow = 250 * time.Millisecond
 
 // A ledger is one limit of a member as the Pool counts it.
 type ledger struct {
@@ -177,27 +222,33 @@ type ledger struct {
 	limit float64   // the window's allowance; -1 if not stated
 	left  float64   // what was left at
 	at    time.Time // when left was counted
-	rate  float64   // refill per second, from the headers' reset; 0 if unknown
+	rate  float64   // refill per second; 0 if not known
 	reset time.Time // when the headers said the limit is whole again
 }
 
-// avail returns what is left at now: left, refilled at rate since at,
-// and never above the limit; past the reset, the whole limit.
+// defaultWindow is the window over which a limit is taken to refill
+// fully, unless its reset rules it out: a minute, the window of the
+// providers' requests and tokens per minute.
+const defaultWindow = time.Minute
+
+// avail returns what is left at now: left, refilled at rate since at, and
+// never above the limit. Without a rate (a limit not stated), left until
+// the reset, and then whole, by an amount not known.
 func (l *ledger) avail(now time.Time) float64 {
 	if !l.known {
 		return math.Inf(1)
 	}
-	if !l.reset.IsZero() && !now.Before(l.reset) {
-		if l.limit < 0 {
-			return math.Inf(1) // whole, but how much is not known
+	if l.rate > 0 {
+		v := l.left + l.rate*now.Sub(l.at).Seconds()
+		if l.limit >= 0 {
+			v = min(v, max(l.limit, l.left))
 		}
-		return max(l.limit, l.left)
+		return v
 	}
-	v := l.left + l.rate*now.Sub(l.at).Seconds()
-	if l.limit >= 0 {
-		v = min(v, max(l.limit, l.left))
+	if !l.reset.IsZero() && !now.Before(l.reset) {
+		return math.Inf(1)
 	}
-	return v
+	return l.left
 }
 
 // spend takes n from what is left at now.
@@ -211,24 +262,18 @@ func (l *ledger) spend(now time.Time, n float64) {
 		return
 	}
 	l.left, l.at = v-n, now
-	if l.rate == 0 && l.limit > 0 && l.left < l.limit && l.reset.After(now) {
-		l.rate = (l.limit - l.left) / l.reset.Sub(now).Seconds()
-	}
-	if l.rate > 0 && l.limit > 0 {
-		// The reset moves with what was taken: the refill is steady.
-		l.reset = now.Add(time.Duration((l.limit - l.left) / l.rate * float64(time.Second)))
-	}
 }
 
-// need returns when at least n will be left, from now: now if it is, the
-// zero time if never (a limit below n that is not known to refill).
+// when returns when at least n will be left, from now: now if it is, the
+// zero time if never (a limit below n that is not known to refill). For n
+// above the whole limit, when the limit is whole.
 func (l *ledger) when(now time.Time, n float64) time.Time {
-	v := l.avail(now)
-	if v >= n {
+	if l.fits(now, n) {
 		return now
 	}
+	v := l.avail(now)
 	if l.limit >= 0 && n > l.limit {
-		n = l.limit // more than the whole limit: wait for it whole
+		n = l.limit
 	}
 	if l.rate > 0 {
 		return now.Add(time.Duration(math.Ceil((n - v) / l.rate * float64(time.Second))))
@@ -258,15 +303,27 @@ func (l *ledger) share(now time.Time) float64 {
 }
 
 // set counts the limit afresh from q, a response's headers read at now,
-// less pending, what was sent since that the headers may not count.
+// less pending, what was sent after the request they answer, and its
+// rate of refill.
 func (l *ledger) set(q Quota, now time.Time, pending float64) {
 	if !q.Known() {
 		return
 	}
 	l.known, l.limit, l.left, l.at = true, float64(q.Limit), float64(q.Remaining)-pending, now
 	l.reset = q.Reset
-	if q.Limit > 0 && q.Remaining < q.Limit && q.Reset.After(now) {
-		l.rate = float64(q.Limit-q.Remaining) / q.Reset.Sub(now).Seconds()
+	if q.Limit <= 0 {
+		l.rate = 0
+		return
+	}
+	// A limit a minute refills at a steady limit/minute, as OpenAI's and
+	// Anthropic's token buckets do; the reset says so only roughly, since
+	// what is left is rounded down to a whole number, so it is believed
+	// only when it rules a minute out: the refill is between what is
+	// missing, and one less, over the time to the reset.
+	l.rate = float64(q.Limit) / defaultWindow.Seconds()
+	if d := q.Reset.Sub(now).Seconds(); d > 0 && q.Remaining < q.Limit {
+		lo, hi := float64(q.Limit-q.Remaining-1)/d, float64(q.Limit-q.Remaining)/d
+		l.rate = min(max(l.rate, lo), hi)
 	}
 }
 
@@ -293,6 +350,7 @@ type poolWaiter struct {
 type poolTicket struct {
 	i      int
 	seq    uint64
+	at     time.Time // when it was taken
 	tokens float64
 }
 
@@ -306,9 +364,9 @@ func (p *Pool) setup() error {
 			p.initErr = fmt.Errorf("outlast: Pool has %d weights for %d members", len(p.Weights), len(p.Members))
 			return
 		}
-		p.members = make([]poolMember, len(p.Members))
-		for i := range p.members {
-			m := &p.members[i]
+		p.sh = &poolShared{members: make([]poolMember, len(p.Members))}
+		for i := range p.sh.members {
+			m := &p.sh.members[i]
 			m.weight = 1
 			if p.Weights != nil {
 				if p.Weights[i] < 1 {
@@ -331,8 +389,8 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	ctx := req.Context()
-	pol, _ := policyFrom(ctx)
-	if pol == nil {
+	pol, ok := policyFrom(ctx)
+	if !ok {
 		pol = p.Policy
 	}
 	var s schedule
@@ -345,6 +403,8 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		s.p = pol
 		m = mark(ctx, pol)
 		ctx = m
+	} else if !marked(ctx) {
+		ctx = WithPolicy(ctx, nil) // one attempt, whatever a member's own Policy
 	}
 	tokens := float64(p.estimate(req))
 	bound := p.bound(ctx, pol)
@@ -352,6 +412,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	var resp *http.Response
 	var err error
 	from := -1
+	var last error // the last attempt's failure
 	for n := 1; ; n++ {
 		if m != nil {
 			m.n.Store(int32(min(n, math.MaxInt32)))
@@ -370,7 +431,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		if n > 1 {
 			discard(resp)
 			if p.OnMove != nil && from != t.i {
-				p.OnMove(req, from, t.i, err)
+				p.OnMove(req, from, t.i, last)
 			}
 		}
 		r, rerr := p.request(req, ctx, t.i, n)
@@ -381,6 +442,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		start := time.Now()
 		resp, err = p.Members[t.i].RoundTrip(r)
 		fail := p.answered(t, resp, err)
+		last = fail
 		if fail == nil || s.p == nil || req.GetBody == nil && req.Body != nil && req.Body != http.NoBody {
 			return resp, err
 		}
@@ -465,6 +527,7 @@ func (p *Pool) bound(ctx context.Context, pol *Policy) time.Time {
 // the pool has others.
 func (p *Pool) request(req *http.Request, ctx context.Context, i, n int) (*http.Request, error) {
 	ctx = context.WithValue(ctx, leaveKey{}, true)
+	ctx = context.WithValue(ctx, poolKey{}, true)
 	if n == 1 && p.Rewrite == nil {
 		return req.WithContext(ctx), nil
 	}
@@ -482,6 +545,17 @@ func (p *Pool) request(req *http.Request, ctx context.Context, i, n int) (*http.
 	return p.Rewrite(r, i)
 }
 
+// poolKey marks the context of a pool member's attempt: its Admission
+// leaves the pacing of the member's rate limits to the pool (see
+// RateLimitReset).
+type poolKey struct{}
+
+// inPool reports whether ctx is a pool member's attempt's.
+func inPool(ctx context.Context) bool {
+	v, _ := ctx.Value(poolKey{}).(bool)
+	return v
+}
+
 // take returns a member's place for a request of tokens: at once if one
 // can take it, and no request waits ahead, else when one can, in order.
 // A member that failed the request is taken at once only if no other
@@ -489,23 +563,26 @@ func (p *Pool) request(req *http.Request, ctx context.Context, i, n int) (*http.
 // comes after bound, or the context's error.
 func (p *Pool) take(ctx context.Context, req *http.Request, tokens float64, failed []bool, bound time.Time) (poolTicket, error) {
 	now := time.Now()
-	p.mu.Lock()
-	if len(p.q) == 0 {
+	p.sh.mu.Lock()
+	if len(p.sh.q) == 0 {
 		if i, ok := p.pick(now, req, tokens, failed); ok {
 			t := p.takeLocked(now, i, tokens)
-			p.mu.Unlock()
+			p.sh.mu.Unlock()
 			return t, nil
 		}
 	}
 	at, down := p.earliest(now, req, tokens)
+	if !at.IsZero() {
+		at = later(at, p.queueRoom(now, tokens))
+	}
 	if at.IsZero() || !bound.IsZero() && at.After(bound) {
-		p.mu.Unlock()
+		p.sh.mu.Unlock()
 		return poolTicket{}, p.spent(now, at, down)
 	}
 	w := &poolWaiter{tokens: tokens, req: req, ready: make(chan poolTicket, 1)}
-	p.q = append(p.q, w)
-	p.armLocked(now)
-	p.mu.Unlock()
+	p.sh.q = append(p.sh.q, w)
+	p.dispatchLocked(now) // it may go ahead to a member none before it waits for
+	p.sh.mu.Unlock()
 
 	var expire <-chan time.Time
 	if !bound.IsZero() {
@@ -526,9 +603,9 @@ func (p *Pool) take(ctx context.Context, req *http.Request, tokens float64, fail
 			return t, nil
 		}
 		now := time.Now()
-		p.mu.Lock()
+		p.sh.mu.Lock()
 		at, down := p.earliest(now, req, tokens)
-		p.mu.Unlock()
+		p.sh.mu.Unlock()
 		return poolTicket{}, p.spent(now, at, down)
 	}
 }
@@ -536,10 +613,10 @@ func (p *Pool) take(ctx context.Context, req *http.Request, tokens float64, fail
 // leave takes w out of the queue; if it was given a place meanwhile, it
 // returns it.
 func (p *Pool) leave(w *poolWaiter) (poolTicket, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if i := slices.Index(p.q, w); i >= 0 {
-		p.q = slices.Delete(p.q, i, i+1)
+	p.sh.mu.Lock()
+	defer p.sh.mu.Unlock()
+	if i := slices.Index(p.sh.q, w); i >= 0 {
+		p.sh.q = slices.Delete(p.sh.q, i, i+1)
 		p.dispatchLocked(time.Now()) // the next may fit where w did not
 		return poolTicket{}, false
 	}
@@ -568,8 +645,8 @@ func (p *Pool) spent(now, at time.Time, down bool) error {
 // canTakeNow reports whether a member that has not failed the request
 // can take it now.
 func (p *Pool) canTakeNow(req *http.Request, tokens float64, failed []bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.sh.mu.Lock()
+	defer p.sh.mu.Unlock()
 	if !slices.Contains(failed, false) {
 		return false
 	}
@@ -580,8 +657,16 @@ func (p *Pool) canTakeNow(req *http.Request, tokens float64, failed []bool) bool
 // pick returns the member that takes a request of tokens now, by the
 // ranks of Pool's doc, preferring those that have not failed it.
 func (p *Pool) pick(now time.Time, req *http.Request, tokens float64, failed []bool) (int, bool) {
+	return p.pickOf(now, req, tokens, failed, nil)
+}
+
+// pickOf is pick among the members that claimed, if not nil, leaves out.
+func (p *Pool) pickOf(now time.Time, req *http.Request, tokens float64, failed, claimed []bool) (int, bool) {
 	best, bestRank := -1, poolRank{}
-	for i := range p.members {
+	for i := range p.sh.members {
+		if claimed != nil && claimed[i] {
+			continue
+		}
 		r, ok := p.rank(now, req, i, tokens)
 		if !ok {
 			continue
@@ -623,7 +708,7 @@ func (a poolRank) before(b poolRank) bool {
 // rank returns Members[i]'s rank for a request of tokens now, and
 // whether it can take the request now.
 func (p *Pool) rank(now time.Time, req *http.Request, i int, tokens float64) (poolRank, bool) {
-	m := &p.members[i]
+	m := &p.sh.members[i]
 	if now.Before(m.notBefore) || !m.req.fits(now, 1) || !m.tok.fits(now, tokens) {
 		return poolRank{}, false
 	}
@@ -657,10 +742,20 @@ func (p *Pool) rank(now time.Time, req *http.Request, i int, tokens float64) (po
 // zero time if none is known to, and whether the members are held down
 // (by their Admissions) rather than out of quota.
 func (p *Pool) earliest(now time.Time, req *http.Request, tokens float64) (time.Time, bool) {
+	at, _, down := p.earliestOf(now, req, tokens, nil)
+	return at, down
+}
+
+// earliestOf is earliest among the members that claimed, if not nil,
+// leaves out; it also returns the member, -1 if none.
+func (p *Pool) earliestOf(now time.Time, req *http.Request, tokens float64, claimed []bool) (time.Time, int, bool) {
 	var first time.Time
-	downs := 0
-	for i := range p.members {
-		m := &p.members[i]
+	member, downs := -1, 0
+	for i := range p.sh.members {
+		if claimed != nil && claimed[i] {
+			continue
+		}
+		m := &p.sh.members[i]
 		reqAt, tokAt := m.req.when(now, 1), m.tok.when(now, tokens)
 		if reqAt.IsZero() || tokAt.IsZero() {
 			continue // spent, and not known to refill
@@ -669,8 +764,8 @@ func (p *Pool) earliest(now time.Time, req *http.Request, tokens float64) (time.
 		t := p.Members[i]
 		if a := t.Admission; a != nil && a.troubled.Load() != 0 {
 			st := a.State(t.admissionKey(req))
-			if st.State == Down || st.State == Probing {
-				downs++
+			if (st.State == Down || st.State == Probing) && !m.notBefore.After(now) {
+				downs++ // down for its failures, not held for a 429
 			}
 			at = later(at, st.NotBefore)
 			if st.State == Down {
@@ -681,10 +776,42 @@ func (p *Pool) earliest(now time.Time, req *http.Request, tokens float64) (time.
 			at = now // room now, but its gate is full or its probe out: a request's end wakes the queue
 		}
 		if first.IsZero() || at.Before(first) {
-			first = at
+			first, member = at, i
 		}
 	}
-	return first, downs == len(p.members)
+	return first, member, downs == len(p.sh.members)
+}
+
+// queueRoom returns when the members' limits, refilled at their rates,
+// have room for the requests waiting and one more of tokens, if every
+// member's limits and rates are known; else now. It is an estimate from
+// below: each waiter must also fit a single member.
+func (p *Pool) queueRoom(now time.Time, tokens float64) time.Time {
+	needReq, needTok := float64(len(p.sh.q)+1), tokens
+	for _, w := range p.sh.q {
+		needTok += w.tokens
+	}
+	wait := 0.0
+	for _, c := range []struct {
+		need float64
+		of   func(*poolMember) *ledger
+	}{{needReq, func(m *poolMember) *ledger { return &m.req }}, {needTok, func(m *poolMember) *ledger { return &m.tok }}} {
+		var avail, rate float64
+		known := true
+		for i := range p.sh.members {
+			l := c.of(&p.sh.members[i])
+			if !l.known || l.rate <= 0 {
+				known = false
+				break
+			}
+			avail += l.avail(now)
+			rate += l.rate
+		}
+		if known && c.need > avail {
+			wait = max(wait, (c.need-avail)/rate)
+		}
+	}
+	return now.Add(time.Duration(wait * float64(time.Second)))
 }
 
 func later(a, b time.Time) time.Time {
@@ -697,14 +824,17 @@ func later(a, b time.Time) time.Time {
 // takeLocked counts an attempt of tokens at Members[i] and returns its
 // ticket.
 func (p *Pool) takeLocked(now time.Time, i int, tokens float64) poolTicket {
-	m := &p.members[i]
+	m := &p.sh.members[i]
 	m.req.spend(now, 1)
 	m.tok.spend(now, tokens)
 	m.inFlight++
 	m.turns += 1 / m.weight
-	p.seq++
-	m.sent = append(m.sent, sending{seq: p.seq, tokens: tokens})
-	return poolTicket{i: i, seq: p.seq, tokens: tokens}
+	p.sh.seq++
+	if len(m.sent) == maxSent {
+		m.sent = append(m.sent[:0], m.sent[1:]...)
+	}
+	m.sent = append(m.sent, sending{seq: p.sh.seq, at: now, tokens: tokens})
+	return poolTicket{i: i, seq: p.sh.seq, at: now, tokens: tokens}
 }
 
 // answered ends t's attempt with its result: the answer's headers count
@@ -731,22 +861,27 @@ func (p *Pool) answered(t poolTicket, resp *http.Response, err error) error {
 			}
 		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m := &p.members[t.i]
+	p.sh.mu.Lock()
+	defer p.sh.mu.Unlock()
+	m := &p.sh.members[t.i]
 	m.inFlight--
-	var pendReq, pendTok float64
-	for j := len(m.sent) - 1; j >= 0; j-- {
-		s := m.sent[j]
-		if s.seq == t.seq {
-			m.sent = slices.Delete(m.sent, j, j+1)
-			break
+	if hr := ReadHeadroom(h, now); t.seq > m.applied && (hr.Requests.Known() || hr.Tokens.Known() || hr.InputTokens.Known()) {
+		// The headers count what the member had taken by this attempt;
+		// the attempts sent after it, answered or not, they may not, nor
+		// those sent just before, which may have reached the member
+		// after it. Older answers than the one that last counted are
+		// left out.
+		var pendReq, pendTok float64
+		keep := m.sent[:0]
+		for _, s := range m.sent {
+			if s.seq > t.seq || s.seq < t.seq && !s.at.Before(t.at.Add(-reorderWindow)) {
+				pendReq++
+				pendTok += s.tokens
+				keep = append(keep, s)
+			}
 		}
-		pendReq++
-		pendTok += s.tokens
-	}
-	if h != nil {
-		hr := ReadHeadroom(h, now)
+		clear(m.sent[len(keep):])
+		m.sent, m.applied = keep, t.seq
 		m.req.set(hr.Requests, now, pendReq)
 		m.tok.set(hr.Tokens, now, pendTok)
 		if !hr.Tokens.Known() && hr.InputTokens.Known() {
@@ -786,43 +921,61 @@ func rateLimitReset(h http.Header, now time.Time) (time.Duration, bool) {
 	return at.Sub(now), true
 }
 
-// dispatchLocked gives places to the waiting requests, in order, while
-// the head of the queue can be taken; then it arms the timer for the
-// head's earliest room.
+// dispatchLocked gives places to the waiting requests, in order: each
+// that a member can take now is sent; one that none can claims the member
+// that will have room for it first, and a request after it may go ahead
+// only to another member, so that it never delays one that came before
+// it. Then it arms the timer for the earliest room of a waiter.
 func (p *Pool) dispatchLocked(now time.Time) {
-	for len(p.q) > 0 {
-		w := p.q[0]
-		i, ok := p.pick(now, w.req, w.tokens, nil)
-		if !ok {
-			break
-		}
-		w.ready <- p.takeLocked(now, i, w.tokens)
-		p.q = p.q[1:]
+	if len(p.sh.q) == 0 {
+		return
 	}
-	p.armLocked(now)
+	claimed := make([]bool, len(p.sh.members))
+	free := len(claimed)
+	var wake time.Time
+	kept := p.sh.q[:0]
+	for _, w := range p.sh.q {
+		if free == 0 {
+			kept = append(kept, w)
+			continue
+		}
+		if i, ok := p.pickOf(now, w.req, w.tokens, nil, claimed); ok {
+			w.ready <- p.takeLocked(now, i, w.tokens)
+			continue
+		}
+		kept = append(kept, w)
+		at, i, _ := p.earliestOf(now, w.req, w.tokens, claimed)
+		if i < 0 {
+			continue
+		}
+		claimed[i] = true
+		free--
+		if at.After(now) && (wake.IsZero() || at.Before(wake)) {
+			wake = at
+		}
+	}
+	clear(p.sh.q[len(kept):])
+	p.sh.q = kept
+	p.armLocked(now, wake)
 }
 
-// armLocked sets the timer for the earliest room of the queue's head.
-func (p *Pool) armLocked(now time.Time) {
-	if len(p.q) == 0 {
-		return
-	}
-	w := p.q[0]
-	at, _ := p.earliest(now, w.req, w.tokens)
+// armLocked sets the timer for at, the earliest room of a waiter; the
+// zero time for none, when a request's end wakes the queue.
+func (p *Pool) armLocked(now, at time.Time) {
 	if at.IsZero() || !at.After(now) {
-		return // a request's end wakes it
-	}
-	if p.timer != nil && p.wakeAt.Equal(at) {
 		return
 	}
-	if p.timer != nil {
-		p.timer.Stop()
+	if p.sh.timer != nil && p.sh.wakeAt.Equal(at) {
+		return
 	}
-	p.wakeAt = at
-	p.timer = time.AfterFunc(at.Sub(now), func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		p.timer = nil
+	if p.sh.timer != nil {
+		p.sh.timer.Stop()
+	}
+	p.sh.wakeAt = at
+	p.sh.timer = time.AfterFunc(at.Sub(now), func() {
+		p.sh.mu.Lock()
+		defer p.sh.mu.Unlock()
+		p.sh.timer = nil
 		p.dispatchLocked(time.Now())
 	})
 }

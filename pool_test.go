@@ -75,7 +75,11 @@ func (l *limited) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	l.mu.Unlock()
 	if status == http.StatusOK {
-		time.Sleep(l.latency)
+		d := l.latency
+		if v, err := time.ParseDuration(r.Header.Get("X-Latency")); err == nil {
+			d = v
+		}
+		time.Sleep(d)
 	}
 	return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader(l.name)), Request: r}, nil
 }
@@ -178,15 +182,19 @@ func TestPoolRoutesByHeadroom(t *testing.T) {
 }
 
 // A request never goes to collect a 429: while no member has room, it
-// waits for the earliest, in order, and is served then.
+// waits for the earliest, and is served then. The members' Admissions
+// leave the pacing to the pool: they do not hold a member whose headers
+// say it has no request left until its whole limit is back.
 func TestPoolPacesInsteadOf429(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// Two members of 2 requests a minute each.
+		// Two members of 2 requests a minute each: one refills in 30 s.
 		a, b := newLimited("a", 2, 1e6), newLimited("b", 2, 1e6)
 		pool := poolOf(poolPolicy, a, b)
+		for _, m := range pool.Members {
+			m.Admission = &outlast.Admission{}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		// The first two teach the pool the limits; the next two spend them.
 		for i := range 4 {
 			if _, err := served(pool, chat(t, ctx, strconv.Itoa(i), 10)); err != nil {
 				t.Fatal(err)
@@ -194,8 +202,8 @@ func TestPoolPacesInsteadOf429(t *testing.T) {
 		}
 		start := time.Now()
 		var wg sync.WaitGroup
-		errs := make([]error, 4)
-		for i := range 4 {
+		errs := make([]error, 2)
+		for i := range 2 {
 			wg.Go(func() { _, errs[i] = served(pool, chat(t, ctx, "w"+strconv.Itoa(i), 10)) })
 			synctest.Wait() // each joins the queue before the next
 		}
@@ -205,26 +213,170 @@ func TestPoolPacesInsteadOf429(t *testing.T) {
 				t.Fatalf("request w%d: %v", i, err)
 			}
 		}
-		if _, hits := a.counts(); hits != 0 {
-			t.Errorf("a answered %d 429s, want none: the pool waits for room", hits)
-		}
-		if _, hits := b.counts(); hits != 0 {
-			t.Errorf("b answered %d 429s, want none", hits)
-		}
-		// 2 requests a minute a member: a request refills in 30 s.
-		if took := time.Since(start); took < 30*time.Second || took > 70*time.Second {
-			t.Errorf("the four waited %v, want about a minute, as the limits refill", took)
-		}
-		var order []string
 		for _, l := range []*limited{a, b} {
-			for _, id := range l.order {
-				if strings.HasPrefix(id, "w") {
-					order = append(order, id)
-				}
+			if _, hits := l.counts(); hits != 0 {
+				t.Errorf("%s answered %d 429s, want none: the pool waits for room", l.name, hits)
 			}
 		}
-		if len(order) != 4 {
-			t.Fatalf("sent %v", order)
+		if took := time.Since(start); took < 29*time.Second || took > 31*time.Second {
+			t.Errorf("the two waited %v, want about 30 s, as one request of each member refills", took)
+		}
+	})
+}
+
+// An answer older than the one that last counted a member's limits does
+// not count them again: a long request's answer, which tells of the
+// limits as they were when it was taken, comes after those of shorter
+// requests sent after it.
+func TestPoolOlderAnswerCountsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newLimited("a", 10, 1e6)
+		pool := poolOf(nil, a)
+		ctx := context.Background()
+		if _, err := served(pool, chat(t, ctx, "first", 10)); err != nil {
+			t.Fatal(err)
+		}
+		long := make(chan error)
+		go func() {
+			r := chat(t, ctx, "long", 10)
+			r.Header.Set("X-Latency", "10s")
+			_, err := served(pool, r)
+			long <- err
+		}()
+		synctest.Wait()
+		for i := range 6 {
+			if _, err := served(pool, chat(t, ctx, strconv.Itoa(i), 10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := <-long; err != nil {
+			t.Fatal(err)
+		}
+		a.mu.Lock()
+		left := min(a.reqs, a.reqLeft+time.Since(a.at).Minutes()*a.reqs)
+		a.mu.Unlock()
+		if got := pool.State(0).Requests.Remaining; float64(got) > left {
+			t.Errorf("the pool counts %d requests left, the member has %.2f: the long answer counted them again", got, left)
+		}
+	})
+}
+
+// A member whose answer said its limit was whole is still counted down
+// by what is sent to it.
+func TestPoolCountsAfterAWholeLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		whole := &headerRT{h: http.Header{
+			"X-Ratelimit-Limit-Requests":     {"10"},
+			"X-Ratelimit-Remaining-Requests": {"10"},
+			"X-Ratelimit-Reset-Requests":     {"0s"},
+		}}
+		pool := &outlast.Pool{Members: []*outlast.Transport{{Base: whole}}}
+		if _, err := served(pool, chat(t, context.Background(), "0", 10)); err != nil {
+			t.Fatal(err)
+		}
+		whole.latency = time.Minute
+		for i := range 4 {
+			go served(pool, chat(t, context.Background(), strconv.Itoa(i), 10))
+		}
+		synctest.Wait()
+		if got := pool.State(0).Requests.Remaining; got != 6 {
+			t.Errorf("with 4 sent after an answer that said 10 of 10 were left, the pool counts %d left, want 6", got)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+	})
+}
+
+// headerRT answers 200 with its headers after its latency.
+type headerRT struct {
+	h       http.Header
+	latency time.Duration
+}
+
+func (h *headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	d := h.latency
+	time.Sleep(d)
+	return &http.Response{StatusCode: http.StatusOK, Header: h.h.Clone(), Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
+}
+
+// A request that would wait past its deadline less its reserve behind
+// the requests already waiting is refused at once, with the time until
+// the pool has room for it.
+func TestPoolRefusesAtOnceBehindTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newLimited("a", 2, 1e6) // a request each 30 s
+		pool := poolOf(poolPolicy, a)
+		ctx := context.Background()
+		for i := range 2 {
+			if _, err := served(pool, chat(t, ctx, strconv.Itoa(i), 10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 3 {
+			go served(pool, chat(t, ctx, "w"+strconv.Itoa(i), 10))
+			synctest.Wait()
+		}
+		short, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		start := time.Now()
+		_, err := pool.RoundTrip(chat(t, short, "late", 10))
+		var se *outlast.StatusError
+		if !errors.As(err, &se) || !errors.Is(err, outlast.ErrPoolSpent) {
+			t.Fatalf("err = %v, want ErrPoolSpent", err)
+		}
+		if time.Since(start) != 0 {
+			t.Errorf("refused after %v, want at once: three wait ahead, 90 s of refill", time.Since(start))
+		}
+		if se.RetryAfter < 90*time.Second || se.RetryAfter > 2*time.Minute {
+			t.Errorf("RetryAfter %v, want the refill of the three ahead and its own, about 2 min", se.RetryAfter)
+		}
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+	})
+}
+
+// A request may go ahead of one that waits, to a member the waiting one
+// does not wait for: it never delays it.
+func TestPoolGoesAheadToAnotherMember(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newLimited("a", 1000, 6000), newLimited("b", 1000, 600)
+		a.tokLeft, b.tokLeft = 10, 210
+		pool := poolOf(poolPolicy, a, b)
+		ctx := context.Background()
+		for i := range 2 {
+			if _, err := served(pool, chat(t, ctx, strconv.Itoa(i), 10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// a has none left, refilling 100 a second; b has 200 of 600,
+		// refilling 10 a second. A request of 900 waits for a, about 9 s.
+		start := time.Now()
+		big := make(chan string)
+		go func() {
+			m, err := served(pool, chat(t, ctx, "big", 900))
+			if err != nil {
+				t.Error(err)
+			}
+			big <- m
+		}()
+		synctest.Wait()
+		m, err := served(pool, chat(t, ctx, "small", 100))
+		if err != nil || m != "b" {
+			t.Fatalf("small: served by %q (%v), want b", m, err)
+		}
+		if took := time.Since(start); took != b.latency {
+			t.Errorf("small took %v, want b's latency alone: it does not wait behind big, which waits for a", took)
+		}
+		if m := <-big; m != "a" {
+			t.Errorf("big served by %q, want a", m)
+		}
+		if took := time.Since(start); took < 8*time.Second || took > 10*time.Second {
+			t.Errorf("big took %v, want about 9 s, a's refill", took)
+		}
+		for _, l := range []*limited{a, b} {
+			if _, hits := l.counts(); hits != 0 {
+				t.Errorf("%s answered %d 429s", l.name, hits)
+			}
 		}
 	})
 }
@@ -456,4 +608,21 @@ func TestPoolRefusesBadWeights(t *testing.T) {
 	if _, err := empty.RoundTrip(r); err == nil || !strings.Contains(err.Error(), "no members") {
 		t.Errorf("no members: err = %v", err)
 	}
+}
+
+// A member's own Policy is not used: without a policy of its own, the
+// pool sends once.
+func TestPoolMembersDoNotRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newFake(step{status: 503}, step{})
+		pool := &outlast.Pool{Members: []*outlast.Transport{{Base: a, Policy: poolPolicy}}}
+		resp, err := pool.RoundTrip(chat(t, context.Background(), "x", 10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 503 || len(a.attempts()) != 1 {
+			t.Errorf("status %d after %d attempts, want the 503 after one", resp.StatusCode, len(a.attempts()))
+		}
+	})
 }

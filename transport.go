@@ -397,7 +397,9 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 		a.spend(res.fail != nil && IsRetryable(res.fail))
 	}
 	var pause time.Duration
-	if res.resp != nil {
+	if res.resp != nil && !inPool(r.Context()) {
+		// A pool's member is paced by its pool's ledger, which counts
+		// its limits' refill finer than a pause until the whole reset.
 		if pause = rateLimitPause(res.resp.Header); pause > 0 {
 			var cut bool
 			pause, cut = c.capDelay(r, pause)
