@@ -112,6 +112,46 @@ type UpstreamHealth struct {
 	// Admission is the upstream's admission state, when it has an
 	// admission controller.
 	Admission *AdmissionHealth `json:"admission,omitempty"`
+	// Pool names the pool the upstream is a member of, for a member;
+	// Members names a pool's members, for a pool.
+	Pool    string   `json:"pool,omitempty"`
+	Members []string `json:"members,omitempty"`
+	// Headroom is a pool member's rate limits as its pool counts them
+	// now, once its answers have stated them.
+	Headroom *HeadroomHealth `json:"headroom,omitempty"`
+}
+
+// HeadroomHealth is a pool member's rate limits in /outlast/health:
+// each, when its answers have stated it.
+type HeadroomHealth struct {
+	Requests *QuotaHealth `json:"requests,omitempty"`
+	Tokens   *QuotaHealth `json:"tokens,omitempty"`
+	// InFlight counts the member's requests sent and not yet answered.
+	InFlight int `json:"in_flight"`
+	// NotBefore is when a 429's delay lets the member take requests
+	// again, while it is ahead.
+	NotBefore *time.Time `json:"not_before,omitempty"`
+}
+
+// QuotaHealth is one rate limit in /outlast/health: the window's limit
+// (-1 if not stated), what is left of it now as the pool counts it, and
+// when it is whole again, if stated.
+type QuotaHealth struct {
+	Limit     int64      `json:"limit"`
+	Remaining int64      `json:"remaining"`
+	Reset     *time.Time `json:"reset,omitempty"`
+}
+
+// quotaHealth returns q for health, nil if not known.
+func quotaHealth(q outlast.Quota) *QuotaHealth {
+	if !q.Known() {
+		return nil
+	}
+	h := &QuotaHealth{Limit: q.Limit, Remaining: q.Remaining}
+	if !q.Reset.IsZero() {
+		h.Reset = &q.Reset
+	}
+	return h
 }
 
 // AdmissionHealth is an upstream's admission state in /outlast/health.
@@ -165,12 +205,27 @@ func (g *Gateway) Health() Health {
 	if c := g.conns.Load(); c != nil {
 		h.Connections = c.open.Load()
 	}
-	for _, u := range g.upstreams {
+	for _, u := range g.all() {
 		inFlight, queued, named := u.gates.load()
-		h.Upstreams = append(h.Upstreams, UpstreamHealth{
-			Name: u.Name, Prefix: u.Prefix, URL: redact.URL(u.URL), Slots: u.Slots,
+		uh := UpstreamHealth{
+			Name: u.Name, Prefix: u.Prefix, Slots: u.Slots,
 			InFlight: inFlight, Queued: queued, Named: named, Admission: admissionHealth(u.Admission),
-		})
+		}
+		if u.URL != nil {
+			uh.URL = redact.URL(u.URL)
+		}
+		for _, m := range u.members {
+			uh.Members = append(uh.Members, m.Name)
+		}
+		if st, ok := u.headroom(); ok {
+			uh.Pool = u.in.Name
+			hh := &HeadroomHealth{Requests: quotaHealth(st.Requests), Tokens: quotaHealth(st.Tokens), InFlight: st.InFlight}
+			if !st.NotBefore.IsZero() {
+				hh.NotBefore = &st.NotBefore
+			}
+			uh.Headroom = hh
+		}
+		h.Upstreams = append(h.Upstreams, uh)
 	}
 	if f := g.cfg.JournalStats; f != nil {
 		d, fl := f()
@@ -183,13 +238,18 @@ func (g *Gateway) Health() Health {
 // observers that show slots and queues (metrics, the timeline page). It is
 // safe to call at any time from any goroutine.
 func (g *Gateway) Loads() []record.Load {
-	loads := make([]record.Load, len(g.upstreams))
-	for i, u := range g.upstreams {
+	all := g.all()
+	loads := make([]record.Load, len(all))
+	for i, u := range all {
 		inFlight, queued, named := u.gates.load()
 		loads[i] = record.Load{Upstream: u.Name, Slots: u.Slots, InFlight: inFlight, Queued: queued, Named: named}
+		loads[i].Requests, loads[i].Tokens = outlast.Quota{Limit: -1, Remaining: -1}, outlast.Quota{Limit: -1, Remaining: -1}
 		if a := u.Admission; a != nil {
 			s := a.State("")
 			loads[i].Admission, loads[i].State, loads[i].Limit, loads[i].Waiting = true, s.State, s.Limit, s.Waiting
+		}
+		if st, ok := u.headroom(); ok {
+			loads[i].Pool, loads[i].Requests, loads[i].Tokens = u.in.Name, st.Requests, st.Tokens
 		}
 	}
 	return loads

@@ -122,7 +122,7 @@ func (x *exchange) serve() {
 	if x.hedges() {
 		resp, err = x.hedged(ctx)
 	} else {
-		resp, err = x.roundTripper().RoundTrip(x.outbound(ctx, x.up))
+		resp, err = x.roundTripper().RoundTrip(x.request(ctx))
 	}
 	stop()
 	if err != nil {
@@ -376,6 +376,12 @@ func (c *untilCommit) stop() {
 // with Fallbacks, an outlast.Fallback over it and theirs; for a stream,
 // their stream Transports.
 func (x *exchange) roundTripper() http.RoundTripper {
+	if x.up.pool != nil {
+		if x.rec.Stream {
+			return x.up.streamPool
+		}
+		return x.up.pool
+	}
 	if len(x.up.chain) == 0 {
 		if x.rec.Stream {
 			return x.up.stream
@@ -432,6 +438,15 @@ func (x *exchange) move(from, to *upstream, reason outlast.FallbackReason, err e
 	x.comment("fallback from=%s to=%s reason=%s", from.Name, to.Name, reason)
 }
 
+// request is the request that roundTripper sends: the upstream's, or for
+// a pool, one that its members' requests are made from.
+func (x *exchange) request(ctx context.Context) *http.Request {
+	if x.up.pool != nil {
+		return x.poolOutbound(ctx)
+	}
+	return x.outbound(ctx, x.up)
+}
+
 // outbound is the request to send to upstream u, with the caller's body,
 // read for replay: u's model name and u's credential, if it has them.
 // The first takes the caller's header map when the request has no
@@ -439,8 +454,9 @@ func (x *exchange) move(from, to *upstream, reason outlast.FallbackReason, err e
 // for the same upstream, and with fallbacks every one copies it, so that
 // one upstream's credential never reaches another.
 func (x *exchange) outbound(ctx context.Context, u *upstream) *http.Request {
-	take := !x.sent && len(x.up.chain) == 0
-	if len(x.up.chain) == 0 {
+	alone := len(x.up.chain) == 0 && x.up.pool == nil
+	take := !x.sent && alone
+	if alone {
 		x.sent = true // with fallbacks it never takes it, and a hedge's side may run beside this one
 	}
 	out := u.outbound(ctx, x.r, x.path, take)
@@ -713,7 +729,13 @@ func (x *exchange) retried() bool {
 // ownHeaders adds the gateway's response headers.
 func (x *exchange) ownHeaders(h http.Header) {
 	// The keys are canonical; the three values share one array.
-	v := []string{x.rec.ID, strconv.Itoa(len(x.rec.Attempts)), x.rec.Answered()} // Answered: the upstream the request is at, which may have refused it without an attempt
+	// Answered: the upstream the request is at, which may have refused it
+	// without an attempt; a pool's, the member it is at.
+	at := x.rec.Answered()
+	if x.up.pool != nil {
+		at = x.cur.Name
+	}
+	v := []string{x.rec.ID, strconv.Itoa(len(x.rec.Attempts)), at}
 	h[HeaderRequestID], h[HeaderAttempts], h[HeaderUpstream] = v[0:1:1], v[1:2:2], v[2:3:3]
 }
 
@@ -735,6 +757,8 @@ func (x *exchange) failed(ctx context.Context, err error) {
 	case x.r.Context().Err() != nil:
 		// The caller left; there is nobody to answer.
 		x.rec.Status, x.rec.Error = 499, record.ErrorClientClosed
+	case errors.Is(err, outlast.ErrPoolSpent):
+		x.poolSpent(err)
 	case errors.Is(err, outlast.ErrBusy):
 		// The gate has said that waiting will not help: no layer should
 		// retry it at once.

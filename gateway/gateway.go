@@ -57,6 +57,15 @@ type Upstream struct {
 	// means the URL's host.
 	Name string
 
+	// Members, if not empty, make this upstream a pool: its requests go
+	// to the member that can serve each soonest, by the headroom of its
+	// rate limits that its answers' headers report, and wait in arrival
+	// order when none can (see outlast.Pool). A pool has no URL, Auth or
+	// Admission of its own; its members take its other settings, and
+	// Auth, Slots and Models as their defaults. A pool may not have
+	// Fallbacks or Hedge, nor be a fallback.
+	Members []Member
+
 	// Prefix is the path prefix of the requests that go to this upstream;
 	// it is removed before the request path is joined to URL's path. Empty
 	// or "/" matches every path. The longest matching prefix wins.
@@ -209,6 +218,41 @@ type Upstream struct {
 	StatusPaths []string
 }
 
+// A Member is one member of a pool (Upstream.Members): an API key, a
+// deployment or a server of the pool's model. It is an upstream of its
+// own in the record, health and metrics, with its own gates and
+// admission state.
+type Member struct {
+	// Name names the member in the record, metrics and health; it must
+	// differ from every other upstream's and member's. Empty means the
+	// URL's host.
+	Name string
+
+	// URL is where the member's requests go, as Upstream.URL.
+	URL *url.URL
+
+	// Auth, if not nil, is the credential the gateway holds for the
+	// member, as Upstream.Auth. Nil means the pool's.
+	Auth *Credential
+
+	// Weight shares the requests among members with the same headroom: a
+	// member of weight 2 takes twice those of one of weight 1. Zero
+	// means 1.
+	Weight int
+
+	// Slots bounds the member's requests in flight, as Upstream.Slots.
+	// Zero means the pool's.
+	Slots int
+
+	// Models renames the body's model for the member, as
+	// Upstream.Models. Nil means the pool's.
+	Models map[string]string
+
+	// Admission, if not nil, is the member's admission controller, as
+	// Upstream.Admission: give each member its own.
+	Admission *outlast.Admission
+}
+
 // Config is what New needs to make a Gateway: its upstreams, and the
 // observers, logger and endpoints it reports to.
 type Config struct {
@@ -337,7 +381,13 @@ func New(cfg Config) (*Gateway, error) {
 	base = wholeBodies{base: base, max: cfg.MaxBody}
 	seen := map[string]bool{}
 	for i, u := range cfg.Upstreams {
-		up, err := newUpstream(i, u, base, g.logger, cfg.Gates)
+		var up *upstream
+		var err error
+		if len(u.Members) > 0 {
+			up, err = newPool(i, u, base, g.logger, cfg.Gates)
+		} else {
+			up, err = newUpstream(i, u, base, g.logger, cfg.Gates)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -347,6 +397,12 @@ func New(cfg Config) (*Gateway, error) {
 		seen[up.Prefix] = true
 		g.upstreams = append(g.upstreams, up)
 		g.watch(up)
+		for _, m := range up.members {
+			g.watch(m)
+		}
+	}
+	if err := checkNames(g.upstreams); err != nil {
+		return nil, err
 	}
 	if err := resolveFallbacks(g.upstreams); err != nil {
 		return nil, err

@@ -43,6 +43,13 @@ type upstream struct {
 	chain      []*upstream
 	transports []*outlast.Transport
 	streams    []*outlast.Transport
+	// A pool's members, and the outlast.Pool over their Transports, for
+	// requests that do not stream and for those that do, which share
+	// their ledgers; nil for an upstream that is not a pool.
+	members    []*upstream
+	pool       *outlast.Pool
+	streamPool *outlast.Pool
+	in         *upstream // the pool a member is in; nil for any other
 }
 
 // resolveFallbacks finds each upstream's Fallbacks by name, in ups in
@@ -68,6 +75,8 @@ func resolveFallbacks(ups []*upstream) error {
 			switch {
 			case f == nil:
 				return fmt.Errorf("gateway: upstream %s: fallback %q names no upstream: give the name of another upstream", u.Name, name)
+			case f.pool != nil:
+				return fmt.Errorf("gateway: upstream %s: fallback %q is a pool: a pool is no fallback; give it as its own route", u.Name, name)
 			case f == u:
 				return fmt.Errorf("gateway: upstream %s: fallback %q is the upstream itself", u.Name, name)
 			case slices.Contains(u.chain, f):

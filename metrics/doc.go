@@ -30,6 +30,8 @@
 //	outlast_upstream_state{upstream,state}          gauge: 1 for the admission state (healthy, down, probing, recovering), 0 for the rest
 //	outlast_admission_limit{upstream}               gauge: the admission's limit of requests in flight while recovering, else 0
 //	outlast_admission_waiting{upstream}             gauge: requests waiting for the upstream to come back
+//	outlast_pool_member_remaining{upstream,limit}   gauge: what is left of a pool member's rate limit (requests, tokens), as its pool counts it now
+//	outlast_pool_member_limit{upstream,limit}       gauge: a pool member's rate limit a window, as its answers state it
 //	outlast_journal_dropped_total                   records the journal dropped because its queue was full
 //
 // An outcome, and a retry's reason, is the attempt's outlast.Class, as the

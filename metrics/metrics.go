@@ -123,7 +123,7 @@ func (m *Metrics) register() {
 	m.gateWait = histogram("outlast_gate_wait_seconds", "Time a gated attempt waited at the gate.", gateWaitBuckets)
 	m.admWait = histogram("outlast_admission_wait_seconds", "Time an attempt waited for its upstream to come back, before the gate.", admissionWaitBuckets)
 	m.probes = counter("outlast_probes_total", "Attempts sent as the one probe of an upstream that was down.", "upstream")
-	m.fallbacks = counter("outlast_fallbacks_total", "Moves of a request from an upstream to its fallback (a request may move more than once), by why: down (it is down), spent (retryable failures, no retry left), silent (no headers or first byte in time), busy (its queue full), context-length (a 400: the request exceeds the model's context) or hedge (a hedge sent there answered first).", "from", "to", "reason")
+	m.fallbacks = counter("outlast_fallbacks_total", "Moves of a request from an upstream to its fallback (a request may move more than once), by why: down (it is down), spent (retryable failures, no retry left), silent (no headers or first byte in time), busy (its queue full), context-length (a 400: the request exceeds the model's context) hedge (a hedge sent there answered first) or rate-limited (a pool's member answered 429).", "from", "to", "reason")
 	m.conts = counter("outlast_continuations_total", "Continuations of streams that broke after their first byte (serve --continuation prefill or resume), by the upstream whose stream broke and how they ended: continued, resumed, replayed (sent again as it was, its answer past the answer so far), refused (a 4xx to the prefill or the resumption), failed (no stream to carry on with), restarted (the continuation began the answer over), diverged (the replay's text was another) or unsupported (not safe to continue: a tool call, reasoning, n > 1, …).", "upstream", "outcome")
 	m.hedges = counter("outlast_hedges_total", "Streams hedged (sent to the first fallback too, having sent no content after the hedge delay), by the upstream that was hedged and which side answered: won (the fallback's) or lost (the upstream's own).", "upstream", "outcome")
 	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -135,7 +135,7 @@ func (m *Metrics) register() {
 		Help: "1 while the gates and admission state shared through Redis cannot be reached and this gateway's own stand in, else 0.",
 	}, m.gateDegraded)
 	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.retryWait, m.busy,
-		m.latency, m.gateWait, m.admWait, m.probes, m.fallbacks, m.conts, m.hedges, dropped, degraded, queueDepth{m}, admissionState{m})
+		m.latency, m.gateWait, m.admWait, m.probes, m.fallbacks, m.conts, m.hedges, dropped, degraded, queueDepth{m}, admissionState{m}, memberHeadroom{m})
 }
 
 func (m *Metrics) newSeries(label string) *series {
@@ -279,7 +279,7 @@ var continuationOutcomes = []string{record.ContinuationOK, record.ContinuationRe
 // reasons, or "other" for a hand-made record.
 func fallbackReason(r string) string {
 	switch outlast.FallbackReason(r) {
-	case outlast.FallbackDown, outlast.FallbackSpent, outlast.FallbackBusy, outlast.FallbackContextLength, outlast.FallbackSilent, record.ReasonHedge:
+	case outlast.FallbackDown, outlast.FallbackSpent, outlast.FallbackBusy, outlast.FallbackContextLength, outlast.FallbackSilent, record.ReasonHedge, record.ReasonRateLimited:
 		return r
 	}
 	return "other"

@@ -174,7 +174,8 @@ type Move struct {
 	// To names the upstream it moved to.
 	To string `json:"to"`
 	// Reason is why it moved: "down", "spent", "silent", "busy" or
-	// "context-length", as outlast.FallbackReason says, or ReasonHedge.
+	// "context-length", as outlast.FallbackReason says, ReasonHedge, or
+	// ReasonRateLimited.
 	Reason string `json:"reason"`
 }
 
@@ -182,6 +183,10 @@ type Move struct {
 // and the Fallback of a hedge's first attempt: a stream that had sent no
 // content after its hedge delay was sent to the first fallback too.
 const ReasonHedge = "hedge"
+
+// ReasonRateLimited is the Reason of a Move from a pool's member that
+// answered 429 to another member.
+const ReasonRateLimited = "rate-limited"
 
 // The sources of a request's deadline (Request.DeadlineSource).
 const (
@@ -338,4 +343,12 @@ type Load struct {
 	// Waiting counts the requests waiting for the upstream to come back,
 	// before the gate.
 	Waiting int
+	// Pool names the pool the upstream is a member of; empty for one
+	// that is not a member.
+	Pool string
+	// Requests and Tokens are a pool member's rate limits as its pool
+	// counts them now (see outlast.Pool); not Known for a limit the
+	// member's answers have not stated, and for an upstream that is not
+	// a member.
+	Requests, Tokens outlast.Quota
 }

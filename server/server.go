@@ -251,6 +251,13 @@ func (s *Server) newGateway(logger *slog.Logger) (*gateway.Gateway, error) {
 		if u.Name == "" && u.URL != nil {
 			names[i] = u.URL.Host // the gateway's own default
 		}
+		for _, m := range u.Members {
+			name := m.Name
+			if name == "" && m.URL != nil {
+				name = m.URL.Host
+			}
+			names = append(names, name)
+		}
 	}
 	s.Metrics = metrics.New(names)
 	s.Feed = timeline.New(0, 0)

@@ -452,7 +452,8 @@ func (f *Feed) upstreams() []Upstream {
 	var ups []Upstream
 	if fn != nil {
 		for _, u := range loads {
-			ups = append(ups, Upstream{Name: u.Upstream, Slots: u.Slots, InFlight: u.InFlight, Queued: u.Queued})
+			ups = append(ups, Upstream{Name: u.Upstream, Slots: u.Slots, InFlight: u.InFlight, Queued: u.Queued,
+				Pool: u.Pool, Requests: limitOf(u.Requests), Tokens: limitOf(u.Tokens)})
 		}
 	} else {
 		ups = f.seenUpstreams()

@@ -600,3 +600,26 @@ func TestFeedEndingInFlight(t *testing.T) {
 		}
 	}
 }
+
+// A pool's member shows its pool and the limits its answers stated, as
+// the pool counts them; a limit not stated, and an upstream that is no
+// member, show none.
+func TestFeedPoolMembers(t *testing.T) {
+	t.Parallel()
+	f := timeline.New(0, 0)
+	unknown := outlast.Quota{Limit: -1, Remaining: -1}
+	f.SetLoads(func() []record.Load {
+		return []record.Load{
+			{Upstream: "gpt", Requests: unknown, Tokens: unknown},
+			{Upstream: "key-a", Pool: "gpt", Requests: outlast.Quota{Limit: 60, Remaining: 12}, Tokens: unknown},
+		}
+	})
+	ups := f.Snapshot().Upstreams
+	if len(ups) != 2 || ups[0].Pool != "" || ups[0].Requests != nil || ups[0].Tokens != nil {
+		t.Fatalf("upstreams %+v, want the pool with no limits first", ups)
+	}
+	a := ups[1]
+	if a.Pool != "gpt" || a.Requests == nil || *a.Requests != (timeline.Limit{Remaining: 12, Limit: 60}) || a.Tokens != nil {
+		t.Errorf("member %+v, want pool gpt, 12 of 60 requests left, tokens not stated", a)
+	}
+}

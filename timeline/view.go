@@ -168,6 +168,27 @@ type Upstream struct {
 	// Queue lists the waiting requests the feed has seen, in arrival
 	// order.
 	Queue []Waiter `json:"queue"`
+	// Pool names the pool the upstream is a member of, if it is one.
+	Pool string `json:"pool,omitempty"`
+	// Requests and Tokens are a pool member's rate limits as its pool
+	// counts them now, when its answers have stated them.
+	Requests *Limit `json:"requests,omitempty"`
+	Tokens   *Limit `json:"tokens,omitempty"`
+}
+
+// A Limit is one of a pool member's rate limits: what is left of it now,
+// and the limit a window (-1 if not stated).
+type Limit struct {
+	Remaining int64 `json:"remaining"`
+	Limit     int64 `json:"limit"`
+}
+
+// limitOf returns q as a Limit, nil if it is not known.
+func limitOf(q outlast.Quota) *Limit {
+	if !q.Known() {
+		return nil
+	}
+	return &Limit{Remaining: q.Remaining, Limit: q.Limit}
 }
 
 // StateChange is a change of an upstream's admission state, for the

@@ -30,6 +30,7 @@ const (
 	Internal    = "internal"       // 500: the gateway failed, as in reading its journal
 	Unreachable = "unreachable"    // 502: the upstream could not be reached
 	Broke       = "upstream-broke" // 502: the upstream broke off its answer before the body's first byte
+	RateLimited = "rate-limited"   // 429: every member of a pool is out of quota until after the request's deadline less reserve
 	Busy        = "busy"           // 503: the slot's queue, or the gateway's connections, are full
 	Down        = "upstream-down"  // 503: the upstream is down, and its next chance comes after the request's deadline less reserve
 	Shutdown    = "shutdown"       // 503: the gateway is shutting down

@@ -175,6 +175,16 @@
       head.append(badge);
     }
     card.append(head);
+    if (u.pool) {
+      // A pool's member: its rate limits as the pool counts them now.
+      const room = el("div", "headroom", { pool: u.pool });
+      const parts = [];
+      for (const [what, l] of [["requests", u.requests], ["tokens", u.tokens]]) {
+        if (l) parts.push(`${l.remaining.toLocaleString("en")}${l.limit >= 0 ? " of " + l.limit.toLocaleString("en") : ""} ${what} left`);
+      }
+      room.textContent = `in pool ${u.pool}` + (parts.length ? " · " + parts.join(" · ") : " · no limits stated yet");
+      card.append(room);
+    }
 
     const boxes = el("div", "slot-boxes");
     const shown = Math.min(Math.max(u.slots, u.in_flight), MAX_SLOT_BOXES);

@@ -9,6 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -188,12 +190,20 @@ func (f *serveFlags) upstream(entry fileValues, path string) (gateway.Upstream, 
 			return u, err
 		}
 		if !ok {
-			if s.key == "url" {
-				return u, usagef("%s: %s.url: missing: give the upstream's absolute http(s) URL", f.config, path)
+			if _, pool := entry["members"]; s.key == "url" && !pool {
+				return u, usagef("%s: %s.url: missing: give the upstream's absolute http(s) URL, or members for a pool", f.config, path)
 			}
 			continue
 		}
+		if _, pool := entry["members"]; pool && s.key == "url" {
+			return u, usagef("%s: %s.%s: a pool has members instead: give each member its %s", f.config, path, s.key, s.key)
+		}
 		if err := apply(s, v, target{up: &u}); err != nil {
+			return u, err
+		}
+	}
+	if n, ok := entry["members"]; ok {
+		if err := f.members(&u, n, path); err != nil {
 			return u, err
 		}
 	}
@@ -208,6 +218,104 @@ func (f *serveFlags) upstream(entry fileValues, path string) (gateway.Upstream, 
 		return u, usagef("%s: %s: %v", f.config, path, err)
 	}
 	return u, nil
+}
+
+// memberKeys are the keys of a pool member's entry, each a setting's
+// key but weight.
+var memberKeys = []string{"url", "name", "auth", "auth_header", "weight", "slots", "models"}
+
+// members reads n, the members of the pool u at path, into u: each
+// member's url, name, credential, weight, slots and model renames, and
+// an admission controller of its own when u has admission on.
+func (f *serveFlags) members(u *gateway.Upstream, n *yaml.Node, path string) error {
+	if u.Name == "" {
+		return usagef("%s line %d: %s: a pool needs a name, for the record and metrics", f.config, n.Line, path)
+	}
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		return usagef("%s line %d: %s.members: want a list of members, each with a url", f.config, n.Line, path)
+	}
+	for j, item := range n.Content {
+		mpath := fmt.Sprintf("%s.members[%d]", path, j)
+		var m gateway.Member
+		tmp := gateway.Upstream{}
+		keys := map[string]*yaml.Node{}
+		if err := f.readMemberMapping(item, mpath, func(key string, v *yaml.Node) error { keys[key] = v; return nil }); err != nil {
+			return err
+		}
+		for _, key := range memberKeys { // in this order: auth before auth_header
+			v, ok := keys[key]
+			if !ok {
+				continue
+			}
+			if key == "weight" {
+				w, err := strconv.Atoi(strings.TrimSpace(v.Value))
+				if err != nil || w < 1 || v.Kind != yaml.ScalarNode {
+					return usagef("%s line %d: %s.weight %q: want a whole number, 1 or more, such as 2", f.config, v.Line, mpath, v.Value)
+				}
+				m.Weight = w
+				continue
+			}
+			s := settingByKey(key)
+			text, err := nodeText(s, v)
+			if err != nil {
+				return usagef("%s line %d: %s.%s: %v", f.config, v.Line, mpath, key, err)
+			}
+			if err := apply(s, value{text, fmt.Sprintf("%s line %d: %s.%s", f.config, v.Line, mpath, key)}, target{up: &tmp}); err != nil {
+				return err
+			}
+		}
+		if keys["url"] == nil {
+			return usagef("%s line %d: %s.url: missing: give the member's absolute http(s) URL", f.config, item.Line, mpath)
+		}
+		m.Name, m.URL, m.Auth, m.Slots, m.Models = tmp.Name, tmp.URL, tmp.Auth, tmp.Slots, tmp.Models
+		if m.Name == "" {
+			m.Name = m.URL.Host
+		}
+		if u.Admission != nil {
+			m.Admission = &outlast.Admission{RetryBudget: u.Admission.RetryBudget, MaxLimit: cmp.Or(m.Slots, u.Slots)}
+		}
+		u.Members = append(u.Members, m)
+	}
+	// Each member has its own; the pool has none.
+	u.Admission = nil
+	return nil
+}
+
+// readMemberMapping calls put for each key of a member's mapping n, at
+// path, refusing a key given twice or not one of memberKeys.
+func (f *serveFlags) readMemberMapping(n *yaml.Node, path string, put func(string, *yaml.Node) error) error {
+	if n.Kind != yaml.MappingNode {
+		return usagef("%s line %d: %s: want keys and values, such as url and auth", f.config, n.Line, path)
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if line, ok := seen[k.Value]; ok {
+			return usagef("%s line %d: %s: key %q is given twice (first on line %d)", f.config, k.Line, path, k.Value, line)
+		}
+		seen[k.Value] = k.Line
+		if !slices.Contains(memberKeys, k.Value) {
+			hint := " (want one of " + strings.Join(memberKeys, ", ") + ")"
+			if hasKey(upstream, k.Value) {
+				hint = " (it is a key of the pool, which its members share)"
+			}
+			return usagef("%s line %d: %s: unknown key %q%s", f.config, k.Line, path, k.Value, hint)
+		}
+		if err := put(k.Value, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settingByKey returns the setting whose config key is key.
+func settingByKey(key string) *setting {
+	for i := range settings {
+		if settings[i].key == key {
+			return &settings[i]
+		}
+	}
+	panic("cli: no setting of key " + key) // a typo in this package
 }
 
 // settingNamed returns the setting whose flag is name.
@@ -295,7 +403,7 @@ func (f *serveFlags) readMapping(n *yaml.Node, path string, sc scope, put func(s
 			return usagef("%s line %d: %s: key %q is given twice (first on line %d)", f.config, k.Line, cmp.Or(path, "the file"), k.Value, line)
 		}
 		seen[k.Value] = k.Line
-		if !(sc == global && k.Value == "upstreams") && !hasKey(sc, k.Value) {
+		if !(sc == global && k.Value == "upstreams") && !(sc == upstream && k.Value == "members") && !hasKey(sc, k.Value) {
 			return usagef("%s line %d: %s: unknown key %q%s", f.config, k.Line, cmp.Or(path, "the file"), k.Value, unknownKeyHint(sc, k.Value))
 		}
 		if err := put(k.Value, v); err != nil {
