@@ -124,6 +124,15 @@ type Pool struct {
 	// moved on from, before the attempt there.
 	OnMove func(r *http.Request, from, to int, err error)
 
+	// Share, if not nil, shares the members' ledgers with the Pools of
+	// other processes that send to the same members, named by their
+	// Transport.Name, so that together they spend each member's limits
+	// once: each attempt is counted there before it is sent, and held
+	// back while the shared ledger has no room, and each answer's
+	// headers count the member afresh there. Package redisgate has one.
+	// Nil means this process's ledger alone.
+	Share PoolShare
+
 	once    sync.Once
 	initErr error
 	sh      *poolShared
@@ -155,6 +164,23 @@ func (p *Pool) Sharing(members []*Transport) (*Pool, error) {
 	q := &Pool{Members: members, Weights: p.Weights, Rewrite: p.Rewrite, Policy: p.Policy, Estimate: p.Estimate, OnMove: p.OnMove, sh: p.sh}
 	q.once.Do(func() {})
 	return q, nil
+}
+
+// A PoolShare keeps the ledgers of a [Pool]'s members for the Pools of
+// several processes (Pool.Share). Its methods are safe for concurrent
+// use. On an error the Pool goes on with its own ledger, as if alone.
+type PoolShare interface {
+	// Take counts an attempt of tokens at the member named member, if its
+	// shared ledger has room for it and for one more request, and returns
+	// an id for the attempt's answer. If it has none, it returns how long
+	// until it may, and counts nothing.
+	Take(ctx context.Context, member string, tokens float64) (id string, wait time.Duration, err error)
+
+	// Count counts the member's limits afresh from h, the headroom that
+	// the answer to attempt id states, read now; an answer to an attempt
+	// older than the one that counted last is left out, and the attempts
+	// taken after id, or just before it, are still counted against it.
+	Count(ctx context.Context, member, id string, h Headroom) error
 }
 
 // A MemberState is what a [Pool] knows of one member now.
@@ -348,10 +374,11 @@ type poolWaiter struct {
 
 // poolTicket is a member's place taken for an attempt.
 type poolTicket struct {
-	i      int
-	seq    uint64
-	at     time.Time // when it was taken
-	tokens float64
+	i       int
+	seq     uint64
+	at      time.Time // when it was taken
+	tokens  float64
+	shareID string // the Share's id of the attempt, if it counted it
 }
 
 func (p *Pool) setup() error {
@@ -562,6 +589,45 @@ func inPool(ctx context.Context) bool {
 // can be. It returns a *StatusError wrapping ErrPoolSpent when the room
 // comes after bound, or the context's error.
 func (p *Pool) take(ctx context.Context, req *http.Request, tokens float64, failed []bool, bound time.Time) (poolTicket, error) {
+	front := false
+	for {
+		t, err := p.takeLocal(ctx, req, tokens, failed, bound, front)
+		if err != nil || p.Share == nil {
+			return t, err
+		}
+		id, wait, serr := p.Share.Take(ctx, p.Members[t.i].Name, tokens)
+		if serr != nil || wait <= 0 {
+			t.shareID = id
+			return t, nil
+		}
+		// Other processes spent its room: hold the member that long, and
+		// take a place again, first in the queue.
+		p.refund(t, time.Now().Add(wait))
+		front = true
+	}
+}
+
+// refund gives back t, a place that the Share refused, and holds its
+// member until until.
+func (p *Pool) refund(t poolTicket, until time.Time) {
+	now := time.Now()
+	p.sh.mu.Lock()
+	defer p.sh.mu.Unlock()
+	m := &p.sh.members[t.i]
+	m.inFlight--
+	m.turns -= 1 / m.weight
+	if j := slices.IndexFunc(m.sent, func(s sending) bool { return s.seq == t.seq }); j >= 0 {
+		m.sent = slices.Delete(m.sent, j, j+1)
+	}
+	m.req.left++
+	m.tok.left += t.tokens
+	m.notBefore = later(m.notBefore, until)
+	p.dispatchLocked(now)
+}
+
+// takeLocal is take by this process's ledger alone; front puts a request
+// that must wait at the head of the queue.
+func (p *Pool) takeLocal(ctx context.Context, req *http.Request, tokens float64, failed []bool, bound time.Time, front bool) (poolTicket, error) {
 	now := time.Now()
 	p.sh.mu.Lock()
 	if len(p.sh.q) == 0 {
@@ -580,7 +646,11 @@ func (p *Pool) take(ctx context.Context, req *http.Request, tokens float64, fail
 		return poolTicket{}, p.spent(now, at, down)
 	}
 	w := &poolWaiter{tokens: tokens, req: req, ready: make(chan poolTicket, 1)}
-	p.sh.q = append(p.sh.q, w)
+	if front {
+		p.sh.q = slices.Insert(p.sh.q, 0, w)
+	} else {
+		p.sh.q = append(p.sh.q, w)
+	}
 	p.dispatchLocked(now) // it may go ahead to a member none before it waits for
 	p.sh.mu.Unlock()
 
@@ -861,11 +931,16 @@ func (p *Pool) answered(t poolTicket, resp *http.Response, err error) error {
 			}
 		}
 	}
+	hr := ReadHeadroom(h, now)
+	stated := hr.Requests.Known() || hr.Tokens.Known() || hr.InputTokens.Known()
+	if p.Share != nil && t.shareID != "" && stated {
+		p.Share.Count(context.Background(), p.Members[t.i].Name, t.shareID, hr) // an error leaves the shared count to the next answer
+	}
 	p.sh.mu.Lock()
 	defer p.sh.mu.Unlock()
 	m := &p.sh.members[t.i]
 	m.inFlight--
-	if hr := ReadHeadroom(h, now); t.seq > m.applied && (hr.Requests.Known() || hr.Tokens.Known() || hr.InputTokens.Known()) {
+	if t.seq > m.applied && stated {
 		// The headers count what the member had taken by this attempt;
 		// the attempts sent after it, answered or not, they may not, nor
 		// those sent just before, which may have reached the member

@@ -626,3 +626,79 @@ func TestPoolMembersDoNotRetry(t *testing.T) {
 		}
 	})
 }
+
+// bucketShare is a PoolShare of one request limit for every member: a
+// bucket of limit requests a window, refilled continuously, that Take
+// spends; Count only counts its calls.
+type bucketShare struct {
+	limit  float64
+	window time.Duration
+
+	mu     sync.Mutex
+	left   float64
+	at     time.Time
+	ids    int
+	counts int
+}
+
+func (b *bucketShare) Take(_ context.Context, member string, tokens float64) (string, time.Duration, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if b.at.IsZero() {
+		b.left, b.at = b.limit, now
+	}
+	b.left = min(b.limit, b.left+now.Sub(b.at).Seconds()/b.window.Seconds()*b.limit)
+	b.at = now
+	if b.left < 1 {
+		return "", time.Duration((1 - b.left) / b.limit * float64(b.window)), nil
+	}
+	b.left--
+	b.ids++
+	return member + "/" + strconv.Itoa(b.ids), 0, nil
+}
+
+func (b *bucketShare) Count(_ context.Context, member, id string, h outlast.Headroom) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if strings.HasPrefix(id, member+"/") && h.Requests.Known() {
+		b.counts++
+	}
+	return nil
+}
+
+// Two pools that share their ledgers send to a member no more than its
+// limit together: the second is held while the first spent the room,
+// rather than sent to collect a 429.
+func TestPoolShareSpendsLimitsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newLimited("a", 4, 1e6) // 4 a minute
+		share := &bucketShare{limit: 4, window: time.Minute}
+		pools := []*outlast.Pool{poolOf(poolPolicy, a), poolOf(poolPolicy, a)}
+		for _, p := range pools {
+			p.Share = share
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range 8 {
+			wg.Go(func() { _, errs[i] = served(pools[i%2], chat(t, ctx, strconv.Itoa(i), 10)) })
+			synctest.Wait()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+		}
+		if sent, hits := a.counts(); hits != 0 || sent != 8 {
+			t.Errorf("the member got %d requests and answered %d 429s; want 8 and none", sent, hits)
+		}
+		share.mu.Lock()
+		defer share.mu.Unlock()
+		if share.counts != 8 {
+			t.Errorf("the share counted %d answers, want 8", share.counts)
+		}
+	})
+}
