@@ -161,7 +161,7 @@ func (p *Pool) Sharing(members []*Transport) (*Pool, error) {
 	if len(members) != len(p.Members) {
 		return nil, fmt.Errorf("outlast: Pool.Sharing: %d members for a pool of %d", len(members), len(p.Members))
 	}
-	q := &Pool{Members: members, Weights: p.Weights, Rewrite: p.Rewrite, Policy: p.Policy, Estimate: p.Estimate, OnMove: p.OnMove, sh: p.sh}
+	q := &Pool{Members: members, Weights: p.Weights, Rewrite: p.Rewrite, Policy: p.Policy, Estimate: p.Estimate, OnMove: p.OnMove, Share: p.Share, sh: p.sh}
 	q.once.Do(func() {})
 	return q, nil
 }

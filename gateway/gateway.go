@@ -66,6 +66,11 @@ type Upstream struct {
 	// Fallbacks or Hedge, nor be a fallback.
 	Members []Member
 
+	// Share, for a pool, if not nil, shares its members' ledgers with the
+	// gateways of other processes (see outlast.Pool.Share); outlast serve
+	// --redis sets one. Nil means this gateway's own.
+	Share outlast.PoolShare
+
 	// Prefix is the path prefix of the requests that go to this upstream;
 	// it is removed before the request path is joined to URL's path. Empty
 	// or "/" matches every path. The longest matching prefix wins.

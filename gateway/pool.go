@@ -75,6 +75,7 @@ func newPool(i int, u Upstream, base http.RoundTripper, logger *slog.Logger, gat
 		Rewrite:  up.poolRequest,
 		Estimate: poolEstimate,
 		OnMove:   up.poolMove,
+		Share:    u.Share,
 	}
 	var err error
 	if up.streamPool, err = up.pool.Sharing(streams); err != nil {

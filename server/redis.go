@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -66,20 +67,33 @@ func openShared(url string, gc *gateway.Config, logger *slog.Logger) (*shared, e
 	gc.GateHealth = s.health
 	for i := range gc.Upstreams {
 		u := &gc.Upstreams[i]
-		if u.Admission == nil {
+		s.join(u.Name, u.URL, u.Admission)
+		if len(u.Members) == 0 {
 			continue
 		}
-		name := u.Name
-		if name == "" && u.URL != nil {
-			name = u.URL.Host
-		}
-		limit := u.Admission.MaxLimit
-		f := redisgate.NewFleet(s.client, redisgate.FleetOptions{Prefix: redisgate.DefaultFleetPrefix + keyPart(name) + ":", MaxLimit: limit,
+		// A pool: its members' ledgers, and each member's admission.
+		u.Share = redisgate.NewPoolShare(s.client, redisgate.PoolShareOptions{Prefix: redisgate.DefaultPoolPrefix + keyPart(u.Name) + ":",
 			Timeout: redisTimeout, Monitor: s.mon})
-		f.Join(u.Admission)
-		s.closers = append(s.closers, f.Close)
+		for _, m := range u.Members {
+			s.join(m.Name, m.URL, m.Admission)
+		}
 	}
 	return s, nil
+}
+
+// join shares a, the admission of the upstream or pool member name at u,
+// through a Fleet of its own, if it has one.
+func (s *shared) join(name string, u *url.URL, a *outlast.Admission) {
+	if a == nil {
+		return
+	}
+	if name == "" && u != nil {
+		name = u.Host
+	}
+	f := redisgate.NewFleet(s.client, redisgate.FleetOptions{Prefix: redisgate.DefaultFleetPrefix + keyPart(name) + ":", MaxLimit: a.MaxLimit,
+		Timeout: redisTimeout, Monitor: s.mon})
+	f.Join(a)
+	s.closers = append(s.closers, f.Close)
 }
 
 // health reports the shared backend for /outlast/health.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,5 +158,47 @@ func TestServePoolSpentSaysWhen(t *testing.T) {
 	}
 	if d := got - first; d < -1 || d > 1 {
 		t.Errorf("Retry-After %d s, the first member says %d s: want them within a second", got, first)
+	}
+}
+
+// Two outlast serve processes sharing Redis, in front of one limited
+// member of a pool, send it no more than its limit together: past it the
+// gateways answer 429 rate-limited themselves, and the member none.
+func TestReplicasSharePoolLimit(t *testing.T) {
+	t.Parallel()
+	redis := testRedis(t)
+	mock := &mockllm.Server{Limits: mockllm.Limits{Requests: 10}}
+	if err := mock.Start(""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mock.Close() })
+	// A pool and member named afresh: Redis keeps a ledger for an hour.
+	name := fmt.Sprintf("pool-%d", time.Now().UnixNano())
+	cfg := fmt.Sprintf("upstreams:\n  - name: %s\n    members:\n      - name: %s-key\n        url: %s\n        auth: env:OPENAI_KEY_A\n", name, name, mock.URL)
+	ps := replicas(t, 2, redis, "--config", writeConfig(t, cfg))
+	// Each gateway learns the member's limit from an answer.
+	for _, p := range ps {
+		if resp, body := chatThrough(t, p.addr, 10, nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	}
+	// Then 12 at once, 6 through each, with 2 s to spare: 8 are left.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[string]int{}
+	for i := range 12 {
+		wg.Go(func() {
+			resp, _ := chatThrough(t, ps[i%2].addr, 10, map[string]string{"Outlast-Timeout": "2", "Outlast-Reserve": "0.5"})
+			mu.Lock()
+			defer mu.Unlock()
+			codes[strconv.Itoa(resp.StatusCode)+" "+resp.Header.Get("Outlast-Error")]++
+		})
+	}
+	wg.Wait()
+	if n := outcomes(mock)["rate-limited"]; n != 0 {
+		t.Errorf("the member answered %d 429s, want none: the gateways spend its limit once", n)
+	}
+	if codes["200 "] != 8 || codes["429 rate-limited"] != 4 {
+		t.Errorf("answers %v, want 8 served and 4 refused rate-limited", codes)
 	}
 }
