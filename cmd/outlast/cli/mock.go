@@ -95,7 +95,7 @@ func newMockFlags(fs *flag.FlagSet) *mockFlags {
 	})
 	fs.IntVar(&f.limits.Requests, "limit-requests", 0, "each API key's requests per --limit-window, as a provider's rate limit: past it, 429 with Retry-After; every answer carries the API's rate-limit headers; 0 for no limit")
 	fs.IntVar(&f.limits.Tokens, "limit-tokens", 0, "each API key's tokens per --limit-window, counted up front as the input's words plus max_tokens; 0 for no limit")
-	fs.Func("limit-window", "the `DURATION` the limits refill in, continuously: 1m as most providers count, or less, as Azure's windows (default 1m)", func(s string) error {
+	fs.Func("limit-window", "the `DURATION` the limits refill in, continuously: 1m as most providers count, or less, as Azure's windows", func(s string) error {
 		d, err := parse.Duration(s)
 		if err == nil && d <= 0 {
 			err = errors.New("want a positive duration, such as 10s")
@@ -103,6 +103,7 @@ func newMockFlags(fs *flag.FlagSet) *mockFlags {
 		f.limits.Window = d
 		return err
 	})
+	fs.Lookup("limit-window").DefValue = "1m" // Limits' zero Window
 	fs.BoolVar(&f.fromFirst, "from-first-request", false, "start the script's windows at the first model request instead of when the mock starts, as they do by default, so that a host slow to start misses none; a first refuse:D step starts with the mock regardless")
 	fs.BoolVar(&f.quiet, "quiet", false, "do not log each request to stderr")
 	return f
