@@ -852,36 +852,53 @@ func (p *Pool) earliestOf(now time.Time, req *http.Request, tokens float64, clai
 	return first, member, downs == len(p.sh.members)
 }
 
-// queueRoom returns when the members' limits, refilled at their rates,
-// have room for the requests waiting and one more of tokens, if every
-// member's limits and rates are known; else now. It is an estimate from
-// below: each waiter must also fit a single member.
+// queueRoom returns when a request of tokens would have room, behind the
+// requests waiting: each, in order, comes off the ledger of the member
+// that has room for it first, as the members' ledgers refill, and so does
+// this one. It is an estimate from below (the waiting requests may go to
+// members their claims keep from it, and its own gate and Admission may
+// hold it longer), and now where a member's ledger is not known.
 func (p *Pool) queueRoom(now time.Time, tokens float64) time.Time {
-	needReq, needTok := float64(len(p.sh.q)+1), tokens
-	for _, w := range p.sh.q {
-		needTok += w.tokens
+	type copyOf struct {
+		req, tok  ledger
+		notBefore time.Time
 	}
-	wait := 0.0
-	for _, c := range []struct {
-		need float64
-		of   func(*poolMember) *ledger
-	}{{needReq, func(m *poolMember) *ledger { return &m.req }}, {needTok, func(m *poolMember) *ledger { return &m.tok }}} {
-		var avail, rate float64
-		known := true
-		for i := range p.sh.members {
-			l := c.of(&p.sh.members[i])
-			if !l.known || l.rate <= 0 {
-				known = false
-				break
+	ms := make([]copyOf, len(p.sh.members))
+	for i := range p.sh.members {
+		m := &p.sh.members[i]
+		ms[i] = copyOf{m.req, m.tok, m.notBefore}
+	}
+	place := func(n float64) (time.Time, bool) {
+		best, bi := time.Time{}, -1
+		for i := range ms {
+			m := &ms[i]
+			from := later(later(now, m.req.at), m.tok.at) // after what was placed on it
+			r, t := m.req.when(from, 1), m.tok.when(from, n)
+			if r.IsZero() || t.IsZero() {
+				continue
 			}
-			avail += l.avail(now)
-			rate += l.rate
+			at := later(later(r, t), m.notBefore)
+			if bi < 0 || at.Before(best) {
+				best, bi = at, i
+			}
 		}
-		if known && c.need > avail {
-			wait = max(wait, (c.need-avail)/rate)
+		if bi < 0 {
+			return time.Time{}, false
+		}
+		ms[bi].req.spend(best, 1)
+		ms[bi].tok.spend(best, n)
+		return best, true
+	}
+	for _, w := range p.sh.q {
+		if _, ok := place(w.tokens); !ok {
+			return now
 		}
 	}
-	return now.Add(time.Duration(wait * float64(time.Second)))
+	at, ok := place(tokens)
+	if !ok {
+		return now
+	}
+	return at
 }
 
 func later(a, b time.Time) time.Time {
