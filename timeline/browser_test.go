@@ -133,6 +133,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("continuation", func(t *testing.T) { testContinuation(t, newTab(t, b)) })
 	t.Run("hedge", func(t *testing.T) { testHedge(t, newTab(t, b)) })
 	t.Run("first paint", func(t *testing.T) { testFirstPaint(t, newTab(t, b)) })
+	t.Run("pool", func(t *testing.T) { testPool(t, newTab(t, b)) })
 }
 
 // newTab opens a tab in b's browser, closed when the test ends.
@@ -879,4 +880,35 @@ func heldStream(t *testing.T, feed *timeline.Feed) (base string, release func())
 	t.Cleanup(feed.Close)
 	t.Cleanup(release)
 	return srv.URL, release
+}
+
+// testPool shows a pool's member with its pool and the limits its
+// answers stated, as the pool counts them; a member whose answers stated
+// none says so.
+func testPool(t *testing.T, tab context.Context) {
+	errs := jsErrors(t, tab)
+	up := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(up.Close)
+	feed := timeline.New(0, 0)
+	base, _ := serve(t, feed, up.URL)
+	unknown := outlast.Quota{Limit: -1, Remaining: -1}
+	feed.SetLoads(func() []record.Load {
+		return []record.Load{
+			{Upstream: "gpt", Requests: unknown, Tokens: unknown},
+			{Upstream: "key-a", Pool: "gpt", Requests: outlast.Quota{Limit: 60, Remaining: 12}, Tokens: outlast.Quota{Limit: 40000, Remaining: 3100}},
+			{Upstream: "key-b", Pool: "gpt", Requests: unknown, Tokens: unknown},
+		}
+	})
+	open(t, tab, base)
+	if err := poll(tab, 5*time.Second, `document.querySelectorAll('#slots .upstream .headroom').length === 2`); err != nil {
+		t.Fatalf("the page shows no members' headroom: %v", err)
+	}
+	got, err := chromedp.Run(tab, chromedp.Evaluate[string](`[...document.querySelectorAll('#slots .upstream')].map(u => u.dataset.name + ": " + (u.querySelector('.headroom')?.textContent ?? "-")).join(" | ")`))
+	want := "gpt: - | key-a: in pool gpt · 12 of 60 requests left · 3,100 of 40,000 tokens left | key-b: in pool gpt · no limits stated yet"
+	if err != nil || got != want {
+		t.Errorf("the slots panel says %q (%v), want %q", got, err, want)
+	}
+	if e := errs(); len(e) > 0 {
+		t.Errorf("the page's script failed: %q", e)
+	}
 }
