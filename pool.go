@@ -1,6 +1,7 @@
 package outlast
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 )
@@ -85,11 +87,14 @@ const poolCooldown = time.Second
 // Policy), as a Transport does, and is the layer that retries: each
 // member makes one attempt per turn. A 429 or a retryable failure at one
 // member is retried at once at another that can take the request and
-// has not failed it yet; once each member has failed it, the retry waits
-// as the policy says, and then for room. Each member's Admission sees its
-// own failures. A response with a body returned to the caller is never
-// sent again. Under an outer layer that retries (see Do), the Pool makes
-// one attempt.
+// has not failed it yet. When none can now, the retry waits as the policy
+// says (a 429's delay holds its member alone), and then for room, at a
+// member that has not failed it if one can take it; it keeps its place
+// ahead of the requests that came after it. Each member's Admission sees
+// its own failures, and the Pool asks it of the key of the last request
+// made for its member (Rewrite may change what the key is made of). A
+// response with a body returned to the caller is never sent again. Under
+// an outer layer that retries (see Do), the Pool makes one attempt.
 //
 // The request's body is sent again from Request.GetBody; a request
 // without one is sent once.
@@ -221,20 +226,35 @@ type poolMember struct {
 	inFlight  int
 	turns     float64   // requests taken, over its weight: the turn's order
 	notBefore time.Time // a 429's delay
-	sent      []sending // the attempts sent after applied, in order
+	sent      []sending // the attempts that an answer to come may not count, in the order sent
 	applied   uint64    // the attempt whose answer's headers last counted the limits
+	key       *string   // its Admission's key for the last request made for it, once one was
 }
 
-// maxSent bounds a member's attempts kept for the count of its limits, a
-// member whose answers state none included: past it, the oldest is
-// forgotten, as if an answer had counted it.
-const maxSent = 4096
+// maxSent bounds a member's attempts kept for the count of its limits:
+// past it, the oldest is forgotten, as if an answer had counted it.
+const maxSent = 1024
 
 // sending is an attempt in flight: its number and its estimate.
 type sending struct {
 	seq    uint64
-	at     time.Time
+	at     time.Time // when it was sent
+	done   uint64    // the last attempt sent when it was answered; 0 while in flight
 	tokens float64
+}
+
+// uncounted reports whether s may be left out of the count of the
+// headers that answer t: sent after it, or sent just before it and not
+// answered before it was sent, so that it may have reached the member
+// after it.
+func (s sending) uncounted(t poolTicket) bool {
+	switch {
+	case s.seq > t.seq:
+		return true
+	case s.seq == t.seq:
+		return false
+	}
+	return !s.at.Before(t.at.Add(-reorderWindow)) && (s.done == 0 || s.done >= t.seq)
 }
 
 // reorderWindow is how long before another an attempt may be sent and
@@ -337,6 +357,12 @@ func (l *ledger) set(q Quota, now time.Time, pending float64) {
 	}
 	l.known, l.limit, l.left, l.at = true, float64(q.Limit), float64(q.Remaining)-pending, now
 	l.reset = q.Reset
+	if l.reset.IsZero() {
+		// Azure may state what is left alone: it holds for a window, as a
+		// limit a minute's count does, and is whole after it, by how much
+		// the next answer tells.
+		l.reset = now.Add(defaultWindow)
+	}
 	if q.Limit <= 0 {
 		l.rate = 0
 		return
@@ -444,7 +470,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		if m != nil {
 			m.n.Store(int32(min(n, math.MaxInt32)))
 		}
-		t, werr := p.take(ctx, req, tokens, failed, bound)
+		t, werr := p.take(ctx, req, tokens, failed, bound, n > 1) // a retry keeps its place ahead of later arrivals
 		if werr != nil {
 			if n > 1 && !errors.Is(werr, ErrPoolSpent) {
 				return resp, err // the caller left: the last failure says more
@@ -464,7 +490,11 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		r, rerr := p.request(req, ctx, t.i, n)
 		if rerr != nil {
 			p.answered(t, nil, rerr)
+			closeBody(req)
 			return nil, rerr
+		}
+		if p.Members[t.i].Admission != nil {
+			p.noteKey(t.i, p.Members[t.i].admissionKey(r))
 		}
 		start := time.Now()
 		resp, err = p.Members[t.i].RoundTrip(r)
@@ -492,9 +522,12 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			continue
 		}
-		// Every member failed it: the retry waits as the policy says, and
-		// then for room.
-		clear(failed)
+		// No member that has not failed it can take it now: the retry
+		// waits as the policy says, and then for room, at one that has
+		// not failed it if it can.
+		if !slices.Contains(failed, false) {
+			clear(failed)
+		}
 		news := keyNews{}
 		wait, retry, derr := s.decide(ctx, fail, start, false, news)
 		if derr != nil {
@@ -588,8 +621,7 @@ func inPool(ctx context.Context) bool {
 // A member that failed the request is taken at once only if no other
 // can be. It returns a *StatusError wrapping ErrPoolSpent when the room
 // comes after bound, or the context's error.
-func (p *Pool) take(ctx context.Context, req *http.Request, tokens float64, failed []bool, bound time.Time) (poolTicket, error) {
-	front := false
+func (p *Pool) take(ctx context.Context, req *http.Request, tokens float64, failed []bool, bound time.Time, front bool) (poolTicket, error) {
 	for {
 		t, err := p.takeLocal(ctx, req, tokens, failed, bound, front)
 		if err != nil || p.Share == nil {
@@ -607,8 +639,9 @@ func (p *Pool) take(ctx context.Context, req *http.Request, tokens float64, fail
 	}
 }
 
-// refund gives back t, a place that the Share refused, and holds its
-// member until until.
+// refund gives back t, a place that the Share refused until until, and
+// counts the member as the Share does: room for t's tokens then, or, when
+// its tokens are not counted, none before then.
 func (p *Pool) refund(t poolTicket, until time.Time) {
 	now := time.Now()
 	p.sh.mu.Lock()
@@ -621,7 +654,14 @@ func (p *Pool) refund(t poolTicket, until time.Time) {
 	}
 	m.req.left++
 	m.tok.left += t.tokens
-	m.notBefore = later(m.notBefore, until)
+	if wait := until.Sub(now); m.tok.known && m.tok.rate > 0 {
+		// The share has room for this request's tokens only after
+		// wait: the member's count says so, and a smaller request may
+		// still find room sooner.
+		m.tok.left, m.tok.at = min(m.tok.avail(now), t.tokens-m.tok.rate*wait.Seconds()), now
+	} else {
+		m.notBefore = later(m.notBefore, until)
+	}
 	p.dispatchLocked(now)
 }
 
@@ -785,7 +825,7 @@ func (p *Pool) rank(now time.Time, req *http.Request, i int, tokens float64) (po
 	var r poolRank
 	t := p.Members[i]
 	if a := t.Admission; a != nil && a.troubled.Load() != 0 {
-		st := a.State(t.admissionKey(req))
+		st := a.State(p.admissionKey(i, req))
 		if now.Before(st.NotBefore) {
 			return r, false
 		}
@@ -806,6 +846,26 @@ func (p *Pool) rank(now time.Time, req *http.Request, i int, tokens float64) (po
 	r.load = float64(m.inFlight) / m.weight
 	r.turns = m.turns
 	return r, true
+}
+
+// admissionKey returns the key of Members[i]'s Admission for req: the key
+// of the last request made for it, since Rewrite may change what the key
+// is made of (its URL's host, by default), or else req's own.
+func (p *Pool) admissionKey(i int, req *http.Request) string {
+	if k := p.sh.members[i].key; k != nil {
+		return *k
+	}
+	return p.Members[i].admissionKey(req)
+}
+
+// noteKey keeps key, the Admission key of the request just made for
+// Members[i].
+func (p *Pool) noteKey(i int, key string) {
+	p.sh.mu.Lock()
+	defer p.sh.mu.Unlock()
+	if k := p.sh.members[i].key; k == nil || *k != key {
+		p.sh.members[i].key = &key
+	}
 }
 
 // earliest returns when a member can first take a request of tokens, the
@@ -833,7 +893,7 @@ func (p *Pool) earliestOf(now time.Time, req *http.Request, tokens float64, clai
 		at := later(later(m.notBefore, reqAt), tokAt)
 		t := p.Members[i]
 		if a := t.Admission; a != nil && a.troubled.Load() != 0 {
-			st := a.State(t.admissionKey(req))
+			st := a.State(p.admissionKey(i, req))
 			if (st.State == Down || st.State == Probing) && !m.notBefore.After(now) {
 				downs++ // down for its failures, not held for a 429
 			}
@@ -917,10 +977,15 @@ func (p *Pool) takeLocked(now time.Time, i int, tokens float64) poolTicket {
 	m.inFlight++
 	m.turns += 1 / m.weight
 	p.sh.seq++
-	if len(m.sent) == maxSent {
-		m.sent = append(m.sent[:0], m.sent[1:]...)
+	// Attempts a window old have been counted by the member's answers,
+	// or never will be; a member whose answers state no limits has no
+	// answer that trims them.
+	old := 0
+	for old < len(m.sent) && (len(m.sent)-old >= maxSent || m.sent[old].at.Before(now.Add(-defaultWindow))) {
+		old++
 	}
-	m.sent = append(m.sent, sending{seq: p.sh.seq, at: now, tokens: tokens})
+	clear(m.sent[:old])
+	m.sent = append(m.sent[old:], sending{seq: p.sh.seq, at: now, tokens: tokens})
 	return poolTicket{i: i, seq: p.sh.seq, at: now, tokens: tokens}
 }
 
@@ -951,29 +1016,37 @@ func (p *Pool) answered(t poolTicket, resp *http.Response, err error) error {
 	hr := ReadHeadroom(h, now)
 	stated := hr.Requests.Known() || hr.Tokens.Known() || hr.InputTokens.Known()
 	if p.Share != nil && t.shareID != "" && stated {
-		p.Share.Count(context.Background(), p.Members[t.i].Name, t.shareID, hr) // an error leaves the shared count to the next answer
+		// Not on the caller's time; an error leaves the shared count to
+		// the next answer.
+		go p.Share.Count(context.Background(), p.Members[t.i].Name, t.shareID, hr)
 	}
 	p.sh.mu.Lock()
 	defer p.sh.mu.Unlock()
 	m := &p.sh.members[t.i]
 	m.inFlight--
+	if j, ok := slices.BinarySearchFunc(m.sent, t.seq, func(s sending, seq uint64) int { return cmp.Compare(s.seq, seq) }); ok {
+		m.sent[j].done = p.sh.seq
+	}
 	if t.seq > m.applied && stated {
 		// The headers count what the member had taken by this attempt;
 		// the attempts sent after it, answered or not, they may not, nor
-		// those sent just before, which may have reached the member
-		// after it. Older answers than the one that last counted are
-		// left out.
+		// those sent just before, answered or not, which may have reached
+		// the member after it. Older answers than the one that last
+		// counted are left out; the attempts sent before this one's
+		// window never count again, since later answers' windows start
+		// later still.
+		from := sort.Search(len(m.sent), func(j int) bool {
+			return m.sent[j].seq > t.seq || !m.sent[j].at.Before(t.at.Add(-reorderWindow))
+		})
+		clear(m.sent[:from])
+		m.sent, m.applied = m.sent[from:], t.seq
 		var pendReq, pendTok float64
-		keep := m.sent[:0]
 		for _, s := range m.sent {
-			if s.seq > t.seq || s.seq < t.seq && !s.at.Before(t.at.Add(-reorderWindow)) {
+			if s.uncounted(t) {
 				pendReq++
 				pendTok += s.tokens
-				keep = append(keep, s)
 			}
 		}
-		clear(m.sent[len(keep):])
-		m.sent, m.applied = keep, t.seq
 		m.req.set(hr.Requests, now, pendReq)
 		m.tok.set(hr.Tokens, now, pendTok)
 		if !hr.Tokens.Known() && hr.InputTokens.Known() {

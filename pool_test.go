@@ -695,10 +695,144 @@ func TestPoolShareSpendsLimitsOnce(t *testing.T) {
 		if sent, hits := a.counts(); hits != 0 || sent != 8 {
 			t.Errorf("the member got %d requests and answered %d 429s; want 8 and none", sent, hits)
 		}
+		synctest.Wait() // the answers are counted off the callers' time
 		share.mu.Lock()
 		defer share.mu.Unlock()
 		if share.counts != 8 {
 			t.Errorf("the share counted %d answers, want 8", share.counts)
+		}
+	})
+}
+
+// scripted answers each request, by its X-Id, with the requests left
+// that the test releases for it: the member's own order of admission.
+type scripted struct {
+	arrived chan string
+	release map[string]chan int
+}
+
+func (s *scripted) RoundTrip(r *http.Request) (*http.Response, error) {
+	id := r.Header.Get("X-Id")
+	s.arrived <- id
+	left := <-s.release[id]
+	h := http.Header{}
+	h.Set("x-ratelimit-limit-requests", "10")
+	h.Set("x-ratelimit-remaining-requests", strconv.Itoa(left))
+	h.Set("x-ratelimit-reset-requests", (time.Duration(10-left) * 6 * time.Second).String())
+	return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
+}
+
+// Two attempts sent close together may reach the member in the other
+// order: the answer of the later, counted last, does not count the
+// earlier, which the member took after it, even though the earlier was
+// answered, and counted, first.
+func TestPoolAnswersOutOfOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &scripted{arrived: make(chan string, 3), release: map[string]chan int{"0": make(chan int, 1), "j": make(chan int, 1), "k": make(chan int, 1)}}
+		pool := &outlast.Pool{Members: []*outlast.Transport{{Name: "m", Base: s}}}
+		send := func(id string) chan struct{} {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if _, err := served(pool, chat(t, context.Background(), id, 1)); err != nil {
+					t.Error(err)
+				}
+			}()
+			<-s.arrived
+			return done
+		}
+		s.release["0"] <- 4
+		<-send("0")
+		j := send("j")
+		time.Sleep(time.Millisecond)
+		k := send("k")
+		s.release["j"] <- 2 // the member took k, then j; j answers first
+		<-j
+		s.release["k"] <- 3
+		<-k
+		if got := pool.State(0).Requests.Remaining; got != 2 {
+			t.Errorf("the pool counts %d requests left; the member has 2", got)
+		}
+	})
+}
+
+// A member whose answers state only what is left, as Azure may, without
+// a limit or a reset, is counted by it for a window, and then taken as
+// whole again: a request larger than what it said is left waits a window
+// at most, rather than for ever.
+func TestPoolRemainingAloneHoldsForAWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		azure := &headerRT{h: http.Header{"X-Ratelimit-Remaining-Tokens": {"500"}}}
+		pool := &outlast.Pool{Members: []*outlast.Transport{{Name: "azure", Base: azure}}, Policy: poolPolicy}
+		if _, err := served(pool, chat(t, context.Background(), "0", 10)); err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := pool.RoundTrip(chat(t, short, "big", 1000))
+		var se *outlast.StatusError
+		if !errors.As(err, &se) || !errors.Is(err, outlast.ErrPoolSpent) || se.RetryAfter <= 0 || se.RetryAfter > time.Minute {
+			t.Fatalf("err = %v, want ErrPoolSpent with a RetryAfter within a minute", err)
+		}
+		start := time.Now()
+		long, cancel2 := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel2()
+		if _, err := served(pool, chat(t, long, "big", 1000)); err != nil {
+			t.Fatalf("with two minutes: %v", err)
+		}
+		if took := time.Since(start); took > time.Minute {
+			t.Errorf("waited %v, want a minute at most", took)
+		}
+	})
+}
+
+// byHost answers 500 for the hosts in bad, and 200 for the others.
+type byHost struct {
+	mu   sync.Mutex
+	bad  map[string]bool
+	sent map[string]int
+}
+
+func (b *byHost) RoundTrip(r *http.Request) (*http.Response, error) {
+	b.mu.Lock()
+	b.sent[r.URL.Host]++
+	code := 200
+	if b.bad[r.URL.Host] {
+		code = 500
+	}
+	b.mu.Unlock()
+	return &http.Response{StatusCode: code, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
+}
+
+// With a Rewrite that sends each member's requests to its own host, the
+// Admission key by default, the pool sees a member that its Admission
+// holds down under that key, and sends the other member the requests.
+func TestPoolSeesRewrittenMembersDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &byHost{bad: map[string]bool{"a.test": true}, sent: map[string]int{}}
+		hosts := []string{"a.test", "b.test"}
+		pool := &outlast.Pool{
+			Members: []*outlast.Transport{{Name: "a", Base: b, Admission: &outlast.Admission{}}, {Name: "b", Base: b, Admission: &outlast.Admission{}}},
+			Rewrite: func(r *http.Request, i int) (*http.Request, error) {
+				r.URL.Host, r.Host = hosts[i], hosts[i]
+				return r, nil
+			},
+		}
+		refused := 0
+		for i := range 40 {
+			resp, err := pool.RoundTrip(chat(t, context.Background(), strconv.Itoa(i), 10))
+			if errors.Is(err, outlast.ErrUpstreamDown) {
+				refused++
+			}
+			if resp != nil {
+				resp.Body.Close()
+			}
+		}
+		if s := pool.Members[0].Admission.State("a.test").State; s != outlast.Down {
+			t.Fatalf("a's state under its host %v, want down", s)
+		}
+		if refused > 0 {
+			t.Errorf("%d requests refused as down while b was healthy", refused)
 		}
 	})
 }

@@ -90,11 +90,12 @@ const poolReorder = 250 * time.Millisecond
 // longest an attempt's answer may take to be counted.
 const poolTTL = time.Hour
 
-// poolKeys returns the Redis keys of member: its ledger, its attempts
-// taken, and the counter of their ids, in one hash slot.
+// poolKeys returns the Redis keys of member, in one hash slot: its
+// ledger, its attempts taken (a sorted set by time), the counter of their
+// ids, and for those answered, the last id taken by then.
 func (s *PoolShare) poolKeys(member string) []string {
 	base := s.prefix + hashTag(member)
-	return []string{base + ":l", base + ":s", base + ":n"}
+	return []string{base + ":l", base + ":s", base + ":n", base + ":d"}
 }
 
 // Take counts an attempt of tokens at member if the shared ledger has
@@ -145,7 +146,7 @@ func (s *PoolShare) Count(ctx context.Context, member, id string, h outlast.Head
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := countScript.Run(ctx, s.client, s.poolKeys(member)[:2], args...).Err(); err != nil {
+	if err := countScript.Run(ctx, s.client, s.poolKeys(member), args...).Err(); err != nil {
 		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			s.mon.fail(err)
 		}
@@ -178,13 +179,23 @@ local function avail(kind)
   return left, limit, rate, reset
 end
 local function f(v) return string.format('%.17g', v) end
+local function idOf(m) return tonumber(string.match(m, '^(%d+):')) end
+-- drop removes the attempts taken before at from the set, and their answers' marks.
+local function drop(at)
+  local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. at)
+  if #old > 0 then
+    redis.call('HDEL', KEYS[4], unpack(old))
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. at)
+  end
+end
 `
 
 // takeScript takes an attempt of ARGV[1] tokens if the ledger has a
 // request and the tokens left (or, for more than the whole limit, the
 // whole limit), and returns {id, 0}; else {"", ms until it may}. The id
 // names the attempt in the sorted set of attempts taken (KEYS[2], scored
-// by time): its number, from KEYS[3], and its tokens. ARGV[2] is the
+// by time): its number, from KEYS[3], and its tokens; attempts a window
+// old leave the set, counted by an answer or never to be. ARGV[2] is the
 // window, ARGV[3] how long the keys live unused.
 var takeScript = redis.NewScript(ledgerLua + `
 local need = tonumber(ARGV[1])
@@ -212,8 +223,8 @@ for kind, v in pairs(vals) do
 end
 local id = redis.call('INCR', KEYS[3]) .. ':' .. ARGV[1]
 redis.call('ZADD', KEYS[2], now, id)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - ttl)
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ttl) end
+drop(now - tonumber(ARGV[2]))
+for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
 return {id, 0}
 `)
 
@@ -222,22 +233,33 @@ return {id, 0}
 // lifetime, then for requests and tokens: known (0 or 1), limit,
 // remaining, and the reset in ms from now (-1 for none). An attempt
 // forgotten, or taken no later than the one whose answer counted last,
-// counts nothing; the attempts taken after it, or within the reorder
-// window before it, are still counted against what its headers say is
-// left.
+// counts nothing. The attempts taken after it, and those taken within the
+// reorder window before it and not answered before it was taken, are
+// still counted against what its headers say is left, as outlast.Pool
+// counts its own.
 var countScript = redis.NewScript(ledgerLua + `
 local id = ARGV[1]
 local sent = tonumber(redis.call('ZSCORE', KEYS[2], id))
 if not sent then return 0 end
-redis.call('ZREM', KEYS[2], id)
-if sent <= num('applied') then return 0 end
+local n = idOf(id)
+-- Marked answered, with the last attempt taken by then.
+redis.call('HSET', KEYS[4], id, redis.call('GET', KEYS[3]) or '0')
+if n <= num('applied') then return 0 end
 local reorder, window, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local pq, pt = 0, 0
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], sent - reorder, '+inf')) do
-  pq = pq + 1
-  pt = pt + tonumber(string.match(m, ':(.+)$'))
+  local k = idOf(m)
+  local uncounted = k > n
+  if k < n then
+    local done = redis.call('HGET', KEYS[4], m)
+    uncounted = (not done) or tonumber(done) >= n
+  end
+  if uncounted then
+    pq = pq + 1
+    pt = pt + tonumber(string.match(m, ':(.+)$'))
+  end
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (sent - reorder))
+drop(sent - reorder)
 for i, kind in ipairs({'q', 't'}) do
   local b = 4 + (i - 1) * 4
   if ARGV[b + 1] == '1' then
@@ -245,7 +267,7 @@ for i, kind in ipairs({'q', 't'}) do
     local pend = pq
     if kind == 't' then pend = pt end
     local rate, reset = 0, 0
-    if resetIn >= 0 then reset = now + resetIn end
+    if resetIn >= 0 then reset = now + resetIn else reset = now + window end
     if limit > 0 then
       rate = limit / window
       if resetIn > 0 and remaining < limit then
@@ -256,8 +278,7 @@ for i, kind in ipairs({'q', 't'}) do
       kind .. 'a', now, kind .. 'r', f(rate), kind .. 'z', reset)
   end
 end
-redis.call('HSET', KEYS[1], 'applied', sent)
-redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('HSET', KEYS[1], 'applied', n)
+for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
 return 1
 `)

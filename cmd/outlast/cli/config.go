@@ -268,6 +268,11 @@ func (f *serveFlags) members(u *gateway.Upstream, n *yaml.Node, path string) err
 			return usagef("%s line %d: %s.url: missing: give the member's absolute http(s) URL", f.config, item.Line, mpath)
 		}
 		m.Name, m.URL, m.Auth, m.Slots, m.Models = tmp.Name, tmp.URL, tmp.Auth, tmp.Slots, tmp.Models
+		if m.Auth != nil && keys["auth_header"] == nil && u.Auth != nil {
+			// The pool's header, for a member of the same API that holds
+			// its own key: x-api-key for Anthropic, api-key for Azure.
+			m.Auth = m.Auth.WithHeader(u.Auth.Header())
+		}
 		if m.Name == "" {
 			m.Name = m.URL.Host
 		}

@@ -75,3 +75,23 @@ func TestPoolConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// A member with a key of its own sends it in the pool's auth_header, as
+// a member of the same API would, unless it names its own.
+func TestPoolMemberTakesThePoolsAuthHeader(t *testing.T) {
+	t.Parallel()
+	cfg := "upstreams:\n  - name: claude\n    auth: env:OPENAI_KEY_A\n    auth_header: x-api-key\n    members:\n" +
+		"      - url: http://a.test\n        auth: env:OPENAI_KEY_B\n" +
+		"      - url: http://b.test\n        auth: env:OPENAI_KEY_B\n        auth_header: api-key\n" +
+		"      - url: http://c.test\n"
+	ms := loadServe(t, "--config", writeConfig(t, cfg)).Gateway.Upstreams[0].Members
+	for i, want := range []string{"X-Api-Key", "Api-Key", ""} {
+		got := ""
+		if ms[i].Auth != nil {
+			got = ms[i].Auth.Header()
+		}
+		if got != want {
+			t.Errorf("member %d's credential goes in %q, want %q", i, got, want)
+		}
+	}
+}
