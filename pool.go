@@ -78,8 +78,9 @@ const poolCooldown = time.Second
 // those of the requests waiting ahead of it, is refused at once with a
 // *StatusError wrapping ErrPoolSpent: 429 when the members are out of
 // quota, 503 when they are down, with RetryAfter the time until there is
-// room for it. One whose wait reaches that bound anyway gets the same
-// error then.
+// room for it. A request already waiting gets the same error as soon as
+// the members' counts show that it cannot have room before its bound, so
+// that it holds no member back from the requests after it.
 //
 // # Retries
 //
@@ -395,6 +396,7 @@ func (l *ledger) quota(now time.Time) Quota {
 type poolWaiter struct {
 	tokens float64
 	req    *http.Request // for the members' Admission keys
+	bound  time.Time     // the latest it may be sent; zero for none
 	ready  chan poolTicket
 }
 
@@ -685,7 +687,7 @@ func (p *Pool) takeLocal(ctx context.Context, req *http.Request, tokens float64,
 		p.sh.mu.Unlock()
 		return poolTicket{}, p.spent(now, at, down)
 	}
-	w := &poolWaiter{tokens: tokens, req: req, ready: make(chan poolTicket, 1)}
+	w := &poolWaiter{tokens: tokens, req: req, bound: bound, ready: make(chan poolTicket, 1)}
 	if front {
 		p.sh.q = slices.Insert(p.sh.q, 0, w)
 	} else {
@@ -702,14 +704,17 @@ func (p *Pool) takeLocal(ctx context.Context, req *http.Request, tokens float64,
 	}
 	select {
 	case t := <-w.ready:
+		if t.i < 0 {
+			return poolTicket{}, p.refused(req, tokens, t.at)
+		}
 		return t, nil
 	case <-ctx.Done():
-		if t, ok := p.leave(w); ok {
+		if t, ok := p.leave(w); ok && t.i >= 0 {
 			return t, nil // taken as it left: use it rather than waste it
 		}
 		return poolTicket{}, ctx.Err()
 	case <-expire:
-		if t, ok := p.leave(w); ok {
+		if t, ok := p.leave(w); ok && t.i >= 0 {
 			return t, nil
 		}
 		now := time.Now()
@@ -720,8 +725,19 @@ func (p *Pool) takeLocal(ctx context.Context, req *http.Request, tokens float64,
 	}
 }
 
-// leave takes w out of the queue; if it was given a place meanwhile, it
-// returns it.
+// refused returns the error for a waiting request of tokens that the
+// queue refused: no member has room for it before its bound, the first
+// at at.
+func (p *Pool) refused(req *http.Request, tokens float64, at time.Time) error {
+	now := time.Now()
+	p.sh.mu.Lock()
+	_, down := p.earliest(now, req, tokens)
+	p.sh.mu.Unlock()
+	return p.spent(now, at, down)
+}
+
+// leave takes w out of the queue; if it was given a place meanwhile, or
+// refused one (a ticket of member -1), it returns that.
 func (p *Pool) leave(w *poolWaiter) (poolTicket, bool) {
 	p.sh.mu.Lock()
 	defer p.sh.mu.Unlock()
@@ -913,52 +929,70 @@ func (p *Pool) earliestOf(now time.Time, req *http.Request, tokens float64, clai
 }
 
 // queueRoom returns when a request of tokens would have room, behind the
-// requests waiting: each, in order, comes off the ledger of the member
-// that has room for it first, as the members' ledgers refill, and so does
-// this one. It is an estimate from below (the waiting requests may go to
-// members their claims keep from it, and its own gate and Admission may
-// hold it longer), and now where a member's ledger is not known.
+// requests waiting that may still be sent (see placements). It is an
+// estimate from below (the waiting requests may go to members their
+// claims keep from it, and its own gate and Admission may hold it
+// longer), and now where a member's ledger is not known.
 func (p *Pool) queueRoom(now time.Time, tokens float64) time.Time {
-	type copyOf struct {
-		req, tok  ledger
-		notBefore time.Time
-	}
-	ms := make([]copyOf, len(p.sh.members))
-	for i := range p.sh.members {
-		m := &p.sh.members[i]
-		ms[i] = copyOf{m.req, m.tok, m.notBefore}
-	}
-	place := func(n float64) (time.Time, bool) {
-		best, bi := time.Time{}, -1
-		for i := range ms {
-			m := &ms[i]
-			from := later(later(now, m.req.at), m.tok.at) // after what was placed on it
-			r, t := m.req.when(from, 1), m.tok.when(from, n)
-			if r.IsZero() || t.IsZero() {
-				continue
-			}
-			at := later(later(r, t), m.notBefore)
-			if bi < 0 || at.Before(best) {
-				best, bi = at, i
-			}
-		}
-		if bi < 0 {
-			return time.Time{}, false
-		}
-		ms[bi].req.spend(best, 1)
-		ms[bi].tok.spend(best, n)
-		return best, true
-	}
+	pl := p.placements(now)
 	for _, w := range p.sh.q {
-		if _, ok := place(w.tokens); !ok {
-			return now
-		}
+		pl.place(w)
 	}
-	at, ok := place(tokens)
+	at, ok := pl.place(&poolWaiter{tokens: tokens})
 	if !ok {
 		return now
 	}
 	return at
+}
+
+// placements is a reckoning of when the waiting requests will have room:
+// each, in order, comes off a copy of the ledger of the member that has
+// room for it first, as the members' ledgers refill, unless that comes
+// after its bound, when it will leave unsent.
+type placements struct {
+	now     time.Time
+	members []placement
+}
+
+// placement is a member's ledgers, as placements reckons them.
+type placement struct {
+	req, tok  ledger
+	notBefore time.Time
+}
+
+func (p *Pool) placements(now time.Time) *placements {
+	pl := &placements{now: now, members: make([]placement, len(p.sh.members))}
+	for i := range p.sh.members {
+		m := &p.sh.members[i]
+		pl.members[i] = placement{m.req, m.tok, m.notBefore}
+	}
+	return pl
+}
+
+// place returns when w will have room, and whether that is known; it
+// counts w off its member's ledger unless the room comes after its bound.
+func (pl *placements) place(w *poolWaiter) (time.Time, bool) {
+	best, bi := time.Time{}, -1
+	for i := range pl.members {
+		m := &pl.members[i]
+		from := later(later(pl.now, m.req.at), m.tok.at) // after what was placed on it
+		r, t := m.req.when(from, 1), m.tok.when(from, w.tokens)
+		if r.IsZero() || t.IsZero() {
+			continue
+		}
+		at := later(later(r, t), m.notBefore)
+		if bi < 0 || at.Before(best) {
+			best, bi = at, i
+		}
+	}
+	if bi < 0 {
+		return time.Time{}, false
+	}
+	if w.bound.IsZero() || !best.After(w.bound) {
+		pl.members[bi].req.spend(best, 1)
+		pl.members[bi].tok.spend(best, w.tokens)
+	}
+	return best, true
 }
 
 func later(a, b time.Time) time.Time {
@@ -1095,10 +1129,24 @@ func (p *Pool) dispatchLocked(now time.Time) {
 	if len(p.sh.q) == 0 {
 		return
 	}
+	// A waiter that cannot have room before its bound, even as early as
+	// the members' refill allows behind those ahead of it, is refused now
+	// rather than hold a claim on a member until then.
+	pl := p.placements(now)
+	kept := p.sh.q[:0]
+	for _, w := range p.sh.q {
+		if at, ok := pl.place(w); ok && !w.bound.IsZero() && at.After(w.bound) {
+			w.ready <- poolTicket{i: -1, at: at}
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(p.sh.q[len(kept):])
+	p.sh.q = kept
 	claimed := make([]bool, len(p.sh.members))
 	free := len(claimed)
 	var wake time.Time
-	kept := p.sh.q[:0]
+	kept = p.sh.q[:0]
 	for _, w := range p.sh.q {
 		if free == 0 {
 			kept = append(kept, w)

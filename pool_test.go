@@ -836,3 +836,61 @@ func TestPoolSeesRewrittenMembersDown(t *testing.T) {
 		}
 	})
 }
+
+// stepsRT answers its requests in turn with the headers of steps, each
+// after its delay.
+type stepsRT struct {
+	mu    sync.Mutex
+	n     int
+	steps []struct {
+		delay time.Duration
+		h     http.Header
+	}
+}
+
+func (s *stepsRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	s.mu.Lock()
+	st := s.steps[min(s.n, len(s.steps)-1)]
+	s.n++
+	s.mu.Unlock()
+	time.Sleep(st.delay)
+	return &http.Response{StatusCode: http.StatusOK, Header: st.h, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
+}
+
+// A waiting request that an answer shows cannot have room before its
+// bound is refused then, not when its bound comes.
+func TestPoolRefusesAWaiterOnceItCannotBeServed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		requests := func(left int, reset string) http.Header {
+			return http.Header{"X-Ratelimit-Limit-Requests": {"2"}, "X-Ratelimit-Remaining-Requests": {strconv.Itoa(left)}, "X-Ratelimit-Reset-Requests": {reset}}
+		}
+		m := &stepsRT{steps: []struct {
+			delay time.Duration
+			h     http.Header
+		}{
+			{0, requests(1, "30s")},                 // one left, refilling one in 30 s
+			{20 * time.Second, requests(0, "120s")}, // none left, and a refill of one in 60 s
+		}}
+		pool := &outlast.Pool{Members: []*outlast.Transport{{Name: "m", Base: m}}, Policy: poolPolicy}
+		ctx := context.Background()
+		if _, err := served(pool, chat(t, ctx, "0", 10)); err != nil {
+			t.Fatal(err)
+		}
+		long := make(chan error)
+		go func() { _, err := served(pool, chat(t, ctx, "long", 10)); long <- err }()
+		synctest.Wait()
+		start := time.Now()
+		short, cancel := context.WithTimeout(ctx, 45*time.Second)
+		defer cancel()
+		_, err := pool.RoundTrip(chat(t, short, "w", 10))
+		if !errors.Is(err, outlast.ErrPoolSpent) {
+			t.Fatalf("err = %v, want ErrPoolSpent", err)
+		}
+		if took := time.Since(start); took != 20*time.Second {
+			t.Errorf("refused after %v, want 20 s, when the long answer showed its room 60 s away", took)
+		}
+		if err := <-long; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
