@@ -1090,7 +1090,7 @@ func (p *Pool) answered(t poolTicket, resp *http.Response, err error) error {
 	if status == http.StatusTooManyRequests {
 		d, ok := RetryAfter(h, now)
 		if !ok {
-			d, ok = rateLimitReset(h, now)
+			d, ok = spentUntil(hr, now)
 		}
 		if !ok || d <= 0 {
 			d = poolCooldown
@@ -1104,10 +1104,9 @@ func (p *Pool) answered(t poolTicket, resp *http.Response, err error) error {
 	return fail
 }
 
-// rateLimitReset returns the time until the latest reset of a limit the
-// headers say is spent.
-func rateLimitReset(h http.Header, now time.Time) (time.Duration, bool) {
-	hr := ReadHeadroom(h, now)
+// spentUntil returns the time until the latest reset of a limit that hr
+// says is spent.
+func spentUntil(hr Headroom, now time.Time) (time.Duration, bool) {
 	var at time.Time
 	for _, q := range []Quota{hr.Requests, hr.Tokens, hr.InputTokens, hr.OutputTokens} {
 		if q.Remaining == 0 && q.Reset.After(now) {

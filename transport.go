@@ -397,10 +397,15 @@ func (c *call) admitted(r *http.Request, tok *admToken, res *result) {
 		a.spend(res.fail != nil && IsRetryable(res.fail))
 	}
 	var pause time.Duration
-	if res.resp != nil && !inPool(r.Context()) {
+	if res.resp != nil {
 		// A pool's member is paced by its pool's ledger, which counts
-		// its limits' refill finer than a pause until the whole reset.
-		if pause = rateLimitPause(res.resp.Header); pause > 0 {
+		// its limits' refill finer than a pause until the whole reset;
+		// the context is asked only of a spent limit, off the success
+		// path.
+		if pause = rateLimitPause(res.resp.Header); pause > 0 && inPool(r.Context()) {
+			pause = 0
+		}
+		if pause > 0 {
 			var cut bool
 			pause, cut = c.capDelay(r, pause)
 			res.at.RetryAfterCut = res.at.RetryAfterCut || cut

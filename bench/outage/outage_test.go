@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/outlast-llm/outlast/bench/internal/bubble"
 )
 
 // The tests run the reduced form by default, for CI under -race: 2 seeds,
@@ -32,7 +34,7 @@ func selectPolicies(filter string) []policy { return selectFrom(policies(), filt
 // runPolicies runs pols under sc with the test's seeds.
 func runPolicies(t *testing.T, sc scenario, pols []policy) map[string][]simRun {
 	t.Helper()
-	return runAll(bubbler{t}, &sc, pols, false, seeds(), runtime.GOMAXPROCS(0), nil)
+	return runAll(bubble.For(t), &sc, pols, false, seeds(), runtime.GOMAXPROCS(0), nil)
 }
 
 func TestOracle(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outlast-llm/outlast/bench/internal/bubble"
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 )
 
@@ -22,7 +23,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	done := make(chan result, 1)
-	go func() { done <- inTest(func(b bubbler) result { return measureAll(b, c, cmdline.Terminal(stderr)) }) }()
+	go func() {
+		done <- bubble.InTest("Outage", func(b bubble.Bubbler) result { return measureAll(b, c, cmdline.Terminal(stderr)) })
+	}()
 	var res result
 	select {
 	case <-ctx.Done():
@@ -48,7 +51,7 @@ type result struct {
 }
 
 // measureAll runs the simulations and summarizes them.
-func measureAll(b bubbler, c config, progress io.Writer) result {
+func measureAll(b bubble.Bubbler, c config, progress io.Writer) result {
 	sc := &c.Scenario
 	pols := selectFrom(available(sc), c.Policies)
 	oracle := c.Policies == "" || strings.Contains(c.Policies, "oracle")

@@ -13,6 +13,8 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
+
+	"github.com/outlast-llm/outlast/bench/internal/bubble"
 )
 
 // A requestRecord is one logical request: what the caller saw.
@@ -55,9 +57,9 @@ func arrivals(sc *scenario, seed uint64) []arrival {
 }
 
 // simulate runs pol under seed in a bubble of its own and returns the run.
-func simulate(b bubbler, sc *scenario, pol policy, seed uint64) simRun {
+func simulate(b bubble.Bubbler, sc *scenario, pol policy, seed uint64) simRun {
 	r := simRun{Policy: pol.Name, Seed: seed}
-	b.run(func() {
+	b.Run(func() {
 		p := newProvider(sc, seed)
 		var fb *provider
 		if sc.Fallback {
@@ -132,7 +134,7 @@ func errorKind(err error) string {
 // runAll runs every policy under every seed, up to parallel at a time, and
 // the oracle, which needs no bubble. progress, if not nil, is called after
 // each run.
-func runAll(b bubbler, sc *scenario, pols []policy, oracle bool, seeds []uint64, parallel int, progress func(done, total int)) map[string][]simRun {
+func runAll(b bubble.Bubbler, sc *scenario, pols []policy, oracle bool, seeds []uint64, parallel int, progress func(done, total int)) map[string][]simRun {
 	type job struct {
 		pol  policy
 		seed uint64

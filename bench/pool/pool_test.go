@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/bench/internal/bubble"
 )
 
 // shortConfig is a run small enough for a test: three levels of 40
@@ -32,7 +33,7 @@ func shortConfig() config {
 func TestMembersEnforceLimits(t *testing.T) {
 	c := shortConfig()
 	w := newWorkload(c)
-	runs := runAll(bubbler{t}, c, w, policies())
+	runs := runAll(bubble.For(t), c, w, policies())
 	for _, r := range runs {
 		rejected, attempts := 0, 0
 		for _, res := range r.Results {

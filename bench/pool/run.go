@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outlast-llm/outlast/bench/internal/bubble"
 	"github.com/outlast-llm/outlast/bench/internal/cmdline"
 )
 
@@ -21,7 +22,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	start := time.Now()
 	w := newWorkload(c)
 	done := make(chan []policyRun, 1)
-	go func() { done <- inTest(func(b bubbler) []policyRun { return runAll(b, c, w, policies()) }) }()
+	go func() {
+		done <- bubble.InTest("Pool", func(b bubble.Bubbler) []policyRun { return runAll(b, c, w, policies()) })
+	}()
 	var runs []policyRun
 	select {
 	case <-ctx.Done():
@@ -40,7 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // runAll runs each policy in a bubble of its own, as many at once as
 // there are processors, and returns their runs in the order of pols.
-func runAll(b bubbler, c config, w *workload, pols []policy) []policyRun {
+func runAll(b bubble.Bubbler, c config, w *workload, pols []policy) []policyRun {
 	runs := make([]policyRun, len(pols))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup

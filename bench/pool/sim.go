@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/bench/internal/bubble"
 )
 
 // A policy is one way of routing the workload: a name, what it is, and
@@ -134,9 +135,9 @@ type policyRun struct {
 
 // simulate runs the workload under p in a bubble of its own, with fresh
 // members, and returns what became of each request.
-func simulate(b bubbler, c config, w *workload, p policy) policyRun {
+func simulate(b bubble.Bubbler, c config, w *workload, p policy) policyRun {
 	out := policyRun{Policy: p}
-	b.run(func() {
+	b.Run(func() {
 		recs := make([]record, len(w.Requests))
 		for i := range recs {
 			recs[i].output = w.Requests[i].Output

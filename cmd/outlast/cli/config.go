@@ -239,7 +239,7 @@ func (f *serveFlags) members(u *gateway.Upstream, n *yaml.Node, path string) err
 		var m gateway.Member
 		tmp := gateway.Upstream{}
 		keys := map[string]*yaml.Node{}
-		if err := f.readMemberMapping(item, mpath, func(key string, v *yaml.Node) error { keys[key] = v; return nil }); err != nil {
+		if err := f.readMapping(item, mpath, member, func(key string, v *yaml.Node) error { keys[key] = v; return nil }); err != nil {
 			return err
 		}
 		for _, key := range memberKeys { // in this order: auth before auth_header
@@ -283,33 +283,6 @@ func (f *serveFlags) members(u *gateway.Upstream, n *yaml.Node, path string) err
 	}
 	// Each member has its own; the pool has none.
 	u.Admission = nil
-	return nil
-}
-
-// readMemberMapping calls put for each key of a member's mapping n, at
-// path, refusing a key given twice or not one of memberKeys.
-func (f *serveFlags) readMemberMapping(n *yaml.Node, path string, put func(string, *yaml.Node) error) error {
-	if n.Kind != yaml.MappingNode {
-		return usagef("%s line %d: %s: want keys and values, such as url and auth", f.config, n.Line, path)
-	}
-	seen := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if line, ok := seen[k.Value]; ok {
-			return usagef("%s line %d: %s: key %q is given twice (first on line %d)", f.config, k.Line, path, k.Value, line)
-		}
-		seen[k.Value] = k.Line
-		if !slices.Contains(memberKeys, k.Value) {
-			hint := " (want one of " + strings.Join(memberKeys, ", ") + ")"
-			if hasKey(upstream, k.Value) {
-				hint = " (it is a key of the pool, which its members share)"
-			}
-			return usagef("%s line %d: %s: unknown key %q%s", f.config, k.Line, path, k.Value, hint)
-		}
-		if err := put(k.Value, v); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
@@ -396,10 +369,15 @@ func (f *serveFlags) readFile() (fileConfig, error) {
 
 // readMapping calls put for each key of the mapping n, at path in the
 // file, refusing a key that is given twice or that no setting of scope
-// has ("upstreams" being the one top-level key that is not a setting's).
+// has ("upstreams" at the top level and "members" in an upstream being
+// the keys that are not a setting's; a member's keys are memberKeys).
 func (f *serveFlags) readMapping(n *yaml.Node, path string, sc scope, put func(string, *yaml.Node) error) error {
 	if n.Kind != yaml.MappingNode {
-		return usagef("%s line %d: %s: want keys and values", f.config, n.Line, cmp.Or(path, "the file"))
+		such := ""
+		if sc == member {
+			such = ", such as url and auth"
+		}
+		return usagef("%s line %d: %s: want keys and values%s", f.config, n.Line, cmp.Or(path, "the file"), such)
 	}
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -424,6 +402,12 @@ func (f *serveFlags) readMapping(n *yaml.Node, path string, sc scope, put func(s
 // since a timeout at the top level reads as a default for every
 // upstream, which the file has no place for; else the keys of sc.
 func unknownKeyHint(sc scope, key string) string {
+	if sc == member {
+		if hasKey(upstream, key) {
+			return " (it is a key of the pool, which its members share)"
+		}
+		return " (want one of " + strings.Join(memberKeys, ", ") + ")"
+	}
 	other := upstream
 	if sc == upstream {
 		other = global
@@ -452,6 +436,9 @@ func keyPlace(sc scope) string {
 // hasKey reports whether a setting of scope sc (identity keys belong to
 // upstreams too) has the key.
 func hasKey(sc scope, key string) bool {
+	if sc == member {
+		return slices.Contains(memberKeys, key)
+	}
 	for _, s := range settings {
 		if s.key == key && (s.scope == sc || sc == upstream && s.scope == identity) {
 			return true

@@ -62,6 +62,7 @@ const (
 	global   scope = iota // the whole gateway: a top-level key
 	upstream              // each upstream: a key of its entry; the flag sets it for all
 	identity              // one upstream's own: a key of its entry; the flag only with --upstream
+	member                // a pool member's: a key of its entry under members (memberKeys), no flag
 )
 
 // target is where a setting's value goes: the server's config, for a

@@ -1,4 +1,7 @@
-package main
+// Package bubble runs a benchmark's simulations in synctest bubbles, where
+// time is virtual: a simulated minute passes as soon as every goroutine in
+// the bubble is blocked, from a program as well as from a test.
+package bubble
 
 import (
 	"flag"
@@ -7,24 +10,25 @@ import (
 	"testing/synctest"
 )
 
-// A bubbler runs functions inside synctest bubbles, where time is virtual:
-// a simulated minute of outage passes as soon as every goroutine in the
-// bubble is blocked. synctest.Test needs a *testing.T, so a program outside
-// `go test` first becomes a test binary of one test (see inTest); tests pass
-// their own T.
-type bubbler struct {
+// A Bubbler runs functions inside synctest bubbles. synctest.Test needs a
+// *testing.T, so a program outside `go test` first becomes a test binary
+// of one test (see InTest); tests use For with their own T.
+type Bubbler struct {
 	t *testing.T
 }
 
-// run runs f in a bubble of its own and waits for the bubble to end. It may
+// For returns the Bubbler of a test.
+func For(t *testing.T) Bubbler { return Bubbler{t} }
+
+// Run runs f in a bubble of its own and waits for the bubble to end. It may
 // be called from many goroutines at once: each call is its own bubble.
-func (b bubbler) run(f func()) {
+func (b Bubbler) Run(f func()) {
 	b.t.Helper()
 	synctest.Test(b.t, func(*testing.T) { f() })
 }
 
-// inTest calls f with a bubbler from inside the one test of a test binary
-// run by testing.Main, and returns what f returns.
+// InTest calls f with a Bubbler from inside the one test, named name, of a
+// test binary run by testing.Main, and returns what f returns.
 //
 // testing.Main never returns: it exits the process when its tests are done.
 // So it runs in a goroutine of its own, and its test hands f's result back
@@ -34,16 +38,16 @@ func (b bubbler) run(f func()) {
 // the command line is marked parsed first, with no testing flags set (no
 // -test.v: the binary prints nothing of its own). A test that fails, for a
 // bubble that deadlocked say, makes testing.Main print the failure and exit 1.
-func inTest[R any](f func(bubbler) R) R {
+func InTest[R any](name string, f func(Bubbler) R) R {
 	prepare.Do(func() {
 		testing.Init()
 		_ = flag.CommandLine.Parse(nil)
 	})
 	out := make(chan R, 1)
 	tests := []testing.InternalTest{{
-		Name: "Outage",
+		Name: name,
 		F: func(t *testing.T) {
-			out <- f(bubbler{t})
+			out <- f(Bubbler{t})
 			select {} // the caller exits the process
 		},
 	}}
