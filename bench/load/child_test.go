@@ -4,15 +4,20 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/outlast-llm/outlast/server"
 )
 
 // TestMain lets the test binary be the child writer, as the load program
-// is for --journal-child.
+// is for --journal-child, and the deployed upstream and proxy.
 func TestMain(m *testing.M) {
 	server.RunJournalWriter()
+	runChild()
 	os.Exit(m.Run())
 }
 
@@ -36,6 +41,73 @@ func TestSmokeJournalInline(t *testing.T) {
 				t.Errorf("%s %s %s: got %d requests, %d errors (first: %q); want some, and no errors",
 					row.Phase, row.Metric, ts.Name, ts.N, ts.Errors, ts.FirstError)
 			}
+		}
+	}
+}
+
+// TestSmokeDeployed runs the program at a tiny scale with every target in
+// a process of its own, outlast serve built from this module, and checks
+// that every request succeeded and the CPU time is every process's.
+func TestSmokeDeployed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds outlast")
+	}
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	args := append(append([]string(nil), tiny...), "--deployed", "--gate-slots", "0", "--max-rates", "")
+	if err := run(t.Context(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v; stderr: %s", err, stderr.String())
+	}
+	var rep report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("decoding the report: %v", err)
+	}
+	if want := "direct,proxy,gateway,gateway+journal"; strings.Join(rep.Targets, ",") != want || !rep.Deployed {
+		t.Fatalf("targets %v, deployed %v; want %s, true", rep.Targets, rep.Deployed, want)
+	}
+	var cpu float64
+	for _, row := range rep.Latency {
+		for _, ts := range row.Targets {
+			if ts.Errors != 0 || ts.N == 0 {
+				t.Errorf("%s %s %s: got %d requests, %d errors (first: %q); want some, and no errors",
+					row.Phase, row.Metric, ts.Name, ts.N, ts.Errors, ts.FirstError)
+			}
+			if ts.CPU != nil {
+				cpu += *ts.CPU
+			}
+		}
+	}
+	// This process alone spends far less than the 10 ms tick /proc counts
+	// in over a run this small: the total is the children's too.
+	if runtime.GOOS == "linux" && cpu <= 0 {
+		t.Errorf("no CPU time counted over the run; want the children's")
+	}
+}
+
+// TestTreeCPU checks that a process's CPU time counts its children's: a
+// child that spins for a while is seen through its parent.
+func TestTreeCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	t.Parallel()
+	cmd := exec.Command("sh", "-c", "sh -c 'i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 30' & wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for {
+		got, ok := treeCPU(cmd.Process.Pid)
+		if !ok {
+			t.Fatalf("treeCPU(%d): not ok", cmd.Process.Pid)
+		}
+		if got >= 50*time.Millisecond {
+			return // the grandchild's loop, seen through the shell that waits for it
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal("the child's CPU time never reached 50 ms")
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

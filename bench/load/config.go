@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,6 +43,7 @@ type config struct {
 	ProfileDur  time.Duration // time per profiled target
 	MemProfile  string
 	Quick       bool
+	Deployed    bool // every target in a process of its own, the gateways as outlast serve
 }
 
 // defaults is the configuration of a plain run: about two and a half
@@ -125,6 +127,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.CPUProfile, "cpuprofile", c.CPUProfile, "after the phases, profile the proxy, the gateway and the gateway with its journal, each alone at --rate,\nnon-streaming, for --profile-time each, into `PREFIX`-proxy.pprof, PREFIX-gateway.pprof and PREFIX-gateway+journal.pprof")
 	fs.DurationVar(&c.ProfileDur, "profile-time", c.ProfileDur, "time per target profiled by --cpuprofile")
 	fs.StringVar(&c.MemProfile, "memprofile", c.MemProfile, "write the whole run's allocations, sampled every 4 KiB, to `FILE`\n(the sampling slows every target; do not read the tables of such a run)")
+	fs.BoolVar(&c.Deployed, "deployed", c.Deployed, "run every target as users deploy it, in a process of its own: the upstream and the bare proxy as children\nof this program, each gateway as `outlast serve` built from this module with its own flags and defaults\n(false: every target in this process)")
 	fs.BoolVar(&c.Quick, "quick", c.Quick, "a short run (~10 s) for a smoke test; flags given explicitly still win")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -171,6 +174,10 @@ func (c config) validate() error {
 		return usageError{Err: fmt.Errorf("--upstream-idle %d: want 1 or more", c.UpIdle)}
 	case c.ProfileDur <= 0:
 		return usageError{Err: fmt.Errorf("--profile-time %v: want more than 0", c.ProfileDur)}
+	case c.Deployed && (c.CPUProfile != "" || c.MemProfile != ""):
+		return usageError{Err: errors.New("--deployed: the profiles are of this process, and the targets run in others: leave out --cpuprofile and --memprofile")}
+	case c.Deployed && c.UpIdle != 64:
+		return usageError{Err: fmt.Errorf("--upstream-idle %d: with --deployed, outlast serve keeps its own 64 idle connections per host", c.UpIdle)}
 	case c.Timeout <= 0:
 		return usageError{Err: fmt.Errorf("--timeout %v: want more than 0", c.Timeout)}
 	}

@@ -72,9 +72,9 @@ func (b *bench) round(s *series, f func() error) error {
 	for {
 		settle()
 		m := s.mark()
-		before := sampleCost()
+		before := b.st.sampleCost()
 		err := f()
-		d := sampleCost().since(before)
+		d := b.st.sampleCost().since(before)
 		if err != nil {
 			return err
 		}

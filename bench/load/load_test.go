@@ -139,6 +139,8 @@ func TestParseConfig(t *testing.T) {
 		{"--rate", "0"},
 		{"--slice", "2s", "--rate-time", "1s"},
 		{"extra"},
+		{"--deployed", "--cpuprofile", "cpu"},  // the profile would be of the client alone
+		{"--deployed", "--upstream-idle", "8"}, // serve has no such setting
 	} {
 		if _, err := parseConfig(args, io.Discard); !errors.As(err, new(usageError)) {
 			t.Errorf("%q: got error %v, want a usage error", args, err)

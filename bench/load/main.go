@@ -27,6 +27,7 @@ import (
 
 func main() {
 	server.RunJournalWriter()
+	runChild()
 	cmdline.Main("load", run)
 }
 

@@ -248,14 +248,14 @@ func (b *bench) step(ctx context.Context, i int, rate float64, stream bool, m *m
 	for {
 		settle()
 		s := &series{}
-		before := sampleCost()
+		before := b.st.sampleCost()
 		if err := b.openLoop(ctx, b.st.targets[i], s, rate, b.cfg.MaxDur, stream); err != nil {
 			return "", err
 		}
 		if err := b.st.targets[i].finish(ctx); err != nil {
 			return "", err
 		}
-		d := sampleCost().since(before)
+		d := b.st.sampleCost().since(before)
 		why := b.verdict(s, rate)
 		other, _ := d.foreign()
 		m.Steps = append(m.Steps, stepStat{

@@ -28,7 +28,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	// gateway targets run as a user runs them, and the bare proxy, which
 	// shares the process, gets the same setting, the harder baseline.
 	defer cli.TuneGC()()
-	st, err := newStack(c)
+	st, err := newStack(ctx, c, stderr)
 	if err != nil {
 		return err
 	}
@@ -51,6 +51,7 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 		NumCPU:     runtime.NumCPU(),
 		Targets:    b.st.names(),
 		Rate:       b.cfg.Rate,
+		Deployed:   b.cfg.Deployed,
 	}
 	start := time.Now()
 	b.progressf("warming up")

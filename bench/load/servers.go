@@ -271,27 +271,19 @@ type stack struct {
 	upstream *upstream
 	servers  []*loopback
 	targets  []*target
-	cleanup  []func() // run by close, after the servers
+	cleanup  []func()  // run by close, after the servers
+	deployed *deployed // the targets' processes, with --deployed
 }
 
-func newStack(c config) (_ *stack, err error) {
-	s := &stack{upstream: newUpstream(c.Chunks)}
-	defer func() {
-		if err != nil {
-			s.close()
-		}
-	}()
-	up, err := s.add("direct", s.upstream, c)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.add("proxy", newProxy(up.url, c.UpIdle, c.ProxyPool), c); err != nil {
-		return nil, err
-	}
-	type variant struct {
-		name string
-		args []string
-	}
+// variant is one of the gateway's targets: outlast serve with args.
+type variant struct {
+	name string
+	args []string
+}
+
+// gateways returns the gateway targets c asks for, but the one with its
+// journal, which each kind of stack adds its own way.
+func gateways(c config) []variant {
 	gws := []variant{{"gateway", []string{"--journal", "off"}}}
 	if c.GateSlots > 0 {
 		gws = append(gws, variant{"gateway+gate", []string{"--journal", "off", "--slots", strconv.Itoa(c.GateSlots)}})
@@ -299,7 +291,27 @@ func newStack(c config) (_ *stack, err error) {
 	if c.Redis != "" {
 		gws = append(gws, variant{"gateway+redis", []string{"--journal", "off", "--slots", strconv.Itoa(max(c.GateSlots, 1)), "--redis", c.Redis}})
 	}
-	for _, gw := range gws {
+	return gws
+}
+
+func newStack(ctx context.Context, c config, stderr io.Writer) (_ *stack, err error) {
+	s := &stack{upstream: newUpstream(c.Chunks)}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if c.Deployed {
+		return s, s.deploy(ctx, c, stderr)
+	}
+	up, err := s.add("direct", s.upstream, c)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.add("proxy", newProxy(up.url, c.UpIdle, c.ProxyPool), c); err != nil {
+		return nil, err
+	}
+	for _, gw := range gateways(c) {
 		g, closeLog, err := newGateway(up.url, c.UpIdle, record.Observer{}, append(gw.args, maxConns(c)...)...)
 		if err != nil {
 			return nil, err
@@ -315,6 +327,44 @@ func newStack(c config) (_ *stack, err error) {
 		}
 	}
 	return s, nil
+}
+
+// deploy starts every target as a process of its own (see deployed).
+// The gateway with its journal runs serve's default journal, SQLite
+// written by a child process, with no flag for it.
+func (s *stack) deploy(ctx context.Context, c config, stderr io.Writer) error {
+	d, err := newDeployed(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	s.deployed = d
+	up, err := d.child(ctx, "upstream", "--chunks", strconv.Itoa(c.Chunks))
+	if err != nil {
+		return err
+	}
+	s.addTarget("direct", up, c)
+	proxy, err := d.child(ctx, "proxy", "--upstream", up.String(),
+		"--upstream-idle", strconv.Itoa(c.UpIdle), "--proxy-pool="+strconv.FormatBool(c.ProxyPool))
+	if err != nil {
+		return err
+	}
+	s.addTarget("proxy", proxy, c)
+	gws := gateways(c)
+	if c.Journal {
+		var args []string
+		if !c.JournalProc {
+			args = []string{"--journal-writer", server.WriterInline}
+		}
+		gws = append(gws, variant{"gateway+journal", args})
+	}
+	for _, gw := range gws {
+		u, err := d.serve(ctx, gw.name, append(append([]string{"--upstream", up.String()}, gw.args...), maxConns(c)...)...)
+		if err != nil {
+			return err
+		}
+		s.addTarget(gw.name, u, c)
+	}
+	return nil
 }
 
 // addJournal adds the gateway with its embedded journal: SQLite in a
@@ -377,8 +427,13 @@ func (s *stack) add(name string, h http.Handler, c config) (*loopback, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	s.servers = append(s.servers, srv)
-	s.targets = append(s.targets, newTarget(name, srv.url.String()+chatPath, s.upstream, requestBodies(c.PromptBytes), c))
+	s.addTarget(name, srv.url, c)
 	return srv, nil
+}
+
+// addTarget adds the target named name, served at u.
+func (s *stack) addTarget(name string, u *url.URL, c config) {
+	s.targets = append(s.targets, newTarget(name, u.String()+chatPath, s.upstream, requestBodies(c.PromptBytes), c))
 }
 
 func (s *stack) close() error {
@@ -392,7 +447,23 @@ func (s *stack) close() error {
 	for _, f := range s.cleanup {
 		f()
 	}
+	if s.deployed != nil {
+		errs = append(errs, s.deployed.close())
+	}
 	return errors.Join(errs...)
+}
+
+// sampleCost reads the totals so far, as the package's sampleCost does,
+// with the CPU time of the targets' processes, when deployed, added to
+// this process's.
+func (s *stack) sampleCost() cost {
+	c := sampleCost()
+	if s.deployed != nil {
+		t, ok := s.deployed.cpu()
+		c.cpu += t
+		c.cpuOK = c.cpuOK && ok
+	}
+	return c
 }
 
 // target returns the target named name, or nil.
