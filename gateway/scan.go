@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/outlast-llm/outlast/internal/jsonscan"
@@ -92,9 +94,100 @@ func jsonString(v []byte) string {
 	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
 		return string(raw)
 	}
+	if s, ok := unescape(raw); ok {
+		return s
+	}
 	var s string
 	if json.Unmarshal(v, &s) != nil {
 		return string(raw)
 	}
 	return s
+}
+
+// unescape decodes raw, a JSON string's contents, as encoding/json does,
+// in one allocation: an invalid escape or surrogate, or a byte that is
+// not UTF-8, becomes U+FFFD. It reports false for contents that are not
+// a valid string's (a control character, a bare quote, a bad escape).
+func unescape(raw []byte) (string, bool) {
+	var b strings.Builder
+	b.Grow(len(raw) + 8)
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		switch {
+		case c == '\\':
+			if i+1 >= len(raw) {
+				return "", false
+			}
+			switch e := raw[i+1]; e {
+			case '"', '\\', '/':
+				b.WriteByte(e)
+			case 'b':
+				b.WriteByte('\b')
+			case 'f':
+				b.WriteByte('\f')
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 't':
+				b.WriteByte('\t')
+			case 'u':
+				r := hex4(raw[i+2:])
+				if r < 0 {
+					return "", false
+				}
+				i += 6
+				if utf16.IsSurrogate(r) {
+					if len(raw) > i+1 && raw[i] == '\\' && raw[i+1] == 'u' {
+						if r2 := hex4(raw[i+2:]); r2 >= 0 {
+							if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+								b.WriteRune(d)
+								i += 6
+								continue
+							}
+						}
+					}
+					r = utf8.RuneError
+				}
+				b.WriteRune(r)
+				continue
+			default:
+				return "", false
+			}
+			i += 2
+		case c == '"' || c < ' ':
+			return "", false
+		case c < utf8.RuneSelf:
+			b.WriteByte(c)
+			i++
+		default:
+			r, n := utf8.DecodeRune(raw[i:])
+			b.WriteRune(r) // U+FFFD for a byte that is not UTF-8
+			i += n
+		}
+	}
+	return b.String(), true
+}
+
+// hex4 reads the four hex digits at the start of b as a rune, or returns
+// -1 if they are not there.
+func hex4(b []byte) rune {
+	if len(b) < 4 {
+		return -1
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return -1
+		}
+		r = r*16 + rune(c)
+	}
+	return r
 }

@@ -57,6 +57,7 @@ type splice struct {
 	// (an error event, or an OpenAI error chunk), which the splice kept
 	// from the caller: the stream broke there, and may be continued.
 	broke []byte
+	chunk oaChunk // the chunk being read, its choices' room kept for the next
 	// unknown follows a stream the splice does not know (llama.cpp's,
 	// the Responses API's), whose events go to the caller as they came:
 	// as a watch follows one, for its error event or its last event.
@@ -192,8 +193,11 @@ func detectAPI(ev *sse.Event) streamAPI {
 		Object string `json:"object"`
 		Type   string `json:"type"`
 	}
-	if json.Unmarshal(ev.Data, &probe) != nil {
-		return apiUnknown
+	if !json.Valid(ev.Data) || !scanProbe(ev.Data, &probe.Object, &probe.Type) {
+		probe.Object, probe.Type = "", ""
+		if json.Unmarshal(ev.Data, &probe) != nil {
+			return apiUnknown
+		}
 	}
 	switch {
 	case probe.Object == "chat.completion.chunk":
@@ -204,24 +208,6 @@ func detectAPI(ev *sse.Event) streamAPI {
 	return apiUnknown
 }
 
-// oaChunk is what the splice reads of a chat.completion.chunk.
-type oaChunk struct {
-	ID      string          `json:"id"`
-	Error   json.RawMessage `json:"error"`
-	Choices []struct {
-		Index int `json:"index"`
-		Delta struct {
-			Role             string          `json:"role"`
-			Content          *string         `json:"content"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-			FunctionCall     json.RawMessage `json:"function_call"`
-			ReasoningContent *string         `json:"reasoning_content"`
-			Reasoning        *string         `json:"reasoning"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-}
-
 // openAI observes, and in a continuation rewrites, an OpenAI event, and
 // returns what goes to the caller and the text it adds.
 func (s *splice) openAI(raw, data []byte) ([]byte, string) {
@@ -229,8 +215,8 @@ func (s *splice) openAI(raw, data []byte) ([]byte, string) {
 		s.done = true
 		return raw, ""
 	}
-	var c oaChunk
-	if err := json.Unmarshal(data, &c); err != nil {
+	c := &s.chunk
+	if err := readOAChunk(data, c, s.id == ""); err != nil {
 		// Forwarded as it came, as any gateway would; it is not text
 		// the splice can account for.
 		s.unsupported("an event that is not a chunk outlast can read")
@@ -246,27 +232,26 @@ func (s *splice) openAI(raw, data []byte) ([]byte, string) {
 	keep := !s.cont
 	content := ""
 	for _, ch := range c.Choices {
-		d := ch.Delta
 		switch {
 		case ch.Index != 0 || len(c.Choices) > 1:
 			s.unsupported("more than one choice (n > 1)")
-		case present(d.ToolCalls), present(d.FunctionCall):
+		case present(ch.ToolCalls), present(ch.FunctionCall):
 			s.unsupported("a tool call")
-		case d.ReasoningContent != nil && *d.ReasoningContent != "", d.Reasoning != nil && *d.Reasoning != "":
+		case ch.Reasoning:
 			s.unsupported("reasoning")
 		}
-		if d.Content != nil {
-			content = *d.Content
+		if ch.HasContent {
+			content = ch.Content
 			if s.cont {
 				content = s.strip(content)
 			}
 		}
-		if ch.FinishReason != nil {
+		if ch.Finished {
 			s.finished = true
 		}
 		// A continuation's chunk goes on if it carries text, an end, or
 		// anything but its role, which the caller has had.
-		if content != "" || ch.FinishReason != nil || present(d.ToolCalls) || present(d.FunctionCall) {
+		if content != "" || ch.Finished || present(ch.ToolCalls) || present(ch.FunctionCall) {
 			keep = true
 		}
 	}
@@ -283,7 +268,7 @@ func (s *splice) openAI(raw, data []byte) ([]byte, string) {
 }
 
 // present reports whether a JSON value is there and not null.
-func present(v json.RawMessage) bool { return len(v) > 0 && string(v) != "null" }
+func present(v []byte) bool { return len(v) > 0 && string(v) != "null" }
 
 // rewriteChunk returns a continuation's chunk as the caller's stream
 // carries it: with the first stream's id, its delta's text as content,
@@ -316,28 +301,11 @@ func eventOf(name string, data []byte) []byte {
 	return sse.Append(nil, &sse.Event{Name: []byte(name), Data: data, HasData: true})
 }
 
-// anEvent is what the splice reads of an Anthropic Messages event.
-type anEvent struct {
-	Type    string `json:"type"`
-	Index   int    `json:"index"`
-	Message struct {
-		ID string `json:"id"`
-	} `json:"message"`
-	ContentBlock struct {
-		Type string `json:"type"`
-	} `json:"content_block"`
-	Delta struct {
-		Type       string  `json:"type"`
-		Text       string  `json:"text"`
-		StopReason *string `json:"stop_reason"`
-	} `json:"delta"`
-}
-
 // anthropic observes, and in a continuation rewrites, an Anthropic
 // event, and returns what goes to the caller and the text it adds.
 func (s *splice) anthropic(raw []byte, name string, data []byte) ([]byte, string) {
 	var e anEvent
-	if err := json.Unmarshal(data, &e); err != nil {
+	if err := readAnEvent(data, &e); err != nil {
 		s.unsupported("an event that outlast cannot read")
 		return raw, ""
 	}
@@ -353,10 +321,10 @@ func (s *splice) anthropic(raw []byte, name string, data []byte) ([]byte, string
 		if s.cont {
 			return nil, "" // the caller has the first stream's
 		}
-		s.id = e.Message.ID
+		s.id = e.MessageID
 	case "content_block_start":
-		if e.ContentBlock.Type != "text" {
-			s.unsupported("a " + e.ContentBlock.Type + " block")
+		if e.BlockType != "text" {
+			s.unsupported("a " + e.BlockType + " block")
 		} else {
 			s.block, s.open = index, true
 		}
@@ -364,11 +332,11 @@ func (s *splice) anthropic(raw []byte, name string, data []byte) ([]byte, string
 			return nil, "" // it carries on the block the caller has open
 		}
 	case "content_block_delta":
-		if e.Delta.Type != "text_delta" {
-			s.unsupported("a " + e.Delta.Type)
+		if e.DeltaType != "text_delta" {
+			s.unsupported("a " + e.DeltaType)
 			break
 		}
-		text := e.Delta.Text
+		text := e.Text
 		if s.cont {
 			text = s.strip(text)
 			if text == "" {
@@ -384,7 +352,7 @@ func (s *splice) anthropic(raw []byte, name string, data []byte) ([]byte, string
 			s.open = false
 		}
 	case "message_delta":
-		if e.Delta.StopReason != nil {
+		if e.StopReason {
 			s.finished = true
 		}
 	case "message_stop":

@@ -242,7 +242,7 @@ func TestSpliceRestart(t *testing.T) {
 			var text strings.Builder
 			blocks, _ := sse.Split([]byte(strings.Join(out, "")))
 			for _, b := range blocks {
-				var ch oaChunk
+				var ch oaChunkJSON
 				if json.Unmarshal(b.Data, &ch) == nil && len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != nil {
 					text.WriteString(*ch.Choices[0].Delta.Content)
 				}

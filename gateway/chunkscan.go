@@ -1,0 +1,343 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+
+	"github.com/outlast-llm/outlast/internal/jsonscan"
+)
+
+// The splice reads every event of a stream it carries, before the event
+// goes on: what it reads is on the path of each chunk. It reads them with
+// jsonscan, without encoding/json's allocations, where it can be sure to
+// read them as json.Unmarshal would: a valid text, each field it knows
+// written as that field's exact key, once, with a value of the type the
+// field takes. Anything else (a key encoding/json would match by case or
+// by an escape, a key given twice, a value of another type) is read by
+// json.Unmarshal itself, as before.
+
+// oaChunk is what the splice reads of a chat.completion.chunk.
+type oaChunk struct {
+	ID      string // read only when asked for
+	Error   []byte // the error member's value, if any, as it came
+	Choices []oaChoice
+}
+
+// oaChoice is one of a chunk's choices, with its delta.
+type oaChoice struct {
+	Index        int
+	Content      string
+	HasContent   bool   // content is there and not null
+	ToolCalls    []byte // as it came
+	FunctionCall []byte
+	Reasoning    bool // reasoning_content or reasoning is a string that is not empty
+	Finished     bool // finish_reason is there and not null
+}
+
+// readOAChunk reads data into c, which it empties first, reusing its
+// choices' room. It reads the id only if withID.
+func readOAChunk(data []byte, c *oaChunk, withID bool) error {
+	c.ID, c.Error, c.Choices = "", nil, c.Choices[:0]
+	if json.Valid(data) && scanOAChunk(data, c, withID) {
+		return nil
+	}
+	c.ID, c.Error, c.Choices = "", nil, c.Choices[:0]
+	var j oaChunkJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	j.into(c)
+	return nil
+}
+
+// oaChunkJSON is oaChunk as encoding/json reads it.
+type oaChunkJSON struct {
+	ID      string          `json:"id"`
+	Error   json.RawMessage `json:"error"`
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Role             string          `json:"role"`
+			Content          *string         `json:"content"`
+			ToolCalls        json.RawMessage `json:"tool_calls"`
+			FunctionCall     json.RawMessage `json:"function_call"`
+			ReasoningContent *string         `json:"reasoning_content"`
+			Reasoning        *string         `json:"reasoning"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+}
+
+func (j *oaChunkJSON) into(c *oaChunk) {
+	c.ID, c.Error = j.ID, j.Error
+	for _, ch := range j.Choices {
+		d := ch.Delta
+		o := oaChoice{
+			Index:        ch.Index,
+			HasContent:   d.Content != nil,
+			ToolCalls:    d.ToolCalls,
+			FunctionCall: d.FunctionCall,
+			Reasoning:    d.ReasoningContent != nil && *d.ReasoningContent != "" || d.Reasoning != nil && *d.Reasoning != "",
+			Finished:     ch.FinishReason != nil,
+		}
+		if d.Content != nil {
+			o.Content = *d.Content
+		}
+		c.Choices = append(c.Choices, o)
+	}
+}
+
+// scanOAChunk reads data, a valid JSON text, into c, and reports whether
+// it could be sure to read it as json.Unmarshal would.
+func scanOAChunk(data []byte, c *oaChunk, withID bool) bool {
+	id := &c.ID
+	if !withID {
+		id = nil
+	}
+	return members(data, func(i int, v []byte) bool {
+		switch i {
+		case 0:
+			return readString(v, id)
+		case 1:
+			c.Error = v
+			return true
+		}
+		return isNull(v) || scanChoices(v, c)
+	}, "id", "error", "choices")
+}
+
+func scanChoices(v []byte, c *oaChunk) bool {
+	s := jsonscan.Scanner{B: v}
+	sure := true
+	whole := s.Elements(func(e []byte) {
+		if !sure {
+			return
+		}
+		c.Choices = append(c.Choices, oaChoice{})
+		ch := &c.Choices[len(c.Choices)-1]
+		if isNull(e) {
+			return // a zero choice, as encoding/json makes of null
+		}
+		sure = members(e, func(i int, w []byte) bool {
+			switch i {
+			case 0:
+				return readInt(w, &ch.Index)
+			case 1:
+				return isNull(w) || scanDelta(w, ch)
+			}
+			ch.Finished = !isNull(w)
+			return readString(w, nil)
+		}, "index", "delta", "finish_reason")
+	})
+	return whole && sure
+}
+
+func scanDelta(v []byte, ch *oaChoice) bool {
+	return members(v, func(i int, w []byte) bool {
+		switch i {
+		case 0:
+			return readString(w, nil)
+		case 1:
+			ch.HasContent = !isNull(w)
+			return readString(w, &ch.Content)
+		case 2:
+			ch.ToolCalls = w
+			return true
+		case 3:
+			ch.FunctionCall = w
+			return true
+		}
+		var r string
+		sure := readString(w, &r)
+		ch.Reasoning = ch.Reasoning || r != ""
+		return sure
+	}, "role", "content", "tool_calls", "function_call", "reasoning_content", "reasoning")
+}
+
+// anEvent is what the splice reads of an Anthropic Messages event.
+type anEvent struct {
+	Type       string
+	Index      int
+	MessageID  string // message.id
+	BlockType  string // content_block.type
+	DeltaType  string // delta.type
+	Text       string // delta.text
+	StopReason bool   // delta.stop_reason is there and not null
+}
+
+// readAnEvent reads data into e, as readOAChunk reads a chunk.
+func readAnEvent(data []byte, e *anEvent) error {
+	*e = anEvent{}
+	if json.Valid(data) && scanAnEvent(data, e) {
+		return nil
+	}
+	*e = anEvent{}
+	var j anEventJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	*e = anEvent{
+		Type: j.Type, Index: j.Index, MessageID: j.Message.ID, BlockType: j.ContentBlock.Type,
+		DeltaType: j.Delta.Type, Text: j.Delta.Text, StopReason: j.Delta.StopReason != nil,
+	}
+	return nil
+}
+
+// anEventJSON is anEvent as encoding/json reads it.
+type anEventJSON struct {
+	Type    string `json:"type"`
+	Index   int    `json:"index"`
+	Message struct {
+		ID string `json:"id"`
+	} `json:"message"`
+	ContentBlock struct {
+		Type string `json:"type"`
+	} `json:"content_block"`
+	Delta struct {
+		Type       string  `json:"type"`
+		Text       string  `json:"text"`
+		StopReason *string `json:"stop_reason"`
+	} `json:"delta"`
+}
+
+func scanAnEvent(data []byte, e *anEvent) bool {
+	return members(data, func(i int, v []byte) bool {
+		switch i {
+		case 0:
+			return readString(v, &e.Type)
+		case 1:
+			return readInt(v, &e.Index)
+		case 2:
+			return scanOne(v, "id", &e.MessageID)
+		case 3:
+			return scanOne(v, "type", &e.BlockType)
+		}
+		return isNull(v) || scanAnDelta(v, e)
+	}, "type", "index", "message", "content_block", "delta")
+}
+
+func scanAnDelta(v []byte, e *anEvent) bool {
+	return members(v, func(i int, w []byte) bool {
+		switch i {
+		case 0:
+			return readString(w, &e.DeltaType)
+		case 1:
+			return readString(w, &e.Text)
+		}
+		e.StopReason = !isNull(w)
+		return readString(w, nil)
+	}, "type", "text", "stop_reason")
+}
+
+// scanProbe reads data, a valid JSON text, for its object and type, as
+// detectAPI's probe, and reports whether it could be sure to read them as
+// json.Unmarshal would.
+func scanProbe(data []byte, object, typ *string) bool {
+	return members(data, func(i int, v []byte) bool {
+		if i == 0 {
+			return readString(v, object)
+		}
+		return readString(v, typ)
+	}, "object", "type")
+}
+
+// scanOne reads v, null or an object, for the string member name.
+func scanOne(v []byte, name string, dst *string) bool {
+	return isNull(v) || members(v, func(_ int, w []byte) bool { return readString(w, dst) }, name)
+}
+
+// members walks the object v, calling read with the place in names of
+// each member whose key is one of them, and its value, and reports
+// whether it could be sure to read the object as json.Unmarshal would:
+// read said so each time, and known found no key to doubt.
+func members(v []byte, read func(i int, value []byte) bool, names ...string) bool {
+	s := jsonscan.Scanner{B: v}
+	var seen keySet
+	sure := true
+	whole := s.Members(func(key, w []byte) {
+		switch i := known(key, &seen, sure, names...); {
+		case i == unsure:
+			sure = false
+		case i >= 0:
+			sure = read(i, w)
+		}
+	})
+	return whole && sure
+}
+
+// A keySet is the known keys an object has had, by their place in the
+// list given to known.
+type keySet uint8
+
+// unsure is what known returns for a key that encoding/json might read
+// otherwise than as written: it may match one of the names, or it has
+// matched one already.
+const unsure = -2
+
+// known returns the place in names of key, a member's raw key, or -1 if
+// it is none of them, or unsure; once sure is false, it returns -1 for
+// every key, since the object's reading is given up anyway.
+func known(key []byte, seen *keySet, sure bool, names ...string) int {
+	if !sure {
+		return -1
+	}
+	for i, n := range names {
+		if string(key) == n {
+			if *seen&(1<<i) != 0 {
+				return unsure // a key given twice: encoding/json merges objects
+			}
+			*seen |= 1 << i
+			return i
+		}
+	}
+	// encoding/json matches keys without regard to case, Unicode's
+	// special folds included, and after their escapes.
+	if bytes.IndexByte(key, '\\') >= 0 {
+		return unsure
+	}
+	for _, c := range key {
+		if c >= 0x80 {
+			return unsure
+		}
+	}
+	for _, n := range names {
+		if strings.EqualFold(string(key), n) {
+			return unsure
+		}
+	}
+	return -1
+}
+
+// isNull reports whether v is JSON's null.
+func isNull(v []byte) bool { return string(v) == "null" }
+
+// readString reads v, a string or null, into *dst if dst is not nil (null
+// leaves it), and reports whether v was one of those.
+func readString(v []byte, dst *string) bool {
+	switch {
+	case isNull(v):
+		return true
+	case len(v) < 2 || v[0] != '"':
+		return false
+	}
+	if dst != nil {
+		*dst = jsonString(v)
+	}
+	return true
+}
+
+// readInt reads v, an integer or null, into *dst (null leaves it), and
+// reports whether v was one of those, as encoding/json reads it into an
+// int.
+func readInt(v []byte, dst *int) bool {
+	if isNull(v) {
+		return true
+	}
+	n, ok := wholeNumber(v)
+	if !ok || int64(int(n)) != n {
+		return false
+	}
+	*dst = int(n)
+	return true
+}
