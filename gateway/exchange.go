@@ -45,6 +45,7 @@ type exchange struct {
 	sent       bool        // an outbound request has been made (see outbound)
 	moved      string      // the reason of a fallback not yet on an attempt
 	deadline   untilCommit // the attempts' context with the request's deadline, if it has one
+	held       heldAnswers // the answers its attempts' wholeBodies held whole
 
 	// hooksMu guards what the attempts' hooks change (the record's
 	// attempts and moves, moved, cur) while both sides of a hedge run.
@@ -320,6 +321,7 @@ func keptText(s string, max int) string {
 func (x *exchange) context() (context.Context, context.CancelCauseFunc) {
 	ctx, cancel := context.WithCancelCause(x.r.Context())
 	ctx = owned.Headers(ctx) // see outbound
+	ctx = withHeld(ctx, &x.held)
 	if !x.opts.deadline.IsZero() {
 		x.deadline = untilCommit{Context: ctx, at: x.opts.deadline}
 		x.deadline.timer = time.AfterFunc(time.Until(x.opts.deadline), func() { cancel(context.DeadlineExceeded) })
@@ -660,8 +662,11 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		defer release() // once the caller has the stream's end, or the error event below
 	} else {
 		idle := x.cur.IdleTimeout
-		if !stream && wasReadWhole(resp, x.r.Method, x.g.cfg.MaxBody) {
-			idle = 0 // in memory already: it cannot fall silent
+		if !stream && x.held.has(resp) {
+			// In memory already: it cannot fall silent, and a cut would
+			// have been retried.
+			x.rec.Held = true
+			idle = 0
 		}
 		err = x.out.copyBody(resp.Body, stream, idle, cancel, &x.rec.Committed, &x.rec.Bytes)
 	}

@@ -43,33 +43,6 @@ func TestBodyFor(t *testing.T) {
 	}
 }
 
-// TestReadUpTo checks the read of a whole answer: one of its declared
-// size, one cut short of it, one longer than it said, one past the limit,
-// and one of unknown size.
-func TestReadUpTo(t *testing.T) {
-	for _, c := range []struct {
-		name        string
-		body        string
-		size, limit int64
-		want        string
-		wantErr     bool
-	}{
-		{"declared", "hello", 5, 100, "hello", false},
-		{"empty", "", 0, 100, "", false},
-		{"cut short", "hel", 5, 100, "hel", true},
-		{"longer than declared", "hello world", 5, 100, "hello world", false},
-		{"past the limit", "hello world", 5, 8, "hello wo", false},
-		{"unknown size", "hello", -1, 100, "hello", false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			got, err := readUpTo(strings.NewReader(c.body), c.size, c.limit)
-			if string(got) != c.want || (err != nil) != c.wantErr {
-				t.Errorf("readUpTo(%q, %d, %d) = %q, %v; want %q, error %v", c.body, c.size, c.limit, got, err, c.want, c.wantErr)
-			}
-		})
-	}
-}
-
 // TestForwardHeader checks what goes upstream: the caller's headers less
 // hop-by-hop ones, those Connection names and the gateway's own, with
 // Outlast-Attempt kept, in a map of its own, so that neither the

@@ -41,6 +41,7 @@ import (
 // Defaults for the zero values of Config and Upstream.
 const (
 	DefaultMaxBody          = 32 << 20
+	DefaultHoldBudget       = 64 << 20
 	DefaultBodyTimeout      = 30 * time.Second
 	DefaultProgressInterval = 15 * time.Second
 	DefaultQueue            = 16
@@ -267,7 +268,18 @@ type Config struct {
 	// MaxBody is the largest request body accepted; a larger one gets 413
 	// and is never forwarded. Zero means DefaultMaxBody (32 MiB). The
 	// body is read into memory as it arrives, never ahead of its bytes.
+	// It also bounds an answer held whole before its commit (see
+	// HoldBudget): a longer one goes as it comes.
 	MaxBody int64
+
+	// HoldBudget bounds the bytes of the answers held in memory before
+	// their commit, across all the gateway's requests. An answer that is
+	// not a stream is read whole, up to MaxBody, before its first byte
+	// goes to the caller, so that a body cut short is retried rather than
+	// forwarded; one that the budget has no room for goes as it comes, as
+	// one over MaxBody does, and its record says so (record.Request.Held).
+	// No request waits for room. Zero means DefaultHoldBudget (64 MiB).
+	HoldBudget int64
 
 	// BodyTimeout bounds the silence between two reads of a request's
 	// body, and before the first; under Serve, whose http.Server has it
@@ -351,6 +363,7 @@ type Gateway struct {
 	upstreams []*upstream               // longest prefix first
 	token     *token                    // nil when Config.Token is empty
 	live      liveSet                   // the exchanges in flight, for Serve's shutdown
+	held      *holdBudget               // the answers held before their commit, which every upstream's wholeBodies share
 	conns     atomic.Pointer[connLimit] // Serve's listener, for health
 }
 
@@ -366,13 +379,19 @@ func New(cfg Config) (*Gateway, error) {
 	case cfg.MaxBody < 0:
 		return nil, fmt.Errorf("gateway: max body %d is negative", cfg.MaxBody)
 	}
+	switch {
+	case cfg.HoldBudget == 0:
+		cfg.HoldBudget = DefaultHoldBudget
+	case cfg.HoldBudget < 0:
+		return nil, fmt.Errorf("gateway: hold budget %d is negative", cfg.HoldBudget)
+	}
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = DefaultProgressInterval
 	}
 	if cfg.BodyTimeout == 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
-	g := &Gateway{cfg: cfg, logger: cfg.Logger}
+	g := &Gateway{cfg: cfg, logger: cfg.Logger, held: &holdBudget{max: cfg.HoldBudget}}
 	if cfg.Token != "" {
 		g.token = newToken(cfg.Token)
 	}
@@ -383,7 +402,7 @@ func New(cfg Config) (*Gateway, error) {
 	if base == nil {
 		base = defaultTransport()
 	}
-	base = wholeBodies{base: base, max: cfg.MaxBody}
+	base = wholeBodies{base: base, max: cfg.MaxBody, budget: g.held}
 	seen := map[string]bool{}
 	for i, u := range cfg.Upstreams {
 		var up *upstream

@@ -130,6 +130,12 @@ var migrations = []migration{
 		`ALTER TABLE outlast_attempts ADD COLUMN continued {bool} NOT NULL DEFAULT FALSE`,
 		`ALTER TABLE outlast_attempts ADD COLUMN prefill_bytes BIGINT NOT NULL DEFAULT 0`,
 	}},
+	{9, "answers held whole before their commit", []string{
+		// As in 4: FALSE reads as not held, for an older replica's
+		// inserts and for the rows already there, whose answers, read
+		// whole up to --max-body then, no record says were.
+		`ALTER TABLE outlast_requests ADD COLUMN held {bool} NOT NULL DEFAULT FALSE`,
+	}},
 }
 
 // migrate brings db's schema up to the last migration, in one

@@ -244,6 +244,43 @@ func TestMigrateMoves(t *testing.T) {
 	})
 }
 
+// TestMigrateHeld opens a database at schema version 8, with a request
+// that an older replica wrote, and checks that Open's migration 9 reads
+// it as not held; that the migrated database keeps a held answer; and
+// that an older replica's insert, which names no held column, still
+// works.
+func TestMigrateHeld(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		const start = "'2025-03-14T15:09:26.535Z'"
+		insert := func(id string) string {
+			return `INSERT INTO outlast_requests (` + requestColumns + `) VALUES
+				('` + id + `', '', 'POST', '/v1/messages', 'a', '', 'm', '{}', ` + start + `, ` + start + `, 200, '', 0, FALSE, TRUE, 7)`
+		}
+		spec := oldDatabase(t, b, 8, insert("old"))
+
+		s := open(t, spec)
+		if got := get(t, s, "old"); got.Held || got.Bytes != 7 {
+			t.Errorf("the old request: got held %v, %d bytes; want not held, 7 bytes", got.Held, got.Bytes)
+		}
+		// The migrated database keeps what the new version writes...
+		r := request("new", "run", t0, 200, 1)
+		r.Held = true
+		write(t, s, r)
+		if got := get(t, s, "new"); !reflect.DeepEqual(got, stored(r)) {
+			t.Errorf("a new request: got %+v, want %+v", got, stored(r))
+		}
+		// ...and what an older replica, sharing it, writes.
+		if _, err := b.raw(t, spec).ExecContext(ctx, insert("older")); err != nil {
+			t.Fatalf("an older replica's insert: %v", err)
+		}
+		if got := get(t, s, "older"); got.Held {
+			t.Errorf("the older replica's request: got held, want not held")
+		}
+		checkVersions(t, b, spec)
+	})
+}
+
 // The columns of the version 1 tables, for rows written by hand.
 const (
 	requestColumns = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes"

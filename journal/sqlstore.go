@@ -49,8 +49,8 @@ const deleteChunk = 512
 // The tables' columns, and how many each has, as requestArgs and
 // attemptArgs give them.
 const (
-	requestCols  = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes, moves, deadline, deadline_source, continuations"
-	requestNCols = 20
+	requestCols  = "id, run, method, path, upstream, slot, model, headers, started_at, ended_at, status, error, attempt_count, stream, committed, bytes, moves, deadline, deadline_source, continuations, held"
+	requestNCols = 21
 	attemptCols  = "request_id, n, call_id, started_at, ended_at, queued_ahead, gate_wait_ms, status, error_class, error, retry_in_ms, retry_after_ms, bytes, admission_wait_ms, probe, upstream, fallback, retry_after_cut, continued, prefill_bytes"
 	attemptNCols = 20
 )
@@ -63,7 +63,7 @@ const (
 		status = excluded.status, error = excluded.error, attempt_count = excluded.attempt_count,
 		stream = excluded.stream, committed = excluded.committed, bytes = excluded.bytes,
 		moves = excluded.moves, deadline = excluded.deadline, deadline_source = excluded.deadline_source,
-		continuations = excluded.continuations`
+		continuations = excluded.continuations, held = excluded.held`
 )
 
 // A stmtKey names a write statement: an insert of rows rows into table,
@@ -253,7 +253,7 @@ func (s *sqlStore) requestArgs(args []any, r *record.Request) []any {
 		clean(r.Slot), clean(r.Model), headers,
 		s.d.timeArg(r.Start), s.d.timeArg(r.End),
 		r.Status, redact.Text(clean(r.Error)), len(r.Attempts), r.Stream, r.Committed, r.Bytes, movesArg(r.Moves),
-		s.d.timeArg(r.Deadline), clean(r.DeadlineSource), continuationsArg(r.Continuations))
+		s.d.timeArg(r.Deadline), clean(r.DeadlineSource), continuationsArg(r.Continuations), r.Held)
 }
 
 // continuationsArg returns continuations as their column keeps them, as
@@ -634,7 +634,7 @@ func (s *sqlStore) requests(ctx context.Context, tx *sql.Tx, tail string, args .
 		var count int
 		err := rows.Scan(&r.ID, &r.Run, &r.Method, &r.Path, &r.Upstream, &r.Slot, &r.Model, &headers,
 			timeScan{&r.Start}, timeScan{&r.End}, &r.Status, &r.Error, &count, &r.Stream, &r.Committed, &r.Bytes, &moves,
-			timeScan{&r.Deadline}, &r.DeadlineSource, &continuations)
+			timeScan{&r.Deadline}, &r.DeadlineSource, &continuations, &r.Held)
 		if err != nil {
 			return nil, err
 		}

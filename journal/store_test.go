@@ -105,7 +105,7 @@ func testRoundTrip(t *testing.T, b backend) {
 		Path: "/v1/messages", Upstream: "anthropic", Slot: "slot-2", Model: "claude-test",
 		Header: http.Header{"Content-Type": {"application/json"}, "X-Trace": {"a", "b"}, "Accept": {"text/event-stream"}},
 		Start:  t0.In(time.FixedZone("east", 5*3600)), End: t0.Add(93*time.Second + 123456),
-		Status: 529, Error: "upstream-exhausted", Stream: true, Committed: false, Bytes: 1 << 40,
+		Status: 529, Error: "upstream-exhausted", Stream: true, Committed: false, Held: true, Bytes: 1 << 40,
 		Deadline: t0.Add(595 * time.Second), DeadlineSource: record.DeadlineSDK,
 		Continuations: []record.Continuation{
 			{Upstream: "anthropic", After: 1234, Prefill: 800, Outcome: record.ContinuationOK},

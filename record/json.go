@@ -62,14 +62,16 @@ type requestJSON struct {
 	Deadline  jsonTime            `json:"deadline"`
 	// DeadlineSource is omitted when empty, as in records made before
 	// deadlines were kept.
-	DeadlineSource string    `json:"deadline_source,omitempty"`
-	Status         int       `json:"status"`
-	Error          string    `json:"error"`
-	Stream         bool      `json:"stream"`
-	Committed      bool      `json:"committed"`
-	Bytes          int64     `json:"bytes"`
-	Attempts       []Attempt `json:"attempts"`
-	Moves          []Move    `json:"moves,omitempty"`
+	DeadlineSource string `json:"deadline_source,omitempty"`
+	Status         int    `json:"status"`
+	Error          string `json:"error"`
+	Stream         bool   `json:"stream"`
+	Committed      bool   `json:"committed"`
+	// Held is omitted when false, as in records made before it.
+	Held     bool      `json:"held,omitempty"`
+	Bytes    int64     `json:"bytes"`
+	Attempts []Attempt `json:"attempts"`
+	Moves    []Move    `json:"moves,omitempty"`
 	// Continuations is omitted when empty, as in records made before
 	// them.
 	Continuations []Continuation `json:"continuations,omitempty"`
@@ -113,7 +115,7 @@ func (r Request) MarshalJSON() ([]byte, error) {
 		StartedAt: jsonTime(r.Start), EndedAt: jsonTime(r.End),
 		Deadline: jsonTime(r.Deadline), DeadlineSource: r.DeadlineSource,
 		Status: r.Status, Error: r.Error,
-		Stream: r.Stream, Committed: r.Committed, Bytes: r.Bytes,
+		Stream: r.Stream, Committed: r.Committed, Held: r.Held, Bytes: r.Bytes,
 		Attempts: r.Attempts, Moves: r.Moves, Continuations: r.Continuations,
 	}
 	if j.Headers == nil {
@@ -138,7 +140,7 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 		Start:  time.Time(j.StartedAt), End: time.Time(j.EndedAt),
 		Deadline: time.Time(j.Deadline), DeadlineSource: j.DeadlineSource,
 		Status: j.Status, Error: j.Error,
-		Stream: j.Stream, Committed: j.Committed, Bytes: j.Bytes,
+		Stream: j.Stream, Committed: j.Committed, Held: j.Held, Bytes: j.Bytes,
 		Attempts: j.Attempts, Moves: j.Moves, Continuations: j.Continuations,
 	}
 	return nil

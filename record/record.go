@@ -76,6 +76,14 @@ type Request struct {
 	// Committed says that a byte of the upstream's response body reached
 	// the caller: from then on nothing was retried.
 	Committed bool
+	// Held says that the answer was read whole before its first byte
+	// went to the caller, so that a body cut short would have been
+	// retried rather than forwarded. It is false for a stream, which
+	// commits at its first event that carries the answer; for an answer
+	// the gateway made itself; for an answer that went as it came, being
+	// over the gateway's --max-body or finding no room in its
+	// --hold-budget; and in records made before it was kept.
+	Held bool
 	// Bytes counts the response body bytes forwarded to the caller.
 	Bytes int64
 	// Attempts are the tries at the request, oldest first; an observer's

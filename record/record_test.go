@@ -154,7 +154,7 @@ func TestRequestJSON(t *testing.T) {
 		Header: http.Header{"Content-Type": {"application/json"}},
 		Start:  t0, End: t0.Add(3200 * time.Millisecond),
 		Deadline: t0.Add(114 * time.Second), DeadlineSource: record.DeadlineSDK,
-		Status: 200, Committed: true, Bytes: 1234,
+		Status: 200, Committed: true, Held: true, Bytes: 1234,
 		Attempts: []record.Attempt{
 			{
 				CallID: "0195f0e2-8c1b-7000-8000-000000000002", N: 1,

@@ -1,6 +1,6 @@
 // Package proc holds what the bench programs that run outlast as a
-// child process (realtime, failover) share: building the binary, and
-// starting it on a port it picks itself. The child says where it listens
+// child process (realtime, failover, held) share: building the binary,
+// and starting it on a port it picks itself. The child says where it listens
 // once it does, so it answers from then on.
 package proc
 
@@ -74,6 +74,11 @@ func Start(ctx context.Context, cmd *exec.Cmd, out io.Writer, marker string) (*C
 		c.Stop(0)
 		return nil, ctx.Err()
 	}
+}
+
+// PID returns the child's process ID, for reading its state in /proc.
+func (c *Child) PID() int {
+	return c.cmd.Process.Pid
 }
 
 // Wait waits for the child to exit and returns what exec.Cmd.Wait did.

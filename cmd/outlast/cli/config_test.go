@@ -99,8 +99,8 @@ func TestServeConfigExample(t *testing.T) {
 			t.Errorf("upstreams[%d]:\ngot  %s\nwant %s", i, upstreamString(got[i]), upstreamString(want[i]))
 		}
 	}
-	if cfg.Listen != "127.0.0.1:8700" || cfg.Gateway.MaxBody != 32<<20 || cfg.HTTP.Grace != 30*time.Second {
-		t.Errorf("got listen %q, max body %d, grace %v; want 127.0.0.1:8700, %d, 30s", cfg.Listen, cfg.Gateway.MaxBody, cfg.HTTP.Grace, 32<<20)
+	if cfg.Listen != "127.0.0.1:8700" || cfg.Gateway.MaxBody != 32<<20 || cfg.Gateway.HoldBudget != 64<<20 || cfg.HTTP.Grace != 30*time.Second {
+		t.Errorf("got listen %q, max body %d, hold budget %d, grace %v; want 127.0.0.1:8700, %d, %d, 30s", cfg.Listen, cfg.Gateway.MaxBody, cfg.Gateway.HoldBudget, cfg.HTTP.Grace, 32<<20, 64<<20)
 	}
 	if h := cfg.HTTP; h.ReadHeaderTimeout != 10*time.Second || cfg.Gateway.BodyTimeout != 30*time.Second || h.KeepAliveTimeout != 2*time.Minute || h.MaxHeaderBytes != 64<<10 || h.MaxConns != 1024 {
 		t.Errorf("got read-header %v, body %v, keep-alive %v, header bytes %d, conns %d; want the defaults the file states", h.ReadHeaderTimeout, cfg.Gateway.BodyTimeout, h.KeepAliveTimeout, h.MaxHeaderBytes, h.MaxConns)
@@ -325,6 +325,16 @@ func TestServeConfigErrors(t *testing.T) {
 		name: "zero max-body flag",
 		args: []string{"--upstream", "http://x", "--max-body", "0"},
 		want: `serve: --max-body "0": want a whole number of bytes, 1 or more`,
+	}, {
+		// A budget of nothing would hold no answer: the flag's name
+		// says which setting is wrong.
+		name: "zero hold-budget flag",
+		args: []string{"--upstream", "http://x", "--hold-budget", "0"},
+		want: `serve: --hold-budget "0": want a whole number of bytes, 1 or more, such as 67108864`,
+	}, {
+		name: "negative hold_budget key",
+		yaml: ok + "hold_budget: -5\n",
+		want: `config.yaml line 3: hold_budget "-5": want a whole number of bytes, 1 or more`,
 	}, {
 		name: "upstream flag not http",
 		args: []string{"--upstream", "ftp://x"},

@@ -304,15 +304,11 @@ var settings = []setting{
 			return nil
 		}},
 	{flag: "max-body", key: "max_body", scope: global, def: strconv.Itoa(gateway.DefaultMaxBody), arg: "BYTES", example: "1024",
-		help: "the largest request body; a larger one gets 413 (32 MiB)",
-		set: func(t target, s string) error {
-			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-			if err != nil || n < 1 {
-				return errors.New("want a whole number of bytes, 1 or more, such as 33554432")
-			}
-			t.cfg.Gateway.MaxBody = n
-			return nil
-		}},
+		help: "the largest request body; a larger one gets 413 (32 MiB). Also the longest answer held whole before its first byte goes: a longer one goes as it comes",
+		set:  byteCount("33554432", func(t target, n int64) { t.cfg.Gateway.MaxBody = n })},
+	{flag: "hold-budget", key: "hold_budget", scope: global, def: strconv.Itoa(gateway.DefaultHoldBudget), arg: "BYTES", example: "1048576",
+		help: "the bytes of answers held in memory at once, all requests together (64 MiB): an answer that is not a stream is read whole, up to --max-body, before its first byte goes, so that a body cut short is retried; one that does not fit goes as it comes, and its record says it was not held",
+		set:  byteCount("67108864", func(t target, n int64) { t.cfg.Gateway.HoldBudget = n })},
 	{flag: "grace", key: "grace", scope: global, def: "30s", arg: "DURATION", example: "5s",
 		help: "how long requests in flight may finish after SIGINT or SIGTERM; then each ends with a final error",
 		set:  positive(func(t target, d time.Duration) { t.cfg.HTTP.Grace = d })},
@@ -407,6 +403,19 @@ func count(put func(target, int)) func(target, string) error {
 			return errors.New("want a whole number, such as 4")
 		case n < 0:
 			return errors.New("is negative: want 0 or more")
+		}
+		put(t, n)
+		return nil
+	}
+}
+
+// byteCount returns a setting's set for a number of bytes, 1 or more;
+// such is one, for its error.
+func byteCount(such string, put func(target, int64)) func(target, string) error {
+	return func(t target, s string) error {
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil || n < 1 {
+			return errors.New("want a whole number of bytes, 1 or more, such as " + such)
 		}
 		put(t, n)
 		return nil

@@ -83,6 +83,7 @@ func appendRequest(b []byte, r *record.Request) []byte {
 	b = appendString(b, r.Error)
 	b = appendBool(b, r.Stream)
 	b = appendBool(b, r.Committed)
+	b = appendBool(b, r.Held)
 	b = binary.AppendVarint(b, r.Bytes)
 	b = binary.AppendUvarint(b, uint64(len(r.Attempts)))
 	for i := range r.Attempts {
@@ -305,7 +306,7 @@ func (d *decoder) int() int {
 // The fewest bytes an entry takes, every field at its zero value: count
 // holds a list's length to what the rest of the frame can hold.
 const (
-	minRequest = 20 // 9 strings, a header, 3 times, 3 numbers, 2 booleans, 3 counts
+	minRequest = 21 // 9 strings, a header, 3 times, 2 numbers, 3 booleans, 3 counts
 	minAttempt = 20 // 5 strings, 2 times, 9 numbers, 3 booleans, a class
 	minState   = 4  // a string, a time, 2 states
 	minMove    = 3  // 3 strings
@@ -389,6 +390,7 @@ func (d *decoder) request(r *record.Request) {
 	r.Error = d.string()
 	r.Stream = d.bool()
 	r.Committed = d.bool()
+	r.Held = d.bool()
 	r.Bytes = d.varint()
 	if n := d.count(minAttempt); n > 0 {
 		r.Attempts = make([]record.Attempt, n)
