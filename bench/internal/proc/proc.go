@@ -150,6 +150,3 @@ func addrIn(line, marker []byte) (string, bool) {
 
 // readyFor bounds Start's wait for the child to say where it listens.
 const readyFor = 30 * time.Second
-
-// PID is the child's process ID.
-func (c *Child) PID() int { return c.cmd.Process.Pid }
