@@ -43,7 +43,8 @@ type config struct {
 	ProfileDur  time.Duration // time per profiled target
 	MemProfile  string
 	Quick       bool
-	Deployed    bool // every target in a process of its own, the gateways as outlast serve
+	Deployed    bool     // every target in a process of its own, the gateways as outlast serve
+	ServeArgs   []string // add the gateway+args target: --journal off and these
 }
 
 // defaults is the configuration of a plain run: about two and a half
@@ -128,6 +129,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.ProfileDur, "profile-time", c.ProfileDur, "time per target profiled by --cpuprofile")
 	fs.StringVar(&c.MemProfile, "memprofile", c.MemProfile, "write the whole run's allocations, sampled every 4 KiB, to `FILE`\n(the sampling slows every target; do not read the tables of such a run)")
 	fs.BoolVar(&c.Deployed, "deployed", c.Deployed, "run every target as users deploy it, in a process of its own: the upstream and the bare proxy as children\nof this program, each gateway as `outlast serve` built from this module with its own flags and defaults\n(false: every target in this process)")
+	fs.Func("serve-args", "add the gateway+args target: outlast serve --journal off with these flags too, space-separated (\"--log-level warn\")", func(v string) error {
+		c.ServeArgs = strings.Fields(v)
+		return nil
+	})
 	fs.BoolVar(&c.Quick, "quick", c.Quick, "a short run (~10 s) for a smoke test; flags given explicitly still win")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {

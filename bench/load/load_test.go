@@ -134,6 +134,14 @@ func TestParseConfig(t *testing.T) {
 	if c.SeqPerRound != 7 || c.SeqRounds != 2 || len(c.MaxRates) != 2 {
 		t.Errorf("--quick --seq 7: got seq %d, seq-rounds %d, %d max rates; want 7, 2, 2", c.SeqPerRound, c.SeqRounds, len(c.MaxRates))
 	}
+	c, err = parseConfig([]string{"--serve-args", " --log-level  warn "}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gws := gateways(c)
+	if last := gws[len(gws)-1]; last.name != "gateway+args" || strings.Join(last.args, " ") != "--journal off --log-level warn" {
+		t.Errorf("--serve-args: the last gateway target is %s %q, want gateway+args with --journal off --log-level warn", last.name, last.args)
+	}
 	for _, args := range [][]string{
 		{"--max-rates", "2000,1000"}, // not ascending
 		{"--rate", "0"},

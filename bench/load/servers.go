@@ -291,6 +291,9 @@ func gateways(c config) []variant {
 	if c.Redis != "" {
 		gws = append(gws, variant{"gateway+redis", []string{"--journal", "off", "--slots", strconv.Itoa(max(c.GateSlots, 1)), "--redis", c.Redis}})
 	}
+	if len(c.ServeArgs) > 0 {
+		gws = append(gws, variant{"gateway+args", append([]string{"--journal", "off"}, c.ServeArgs...)})
+	}
 	return gws
 }
 
