@@ -21,11 +21,11 @@ import (
 // connection. The Transport's first-byte timeout bounds the whole read:
 // for an answer that is not a stream, its first byte comes with its last.
 //
-// The answers held at once share the gateway's budget (issue 50: five
-// answers of 30 MB took the gateway from 26 MB to 371 MB). An answer
+// The answers held at once share the gateway's budget, so that the
+// memory they take is bounded whatever their number and size. An answer
 // longer than max, or one the budget has no room for, is returned as it
-// comes, as before the rule: its first part, if it was read, and then
-// the rest, for as long as it takes. The exchange's heldAnswers, if its
+// comes: its first part, if it was read, and then the rest, for as long
+// as it takes. The exchange's heldAnswers, if its
 // context carries them, are told of each answer held whole.
 type wholeBodies struct {
 	base   http.RoundTripper
@@ -124,11 +124,9 @@ const (
 )
 
 // chunkPool keeps the chunks of holdChunk bytes that have been read, for
-// the next answers to be read into. Without it, the chunks of the
-// answers that went before were garbage until the collector came, and
-// the gateway's memory grew to twice its budget: 20 chunked answers of
-// 30 MB at once took 131 MiB over its memory at rest under the default
-// budget, and take 70 MiB with it (bench/held --chunked).
+// the next answers to be read into: without it, the chunks of the
+// answers that went before are garbage until the collector comes, and
+// the memory the answers take grows to about twice the budget.
 var chunkPool = sync.Pool{New: func() any { return new([holdChunk]byte) }}
 
 // newChunk returns a chunk of n bytes, holdChunk at most, to read into.

@@ -1,6 +1,6 @@
 // Held measures the memory that outlast serve takes for answers that are
-// not streams, which it holds whole before their first byte goes (issue
-// 50: five answers of 30 MB took it from 26 MB to 371 MB). An upstream
+// not streams, which it holds whole before their first byte goes, within
+// its --hold-budget. An upstream
 // in this process answers each request with --size bytes of JSON, its
 // length declared (or, with --chunked, not); outlast serve --journal off
 // runs in front of it as a child process, with its defaults but for
