@@ -19,6 +19,10 @@ type cost struct {
 	busyOK  bool          // the platform can tell it
 	wall    time.Duration
 	at      time.Time // when a sample was taken
+	// procs is each deployed target's own process's CPU time (with its
+	// children's), in the targets' order, when they are deployed: cpu
+	// counts them all.
+	procs []time.Duration
 }
 
 // sampleCost reads the totals so far. ReadMemStats stops the world
@@ -41,7 +45,21 @@ func (c cost) since(before cost) cost {
 		busy:    c.busy - before.busy,
 		busyOK:  c.busyOK && before.busyOK,
 		wall:    c.at.Sub(before.at),
+		procs:   minus(c.procs, before.procs),
 	}
+}
+
+// minus returns a less b, element by element, or nil unless the two are
+// as long.
+func minus(a, b []time.Duration) []time.Duration {
+	if len(a) != len(b) || a == nil {
+		return nil
+	}
+	d := make([]time.Duration, len(a))
+	for i := range a {
+		d[i] = a[i] - b[i]
+	}
+	return d
 }
 
 func (c *cost) add(d cost) {
@@ -52,6 +70,12 @@ func (c *cost) add(d cost) {
 	c.bytes += d.bytes
 	c.busy += d.busy
 	c.wall += d.wall
+	if c.procs == nil {
+		c.procs = make([]time.Duration, len(d.procs))
+	}
+	for i := range min(len(c.procs), len(d.procs)) {
+		c.procs[i] += d.procs[i]
+	}
 }
 
 // foreign returns the share of the machine's CPU capacity that other

@@ -105,7 +105,10 @@ type targetStats struct {
 	RatioP99   *float64 `json:"ratio_p99,omitempty"`
 
 	// The process's cost per request sent while this target was driven.
-	CPU         *float64 `json:"cpu_us_per_req,omitempty"` // nil where the platform cannot tell
+	CPU *float64 `json:"cpu_us_per_req,omitempty"` // nil where the platform cannot tell
+	// OwnCPU is the target's own process's alone, when deployed: the
+	// upstream's for direct.
+	OwnCPU      *float64 `json:"own_cpu_us_per_req,omitempty"`
 	Allocs      float64  `json:"allocs_per_req"`
 	Bytes       float64  `json:"bytes_per_req"`
 	AddedCPU    *float64 `json:"added_cpu_us_per_req,omitempty"`
@@ -115,8 +118,9 @@ type targetStats struct {
 	RatioAllocs *float64 `json:"ratio_allocs,omitempty"`
 }
 
-// setCost fills in the cost per request of s.
-func (ts *targetStats) setCost(s *series) {
+// setCost fills in the cost per request of s, the series of the i'th
+// target.
+func (ts *targetStats) setCost(s *series, i int) {
 	sent := float64(len(s.lats) + s.errs)
 	if sent == 0 {
 		return
@@ -124,6 +128,10 @@ func (ts *targetStats) setCost(s *series) {
 	if s.cost.cpuOK {
 		v := stats.Micros(s.cost.cpu) / sent
 		ts.CPU = &v
+		if i < len(s.cost.procs) {
+			own := stats.Micros(s.cost.procs[i]) / sent
+			ts.OwnCPU = &own
+		}
 	}
 	ts.Allocs = float64(s.cost.mallocs) / sent
 	ts.Bytes = float64(s.cost.bytes) / sent
@@ -169,7 +177,7 @@ func (rep *report) addLatency(phase string, stream bool, names []string, s []*se
 		if s[i].firstErr != nil {
 			ts.FirstError = s[i].firstErr.Error()
 		}
-		ts.setCost(s[i])
+		ts.setCost(s[i], i)
 		switch {
 		case i == 1:
 			ts.setAdded(&row.Targets[0], nil)
@@ -293,22 +301,22 @@ func (rep *report) costTable(w io.Writer) {
 // cpuTable is costTable for targets in processes of their own, whose
 // allocations this process cannot see: CPU time only, every process's.
 func (rep *report) cpuTable(w io.Writer) {
-	head := []string{"phase", "metric", "direct CPU/req", "proxy +CPU"}
+	head := []string{"phase", "metric", "direct CPU/req", "proxy +CPU", "proxy own"}
 	for _, name := range rep.Targets[2:] {
-		head = append(head, name+" +CPU", "ratio CPU")
+		head = append(head, name+" +CPU", "ratio CPU", "own")
 	}
 	tableRow(w, head...)
 	tableRule(w, len(head))
 	for _, row := range rep.Latency {
 		d, p := row.Targets[0], row.Targets[1]
-		cells := []string{row.Phase, row.Metric, opt(d.CPU, "%.1f µs"), added(p.AddedCPU)}
+		cells := []string{row.Phase, row.Metric, opt(d.CPU, "%.1f µs"), added(p.AddedCPU), opt(p.OwnCPU, "%.1f µs")}
 		for _, g := range row.Targets[2:] {
-			cells = append(cells, added(g.AddedCPU), ratioCell(g.RatioCPU))
+			cells = append(cells, added(g.AddedCPU), ratioCell(g.RatioCPU), opt(g.OwnCPU, "%.1f µs"))
 		}
 		tableRow(w, cells...)
 	}
 	fmt.Fprintf(w, "\nCPU is every process's (the client, the upstream, the target and its journal writer) while one target was driven,\n"+
-		"in ticks of 10 ms; +CPU is over direct.\n")
+		"from /proc's schedstat (this process's own in 10 ms ticks); +CPU is over direct; own is the target's own process's alone (with its journal writer).\n")
 }
 
 // countTable shows what the latencies leave out: failed, dropped and late

@@ -462,9 +462,10 @@ func (s *stack) close() error {
 func (s *stack) sampleCost() cost {
 	c := sampleCost()
 	if s.deployed != nil {
-		t, ok := s.deployed.cpu()
+		t, each, ok := s.deployed.cpu()
 		c.cpu += t
 		c.cpuOK = c.cpuOK && ok
+		c.procs = each
 	}
 	return c
 }
