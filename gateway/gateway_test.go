@@ -969,49 +969,66 @@ func TestGatewayAnswerBeforeRecord(t *testing.T) {
 	}
 }
 
-// TestGatewayIdleBeyondMaxBody checks that an answer too long to be read
-// whole before commit (over MaxBody) still has its idle timeout: it
-// streams from the upstream, which may fall silent half-way.
+// TestGatewayIdleBeyondMaxBody checks that an answer not read whole
+// before commit, over MaxBody or finding no room in the hold budget,
+// still has its idle timeout: it streams from the upstream with its
+// length declared, and may fall silent half-way. Its record says it was
+// not held.
 func TestGatewayIdleBeyondMaxBody(t *testing.T) {
-	release := make(chan struct{})
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", "4096")
-		io.WriteString(w, strings.Repeat("x", 2048))
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	})
-	u, _ := url.Parse(up.URL)
-	g, err := gateway.New(gateway.Config{
-		Upstreams: []gateway.Upstream{{URL: u, IdleTimeout: 200 * time.Millisecond, FirstByteTimeout: 2 * time.Second}},
-		MaxBody:   1024,
-		Logger:    slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := httptest.NewServer(g)
-	defer s.Close()
-	defer close(release) // first: the upstream's handler ends, and then the servers
-	done := make(chan error, 1)
-	go func() {
-		resp, err := http.Post(s.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
-		if err == nil {
-			_, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Error("the answer that fell silent half-way was read as whole")
-		}
-	case <-time.After(10 * time.Second):
-		t.Error("an answer over MaxBody that fell silent was not cut at the idle timeout")
+	for _, c := range []struct {
+		name string
+		cfg  gateway.Config
+	}{
+		{"over MaxBody", gateway.Config{MaxBody: 1024}},
+		{"over the hold budget", gateway.Config{HoldBudget: 1024}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			release := make(chan struct{})
+			up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Length", "4096")
+				io.WriteString(w, strings.Repeat("x", 2048))
+				w.(http.Flusher).Flush()
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+			})
+			u, _ := url.Parse(up.URL)
+			done := make(chan record.Request, 1)
+			cfg := c.cfg
+			cfg.Upstreams = []gateway.Upstream{{URL: u, IdleTimeout: 200 * time.Millisecond, FirstByteTimeout: 2 * time.Second}}
+			cfg.Logger = slog.New(slog.DiscardHandler)
+			cfg.Observer = record.Observer{Done: func(r *record.Request) { done <- *r }}
+			g, err := gateway.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := httptest.NewServer(g)
+			defer s.Close()
+			defer close(release) // first: the upstream's handler ends, and then the servers
+			read := make(chan error, 1)
+			go func() {
+				resp, err := http.Post(s.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+				if err == nil {
+					_, err = io.ReadAll(resp.Body)
+					resp.Body.Close()
+				}
+				read <- err
+			}()
+			select {
+			case err := <-read:
+				if err == nil {
+					t.Error("the answer that fell silent half-way was read as whole")
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("an answer that fell silent was not cut at the idle timeout")
+			}
+			if rec := <-done; rec.Held || rec.Error != record.ErrorUpstreamBroke {
+				t.Errorf("recorded held %v, error %q; want not held, %q", rec.Held, rec.Error, record.ErrorUpstreamBroke)
+			}
+		})
 	}
 }
 
