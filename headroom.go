@@ -217,8 +217,15 @@ const bytesPerToken = 4
 // names none. A body that is not a JSON object is input alone. The
 // response's headers then say what the provider counted (ReadHeadroom).
 func EstimateTokens(body []byte, defaultOutput int) int {
-	input := (len(body) + bytesPerToken - 1) / bytesPerToken
-	bound := -1
+	input, bound := estimateParts(body, defaultOutput)
+	return input + min(bound, math.MaxInt-input)
+}
+
+// estimateParts returns the two parts of EstimateTokens: the input, and
+// the answer's bound, 0 for a body that is not a JSON object.
+func estimateParts(body []byte, defaultOutput int) (input, bound int) {
+	input = (len(body) + bytesPerToken - 1) / bytesPerToken
+	bound = -1
 	s := jsonscan.Scanner{B: body}
 	whole := s.Members(func(key, v []byte) {
 		switch string(key) {
@@ -229,10 +236,10 @@ func EstimateTokens(body []byte, defaultOutput int) int {
 		}
 	})
 	if !whole {
-		return input
+		return input, 0
 	}
 	if bound < 0 {
 		bound = max(defaultOutput, 0)
 	}
-	return input + min(bound, math.MaxInt-input)
+	return input, bound
 }

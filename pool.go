@@ -72,15 +72,26 @@ const poolCooldown = time.Second
 // When no member can take a request, it waits, in the order requests
 // came, for the member that will have room for it first, rather than be
 // sent to collect a 429. A request that came later goes ahead of it only
-// to another member, so that it never delays one that came before it. A
-// request waits no later than its deadline less its reserve. One that
-// would wait past that, for the members' refill of its own tokens and
-// those of the requests waiting ahead of it, is refused at once with a
-// *StatusError wrapping ErrPoolSpent: 429 when the members are out of
-// quota, 503 when they are down, with RetryAfter the time until there is
-// room for it. A request already waiting gets the same error as soon as
-// the members' counts show that it cannot have room before its bound, so
-// that it holds no member back from the requests after it.
+// to another member, so that it never delays one that came before it.
+//
+// A request waits no later than its bound: its deadline less its
+// reserve, or less the time its answer is expected to take, if that is
+// longer, so that no member's quota is spent on an answer its caller
+// will have stopped waiting for. The Pool expects an answer to take the
+// time that all but one in twenty of its latest answers read to their end
+// would have taken for the same bound of tokens (max_tokens, or
+// DefaultOutputTokens): the quickest answer, plus a time for each token of
+// the bound. Until it has seen 16 answers, the reserve alone counts. A
+// request that a member can take at once is sent, whatever its deadline.
+//
+// A request that would wait past its bound, for the members' refill of
+// its own tokens and those of the requests waiting ahead of it, is
+// refused at once with a *StatusError wrapping ErrPoolSpent: 429 when the
+// members are out of quota, 503 when they are down, with RetryAfter the
+// time until there is room for it. A request already waiting gets the
+// same error as soon as the members' counts show that it cannot have room
+// before its bound, so that it holds no member back from the requests
+// after it.
 //
 // # Retries
 //
@@ -153,6 +164,7 @@ type poolShared struct {
 	timer   *time.Timer   // wakes the queue's head at the earliest room
 	wakeAt  time.Time     // when timer fires, if it is set
 	seq     uint64        // numbers the attempts sent, for their answers' headers
+	answers answerTimes   // the time its answers took
 }
 
 // Sharing returns a Pool like p, sending through members, that shares
@@ -461,7 +473,8 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	} else if !marked(ctx) {
 		ctx = WithPolicy(ctx, nil) // one attempt, whatever a member's own Policy
 	}
-	tokens := float64(p.estimate(req))
+	n, answer := p.estimate(req)
+	tokens := float64(n)
 	bound := p.bound(ctx, pol)
 	failed := make([]bool, len(p.Members))
 	var resp *http.Response
@@ -472,7 +485,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		if m != nil {
 			m.n.Store(int32(min(n, math.MaxInt32)))
 		}
-		t, werr := p.take(ctx, req, tokens, failed, bound, n > 1) // a retry keeps its place ahead of later arrivals
+		t, werr := p.take(ctx, req, tokens, failed, p.waitBound(ctx, bound, answer), n > 1) // a retry keeps its place ahead of later arrivals
 		if werr != nil {
 			if n > 1 && !errors.Is(werr, ErrPoolSpent) {
 				return resp, err // the caller left: the last failure says more
@@ -502,7 +515,10 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err = p.Members[t.i].RoundTrip(r)
 		fail := p.answered(t, resp, err)
 		last = fail
-		if fail == nil || s.p == nil || req.GetBody == nil && req.Body != nil && req.Body != http.NoBody {
+		if fail == nil && err == nil {
+			return p.timeAnswer(resp, answer, start), nil
+		}
+		if s.p == nil || req.GetBody == nil && req.Body != nil && req.Body != http.NoBody {
 			return resp, err
 		}
 		failed[t.i] = true
@@ -546,24 +562,30 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// estimate returns r's tokens as Estimate or EstimateTokens counts them.
-func (p *Pool) estimate(r *http.Request) int {
-	if p.Estimate != nil {
-		return p.Estimate(r)
+// estimate returns r's tokens as Estimate or EstimateTokens counts them,
+// and the bound of its answer's tokens, as EstimateTokens reads it.
+func (p *Pool) estimate(r *http.Request) (tokens, answer int) {
+	var body []byte
+	if r.GetBody != nil {
+		if b, err := r.GetBody(); err == nil {
+			body, err = io.ReadAll(io.LimitReader(b, DefaultMaxBufferedBody))
+			b.Close()
+			if err != nil {
+				body = nil
+			}
+		}
 	}
-	if r.GetBody == nil {
-		return DefaultOutputTokens
+	answer = DefaultOutputTokens
+	if body != nil {
+		_, answer = estimateParts(body, DefaultOutputTokens)
 	}
-	b, err := r.GetBody()
-	if err != nil {
-		return DefaultOutputTokens
+	switch {
+	case p.Estimate != nil:
+		return p.Estimate(r), answer
+	case body == nil:
+		return DefaultOutputTokens, answer
 	}
-	defer b.Close()
-	body, err := io.ReadAll(io.LimitReader(b, DefaultMaxBufferedBody))
-	if err != nil {
-		return DefaultOutputTokens
-	}
-	return EstimateTokens(body, DefaultOutputTokens)
+	return EstimateTokens(body, DefaultOutputTokens), answer
 }
 
 // bound returns the latest a request under pol may be sent, the zero

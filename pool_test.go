@@ -894,3 +894,80 @@ func TestPoolRefusesAWaiterOnceItCannotBeServed(t *testing.T) {
 		}
 	})
 }
+
+// A request waits for room only while the time left after the wait
+// covers the answer it is expected to take, as the pool's answers read to
+// their end have shown, once it has seen 16; one that a member can take
+// at once is sent whatever its deadline.
+func TestPoolWaitLeavesTimeForTheAnswer(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		answers  int  // answers of 10 s before the request
+		read     bool // whether they are read to their end
+		deadline time.Duration
+		refused  bool
+	}{
+		{"too little left for the answer", 16, true, 10500 * time.Millisecond, true},
+		{"enough left for the answer", 16, true, 14 * time.Second, false},
+		{"fifteen answers seen", 15, true, 10500 * time.Millisecond, false},
+		{"answers not read to their end", 16, false, 10500 * time.Millisecond, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a := newLimited("a", 16, 1e6) // a request each 3.75 s
+				pool := poolOf(poolPolicy, a) // a reserve of 1 s
+				ctx := context.Background()
+				send := func(id string, ctx context.Context, latency time.Duration, read bool) error {
+					r := chat(t, ctx, id, 10)
+					r.Header.Set("X-Latency", latency.String())
+					resp, err := pool.RoundTrip(r)
+					if err != nil {
+						return err
+					}
+					if read {
+						io.Copy(io.Discard, resp.Body)
+					}
+					return resp.Body.Close()
+				}
+				for i := range c.answers {
+					if err := send(strconv.Itoa(i), ctx, 10*time.Second, c.read); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Spend the limit with answers that count nothing: closed
+				// before their end.
+				for i := 0; pool.State(0).Requests.Remaining > 0; i++ {
+					if err := send("spend"+strconv.Itoa(i), ctx, 0, false); err != nil {
+						t.Fatal(err)
+					}
+				}
+				sent, _ := a.counts()
+				short, cancel := context.WithTimeout(ctx, c.deadline)
+				defer cancel()
+				start := time.Now()
+				err := send("late", short, 0, true)
+				switch {
+				case c.refused && !errors.Is(err, outlast.ErrPoolSpent):
+					t.Fatalf("err = %v, want ErrPoolSpent: room in under 3.75 s, the answer expected to take 10 s, %v left", err, c.deadline)
+				case c.refused && time.Since(start) != 0:
+					t.Errorf("refused after %v, want at once", time.Since(start))
+				case !c.refused && err != nil:
+					t.Fatalf("err = %v, want the request served after a wait", err)
+				case !c.refused && time.Since(start) == 0:
+					t.Error("served at once, want after a wait for room")
+				}
+				if now, _ := a.counts(); c.refused && now != sent {
+					t.Error("the refused request was sent")
+				}
+				// With room at once, a request is sent even with less
+				// time than its answer is expected to take.
+				time.Sleep(time.Minute)
+				short, cancel = context.WithTimeout(ctx, 3*time.Second)
+				defer cancel()
+				if err := send("room", short, 0, true); err != nil {
+					t.Errorf("with room at once: %v, want it sent", err)
+				}
+			})
+		})
+	}
+}
