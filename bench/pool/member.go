@@ -240,6 +240,25 @@ type memberStats struct {
 	Admissions []admission
 }
 
+// levelsAt returns what m's buckets held at at, requests and tokens, by
+// replaying its admissions from full buckets at start.
+func (m memberStats) levelsAt(spec memberSpec, start, at time.Time) (reqs, toks float64) {
+	req := bucket{limit: float64(spec.RPM), level: float64(spec.RPM), at: start}
+	tok := bucket{limit: float64(spec.TPM), level: float64(spec.TPM), at: start}
+	for _, a := range m.Admissions {
+		if a.At.After(at) {
+			break
+		}
+		req.refill(a.At)
+		tok.refill(a.At)
+		req.level--
+		tok.level -= float64(a.Cost)
+	}
+	req.refill(at)
+	tok.refill(at)
+	return req.level, tok.level
+}
+
 // stats returns the member's counters.
 func (m *member) stats() memberStats {
 	m.mu.Lock()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -67,8 +68,10 @@ func TestMembersEnforceLimits(t *testing.T) {
 	rep := newReport(c, w, runs)
 	var b strings.Builder
 	rep.markdown(&b)
-	if !strings.Contains(b.String(), "| **whole run** | "+outlastName+" |") {
-		t.Errorf("the report has no whole-run row for %s:\n%s", outlastName, b.String())
+	for _, want := range []string{"| **whole run** | " + outlastName + " |", "| **over 100 %** | " + outlastName + " |", "| end of step 2 (160 %) |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the report has no %q:\n%s", want, b.String())
+		}
 	}
 }
 
@@ -182,4 +185,32 @@ func TestMemberAnswers(t *testing.T) {
 			t.Errorf("member counted %d admitted and %d rejected, the request %d 429s; want 3, 1, 1", s.Admitted, s.Rejected, recs[3].rejects.Load())
 		}
 	})
+}
+
+// What a member's buckets held at a time is replayed from its admissions:
+// each takes a request and its cost, and the buckets refill at their
+// limit a minute up to the limit.
+func TestLevelsAt(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	spec := memberSpec{Name: "x", RPM: 60, TPM: 6000}
+	m := memberStats{Admissions: []admission{
+		{At: start, Cost: 3000},
+		{At: start, Cost: 3000},
+		{At: start.Add(10 * time.Second), Cost: 500},
+	}}
+	for _, c := range []struct {
+		at         time.Duration
+		reqs, toks float64
+	}{
+		{0, 58, 0},
+		{5 * time.Second, 60, 500},         // 5 s refill 5 requests, to the limit, and 500 tokens
+		{10 * time.Second, 59, 1000 - 500}, // and the third admission
+		{time.Minute, 60, 5500},            // requests whole again; tokens 50 s on
+		{2 * time.Minute, 60, 6000},
+	} {
+		reqs, toks := m.levelsAt(spec, start, start.Add(c.at))
+		if math.Abs(reqs-c.reqs) > 1e-9 || math.Abs(toks-c.toks) > 1e-9 {
+			t.Errorf("at %v: %v requests and %v tokens, want %v and %v", c.at, reqs, toks, c.reqs, c.toks)
+		}
+	}
 }

@@ -67,19 +67,25 @@ type report struct {
 }
 
 // groups returns the report's groups: each level, then the levels below
-// belowLevel, then the whole run.
+// belowLevel, those over capacity, and the whole run.
 func groups(c config) []group {
 	var gs []group
-	var below, all []int
+	var below, over, all []int
 	for i, pct := range c.Levels {
 		gs = append(gs, group{Step: fmt.Sprint(i + 1), Label: fmt.Sprintf("%d %%", pct), Levels: []int{i}})
 		if pct < belowLevel {
 			below = append(below, i)
 		}
+		if pct > 100 {
+			over = append(over, i)
+		}
 		all = append(all, i)
 	}
 	if len(below) > 0 {
 		gs = append(gs, group{Label: fmt.Sprintf("below %d %%", belowLevel), Levels: below})
+	}
+	if len(over) > 0 {
+		gs = append(gs, group{Label: "over 100 %", Levels: over})
 	}
 	return append(gs, group{Label: "whole run", Levels: all})
 }
@@ -262,9 +268,45 @@ Columns: *offered* and *throughput* are requests a second, as a share of capacit
 		}
 		fmt.Fprintln(w)
 	}
+	rep.banked(w)
 	fmt.Fprintln(w)
 	cmdline.WriteChecks(w, rep.Checks)
 	fmt.Fprintf(w, "\nRan in %.1f s of real time.\n", rep.Elapsed.Seconds())
+}
+
+// banked writes what each policy left in the members' buckets at the end
+// of each level over capacity: what the next level may spend at once, on
+// top of the refill. A router that spends less of the pool while it is
+// over capacity serves the level after it from what it left.
+func (rep *report) banked(w io.Writer) {
+	c := rep.Config
+	var over []int
+	for i, pct := range c.Levels {
+		if pct > 100 {
+			over = append(over, i)
+		}
+	}
+	if len(over) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nLeft in the members' buckets at the end of each level over capacity, requests / tokens over the three members (replayed from their admissions): what the next level may spend on top of the refill.\n\n| policy |")
+	for _, l := range over {
+		fmt.Fprintf(w, " end of step %d (%d %%) |", l+1, c.Levels[l])
+	}
+	fmt.Fprint(w, "\n|---|"+strings.Repeat("---:|", len(over))+"\n")
+	for _, r := range rep.Runs {
+		fmt.Fprintf(w, "| %s |", r.Policy.Name)
+		for _, l := range over {
+			at := r.Start.Add(time.Duration(l+1) * c.LevelDuration)
+			var reqs, toks float64
+			for i, m := range r.Members {
+				rq, tk := m.levelsAt(memberSpecs[i], r.Start, at)
+				reqs, toks = reqs+rq, toks+tk
+			}
+			fmt.Fprintf(w, " %.0f / %.0f |", reqs, toks)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // percent formats n of total as a percentage, or – for none.

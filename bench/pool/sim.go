@@ -129,6 +129,7 @@ type result struct {
 // A policyRun is one policy's run of the workload.
 type policyRun struct {
 	Policy  policy
+	Start   time.Time // the run's start, in its bubble's time
 	Results []result
 	Members []memberStats
 }
@@ -143,6 +144,7 @@ func simulate(b bubble.Bubbler, c config, w *workload, p policy) policyRun {
 			recs[i].output = w.Requests[i].Output
 		}
 		start := time.Now()
+		out.Start = start
 		ms := make([]*member, len(memberSpecs))
 		for i, s := range memberSpecs {
 			ms[i] = newMember(s, recs, start, c.Headers == headersAnswered)
