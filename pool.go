@@ -79,10 +79,11 @@ const poolCooldown = time.Second
 // longer, so that no member's quota is spent on an answer its caller
 // will have stopped waiting for. The Pool expects an answer to take the
 // time that all but one in twenty of its latest answers read to their end
-// would have taken for the same bound of tokens (max_tokens, or
-// DefaultOutputTokens): the quickest answer, plus a time for each token of
-// the bound. Until it has seen 16 answers, the reserve alone counts. A
-// request that a member can take at once is sent, whatever its deadline.
+// would have taken for the same bound of tokens (max_tokens and the like,
+// as EstimateTokens reads it, or DefaultOutputTokens): the quickest
+// answer, plus a time for each token of the bound. Until it has seen 16
+// answers, the reserve alone counts. A request that a member can take at
+// once is sent, whatever its deadline.
 //
 // A request that would wait past its bound, for the members' refill of
 // its own tokens and those of the requests waiting ahead of it, is
@@ -515,7 +516,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err = p.Members[t.i].RoundTrip(r)
 		fail := p.answered(t, resp, err)
 		last = fail
-		if fail == nil && err == nil {
+		if fail == nil {
 			return p.timeAnswer(resp, answer, start), nil
 		}
 		if s.p == nil || req.GetBody == nil && req.Body != nil && req.Body != http.NoBody {
