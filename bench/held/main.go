@@ -82,15 +82,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if c.requests < 1 || c.size < 2 || c.budget < 0 || c.every <= 0 {
 		return cmdline.UsageError{Err: errors.New("want --requests of 1 or more, --size of 2 or more, --hold-budget of 0 or more and --every above 0")}
 	}
-	dir, err := os.MkdirTemp("", "outlast-held")
+	dir, bin, err := proc.BuildOutlastTemp(ctx, "outlast-held", stderr)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin, err := proc.BuildOutlast(ctx, dir, stderr)
-	if err != nil {
-		return err
-	}
 	r, err := once(ctx, bin, dir, c, stderr)
 	if err != nil {
 		return err

@@ -98,16 +98,11 @@ type deployed struct {
 }
 
 func newDeployed(ctx context.Context, stderr io.Writer) (*deployed, error) {
-	dir, err := os.MkdirTemp("", "outlast-load-")
+	dir, bin, err := proc.BuildOutlastTemp(ctx, "outlast-load-", stderr)
 	if err != nil {
 		return nil, err
 	}
-	d := &deployed{dir: dir}
-	if d.bin, err = proc.BuildOutlast(ctx, dir, stderr); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	return d, nil
+	return &deployed{dir: dir, bin: bin}, nil
 }
 
 // start starts cmd in a folder of its own under d's, its output kept in a

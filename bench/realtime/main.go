@@ -76,15 +76,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if c.callers < 1 || c.duration <= c.outage || c.capacity < 1 || c.every <= 0 || c.seeds < 1 {
 		return usageError{Err: errors.New("want --callers, --capacity and --seeds of 1 or more, --every above 0, and --duration longer than --outage")}
 	}
-	dir, err := os.MkdirTemp("", "outlast-realtime")
+	dir, bin, err := proc.BuildOutlastTemp(ctx, "outlast-realtime", stderr)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin, err := proc.BuildOutlast(ctx, dir, stderr)
-	if err != nil {
-		return err
-	}
 	fmt.Fprintf(stdout, "`%s` (%d callers, one request each %v, for %v; the mock: 503 for %v from its first request, then up, %d completions at once, 429 past them)\n\n",
 		cmdline.CommandLine("realtime", args), c.callers, c.every, c.duration, c.outage, c.capacity)
 	fmt.Fprintln(stdout, "| admission | seed | requests | success % | attempts/req at the mock | 429s past capacity | peak completions at once ÷ capacity | p99 s |")

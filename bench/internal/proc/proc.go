@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -27,6 +28,20 @@ func BuildOutlast(ctx context.Context, dir string, stderr io.Writer) (string, er
 		return "", fmt.Errorf("building outlast: %w", err)
 	}
 	return bin, nil
+}
+
+// BuildOutlastTemp makes a temporary folder whose name starts with
+// prefix and builds outlast into it (see BuildOutlast), returning both.
+// The caller removes the folder; on an error nothing is left.
+func BuildOutlastTemp(ctx context.Context, prefix string, stderr io.Writer) (dir, bin string, err error) {
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", "", err
+	}
+	if bin, err = BuildOutlast(ctx, dir, stderr); err != nil {
+		os.RemoveAll(dir)
+		return "", "", err
+	}
+	return dir, bin, nil
 }
 
 // A Child is a process started by Start.
