@@ -48,8 +48,13 @@ type exchange struct {
 	held       heldAnswers // the answers its attempts' wholeBodies held whole
 
 	// hooksMu guards what the attempts' hooks change (the record's
-	// attempts and moves, moved, cur) while both sides of a hedge run.
+	// attempts and moves, moved, cur, untold) while both sides of a hedge
+	// run.
 	hooksMu sync.Mutex
+	// untold is 1 + the index in the record of the answered attempt whose
+	// end the observers are told of once the answer's first bytes have
+	// gone (see endAttempt), or 0 once they have been told.
+	untold int
 
 	// A stream's continuations (see Continuation): whether the attempts
 	// now made continue it, with how long a prefill; which of the
@@ -483,6 +488,7 @@ func (x *exchange) outbound(ctx context.Context, u *upstream) *http.Request {
 func (x *exchange) queued(key string, ahead int) {
 	x.hooksMu.Lock()
 	defer x.hooksMu.Unlock()
+	x.tellEndLocked()
 	if o := x.g.cfg.Observer.Queued; o != nil {
 		o(&x.rec, key, ahead)
 	}
@@ -493,6 +499,7 @@ func (x *exchange) attemptStart(a outlast.Attempt) {
 	x.setWaiting(false)
 	x.hooksMu.Lock()
 	defer x.hooksMu.Unlock()
+	x.tellEndLocked()
 	if o := x.g.cfg.Observer.AttemptStart; o != nil {
 		o(&x.rec, x.attempt(a))
 	}
@@ -528,8 +535,14 @@ func (x *exchange) attemptEnd(a outlast.Attempt) { x.endAttempt(a, "") }
 // endAttempt records a, an attempt that ended; why, if not empty, is why
 // it went to its upstream, in place of the move the request made last (a
 // hedge's, whose side runs beside the request's own).
+//
+// The observers hear of an answer's end once its first bytes have gone
+// to the caller, or at the next thing they hear of, whichever is first:
+// what they do then no longer delays the answer. A hedged request's
+// sides run at once, and tell them at once.
 func (x *exchange) endAttempt(a outlast.Attempt, why string) {
 	x.hooksMu.Lock()
+	x.tellEndLocked()
 	at := x.attempt(a)
 	u := x.cur
 	if why != "" {
@@ -546,7 +559,11 @@ func (x *exchange) endAttempt(a outlast.Attempt, why string) {
 		x.up.hedging.learn(x.fields.model, a.End.Sub(a.Start))
 	}
 	if o := x.g.cfg.Observer.AttemptEnd; o != nil {
-		o(&x.rec, at)
+		if a.Class == outlast.ClassNone && why == "" && !x.hedges() {
+			x.untold = len(x.rec.Attempts)
+		} else {
+			o(&x.rec, at)
+		}
 	}
 	if a.RetryIn > 0 {
 		x.comment("retrying attempt=%d in=%v status=%d", at.N+1, a.RetryIn, a.Status)
@@ -555,6 +572,24 @@ func (x *exchange) endAttempt(a outlast.Attempt, why string) {
 	if a.RetryIn > 0 {
 		x.setWaiting(true)
 	}
+}
+
+// tellEnd tells the observers of the answered attempt's end, if they
+// have not been told of it yet.
+func (x *exchange) tellEnd() {
+	x.hooksMu.Lock()
+	x.tellEndLocked()
+	x.hooksMu.Unlock()
+}
+
+// tellEndLocked is tellEnd with hooksMu held.
+func (x *exchange) tellEndLocked() {
+	if x.untold == 0 {
+		return
+	}
+	i := x.untold - 1
+	x.untold = 0
+	x.g.cfg.Observer.AttemptEnd(&x.rec, x.rec.Attempts[i])
 }
 
 // named returns the upstream of the request's chain named name, or the
@@ -652,6 +687,7 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 	}
 	var err error
 	x.streaming = x.cur
+	x.out.sent = x // the answered attempt's end is told once the caller has its first bytes
 	if resp.StatusCode < 300 && sse.IsStream(resp.Header) {
 		// An event stream goes whole events at a time, and is carried on
 		// if it breaks, where it may be: not the last attempt's stream
@@ -870,6 +906,7 @@ func (x *exchange) fail(status int, kind, msg string, extra http.Header) {
 func (x *exchange) done() {
 	x.rec.End = time.Now()
 	x.out.finish()
+	x.tellEnd() // before the attempt's bytes are counted: as it ended
 	if x.forwarder < len(x.rec.Attempts) && x.rec.Committed {
 		// The bytes forwarded since the last splice are the attempt's
 		// being forwarded: those of the attempts before it were

@@ -29,6 +29,24 @@ type response struct {
 	committed  bool       // the status line has been written
 	progressed bool       // by a progress comment: the caller has a 200 event stream
 	pending    int        // a status line held for the body's first byte (see hold)
+
+	// sent, if not nil, is told once, in the goroutine that serves the
+	// request, when the answer's first bytes have been flushed to the
+	// caller.
+	sent firstSent
+}
+
+// A firstSent is told when an answer's first bytes have reached the
+// caller.
+type firstSent interface{ tellEnd() }
+
+// flushed tells o.sent, once, that the answer's first bytes have been
+// flushed.
+func (o *response) flushed() {
+	if s := o.sent; s != nil {
+		o.sent = nil
+		s.tellEnd()
+	}
 }
 
 // init makes o the response written to w. A response is a field of its
@@ -256,6 +274,9 @@ func (o *response) copyBody(body io.Reader, flush bool, idle time.Duration, canc
 			if (flush || first) && o.rc.Flush() != nil {
 				return errClientGone
 			}
+			if first {
+				o.flushed()
+			}
 			w.resume()
 		}
 		switch {
@@ -417,6 +438,7 @@ func (c *eventCopy) flush() error {
 	if c.o.rc.Flush() != nil {
 		return errClientGone
 	}
+	c.o.flushed()
 	return nil
 }
 

@@ -18,7 +18,12 @@ type Observer struct {
 	// AttemptStart is called when an attempt is sent.
 	AttemptStart func(r *Request, a Attempt)
 	// AttemptEnd is called when an attempt has its result, after it was
-	// added to r.Attempts. RetryIn is set when another will follow.
+	// added to r.Attempts. RetryIn is set when another will follow. For
+	// the attempt whose answer it forwards, the gateway makes the call
+	// once the answer's first bytes have been sent to the caller (its
+	// status line, for an answer with no body), so that no observer
+	// delays an answer; a.End is still when the response came. A hedged
+	// request's sides are told of as they end.
 	AttemptEnd func(r *Request, a Attempt)
 	// Done is called once, when the request is finished: r.End is set
 	// and r.Attempts holds every attempt.
