@@ -43,6 +43,7 @@ type config struct {
 	ProfileDur  time.Duration // time per profiled target
 	MemProfile  string
 	Quick       bool
+	Runs        int      // times to run it all, the targets started afresh each time
 	Deployed    bool     // every target in a process of its own, the gateways as outlast serve
 	ServeArgs   []string // add the gateway+args target: --journal off and these
 }
@@ -74,6 +75,7 @@ func defaults() config {
 		ProxyPool:   true,
 		Timeout:     10 * time.Second,
 		ProfileDur:  20 * time.Second,
+		Runs:        1,
 	}
 }
 
@@ -133,6 +135,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		c.ServeArgs = strings.Fields(v)
 		return nil
 	})
+	fs.IntVar(&c.Runs, "runs", c.Runs, "run everything this many times, the targets started afresh each time, and report each gateway target's\nratios over the runs and how many met the goal (at most 1.10; 1.25 writing the journal)")
 	fs.BoolVar(&c.Quick, "quick", c.Quick, "a short run (~10 s) for a smoke test; flags given explicitly still win")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -183,6 +186,10 @@ func (c config) validate() error {
 		return usageError{Err: errors.New("--deployed: the profiles are of this process, and the targets run in others: leave out --cpuprofile and --memprofile")}
 	case c.Deployed && c.UpIdle != 64:
 		return usageError{Err: fmt.Errorf("--upstream-idle %d: with --deployed, outlast serve keeps its own 64 idle connections per host", c.UpIdle)}
+	case c.Runs < 1:
+		return usageError{Err: fmt.Errorf("--runs %d: want 1 or more", c.Runs)}
+	case c.Runs > 1 && (c.CPUProfile != "" || c.MemProfile != ""):
+		return usageError{Err: errors.New("--runs: the profiles are of one run: leave out --cpuprofile and --memprofile, or --runs")}
 	case c.Timeout <= 0:
 		return usageError{Err: fmt.Errorf("--timeout %v: want more than 0", c.Timeout)}
 	}

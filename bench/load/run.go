@@ -12,8 +12,8 @@ import (
 	"github.com/outlast-llm/outlast/cmd/outlast/cli"
 )
 
-// run is the program: it parses args, runs the phases and prints the
-// report to stdout.
+// run is the program: it parses args, runs the phases (--runs times) and
+// prints the report to stdout.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	c, err := parseConfig(args, stderr)
 	if err != nil {
@@ -28,19 +28,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	// gateway targets run as a user runs them, and the bare proxy, which
 	// shares the process, gets the same setting, the harder baseline.
 	defer cli.TuneGC()()
+	command := cmdline.CommandLine("load", args)
+	var reps []*report
+	for i := range c.Runs {
+		if c.Runs > 1 {
+			fmt.Fprintf(stderr, "load: run %d of %d\n", i+1, c.Runs)
+		}
+		rep, err := runOnce(ctx, c, stderr)
+		if err != nil {
+			return err
+		}
+		rep.Command = command
+		reps = append(reps, rep)
+	}
+	if len(reps) == 1 {
+		return cmdline.Report(stdout, c.JSON, reps[0], reps[0].markdown)
+	}
+	rr := summarize(command, reps)
+	return cmdline.Report(stdout, c.JSON, rr, rr.markdown)
+}
+
+// runOnce starts the targets, runs every phase once, and stops them.
+func runOnce(ctx context.Context, c config, stderr io.Writer) (_ *report, err error) {
 	st, err := newStack(ctx, c, stderr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { err = errors.Join(err, st.close()) }()
 	b := &bench{cfg: c, st: st, senders: newSenders(c.InFlight), progress: cmdline.Terminal(stderr)}
 	defer b.senders.close()
-	rep, err := b.run(ctx)
-	if err != nil {
-		return err
-	}
-	rep.Command = cmdline.CommandLine("load", args)
-	return cmdline.Report(stdout, c.JSON, rep, rep.markdown)
+	return b.run(ctx)
 }
 
 // run runs every phase and returns the report.
