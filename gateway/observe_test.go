@@ -2,15 +2,19 @@ package gateway_test
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
 	"github.com/outlast-llm/outlast/record"
 )
 
@@ -62,5 +66,44 @@ func TestAnswerEndToldOnceSent(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A stream's continuation, which answers in place of the stream that
+// broke, is told of as the first answer was: with its first bytes, not
+// at the request's end.
+func TestContinuationEndToldOnceSent(t *testing.T) {
+	t.Parallel()
+	m := mock(t, "reset-after=20,ok")
+	target, _ := url.Parse(m.URL)
+	var mu sync.Mutex
+	var ends []string
+	g, err := gateway.New(gateway.Config{
+		Upstreams: []gateway.Upstream{{
+			URL: target, FirstByteTimeout: 10 * time.Second, Continuation: gateway.ContinuePrefill,
+			Policy: &outlast.Policy{Waits: []time.Duration{10 * time.Millisecond}, MaxAttempts: 3},
+		}},
+		Logger: slog.New(slog.DiscardHandler),
+		Observer: record.Observer{AttemptEnd: func(r *record.Request, a record.Attempt) {
+			mu.Lock()
+			defer mu.Unlock()
+			// r.End is set only once the request is done.
+			ends = append(ends, fmt.Sprintf("%d %d continued=%v done=%v", a.N, a.Status, a.Continued, !r.End.IsZero()))
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g)
+	t.Cleanup(srv.Close)
+	s := postStream(t, srv.URL+"/v1/chat/completions", openAIStream, nil)
+	if text, _, _, _, _ := s.openAIText(); text != whole {
+		t.Fatalf("got %q, want the whole answer", text)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"1 200 continued=false done=false", "2 200 continued=true done=false"}
+	if !slices.Equal(ends, want) {
+		t.Errorf("attempt ends told: %q, want %q", ends, want)
 	}
 }

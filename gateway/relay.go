@@ -184,6 +184,7 @@ func (r *relay) splice() {
 	x.rec.Attempts[x.forwarder].Bytes = x.rec.Bytes - x.spliced
 	x.spliced = x.rec.Bytes
 	x.forwarder, x.streaming = len(x.rec.Attempts)-1, x.cur
+	x.out.sent = x // the continuation's end is told with its first bytes, as the first answer's was
 }
 
 // repeated records how the continuation under way failed, err: it started
