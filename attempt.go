@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/outlast-llm/outlast/internal/owned"
 )
 
 // An Attempt is the record of one try at a request: one model call, as a
@@ -95,17 +97,44 @@ func hooksFrom(ctx context.Context) *Hooks {
 	return h
 }
 
-// callHooks are the Hooks that one request reports its attempts to: the
-// Transport's own, then those its context carries (WithHooks).
-type callHooks struct{ transport, request *Hooks }
+// methodHooks are Hooks as methods. The gateway's exchange has them, and
+// marks its contexts with itself (owned.Mark): it hears of its attempts
+// with no closure made for each request.
+type methodHooks interface {
+	AttemptStart(Attempt)
+	AttemptEnd(Attempt)
+	Queued(key string, ahead int)
+}
 
-func (h callHooks) active() bool { return h.transport.any() || h.request.any() }
+// callHooks are the Hooks that one request reports its attempts to: the
+// Transport's own, then those its context carries: WithHooks', or else
+// the methods of what marked it.
+type callHooks struct {
+	transport, request *Hooks
+	methods            methodHooks
+}
+
+// hooksOf returns the callHooks of a request made with ctx, after t.
+func hooksOf(t *Hooks, ctx context.Context) callHooks {
+	h := callHooks{transport: t, request: hooksFrom(ctx)}
+	if h.request == nil {
+		h.methods, _ = owned.Of(ctx).(methodHooks)
+	}
+	return h
+}
+
+func (h callHooks) active() bool {
+	return h.transport.any() || h.request.any() || h.methods != nil
+}
 
 func (h callHooks) start(at Attempt) {
 	for _, x := range [2]*Hooks{h.transport, h.request} {
 		if x != nil && x.AttemptStart != nil {
 			x.AttemptStart(at)
 		}
+	}
+	if h.methods != nil {
+		h.methods.AttemptStart(at)
 	}
 }
 
@@ -115,6 +144,9 @@ func (h callHooks) end(at Attempt) {
 			x.AttemptEnd(at)
 		}
 	}
+	if h.methods != nil {
+		h.methods.AttemptEnd(at)
+	}
 }
 
 func (h callHooks) queued(key string, ahead int) {
@@ -122,6 +154,9 @@ func (h callHooks) queued(key string, ahead int) {
 		if x != nil && x.Queued != nil {
 			x.Queued(key, ahead)
 		}
+	}
+	if h.methods != nil {
+		h.methods.Queued(key, ahead)
 	}
 }
 

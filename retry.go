@@ -67,7 +67,7 @@ func Do(ctx context.Context, p *Policy, attempt func(ctx context.Context) error)
 	if p == nil {
 		p, _ = policyFrom(ctx)
 	}
-	hooks := callHooks{request: hooksFrom(ctx)}
+	hooks := hooksOf(nil, ctx)
 	if p == nil || marked(ctx) {
 		_, _, err := doOnce(ctx, 1, hooks, attempt, &schedule{})
 		return err

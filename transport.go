@@ -200,7 +200,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // replayable.
 func (t *Transport) newCall(req *http.Request) (call, error) {
 	ctx := req.Context()
-	c := call{t: t, req: req, ctx: ctx, hooks: callHooks{transport: &t.Hooks, request: hooksFrom(ctx)}}
+	c := call{t: t, req: req, ctx: ctx, hooks: hooksOf(&t.Hooks, ctx)}
 	p := t.policy(ctx)
 	if p == nil || marked(ctx) {
 		return c, nil

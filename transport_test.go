@@ -977,7 +977,7 @@ func TestTransportOwnedHeaders(t *testing.T) {
 		tr := &outlast.Transport{Base: base, Policy: &outlast.Policy{Waits: []time.Duration{0}}}
 		ctx := context.Background()
 		if own {
-			ctx = owned.Headers(ctx)
+			ctx = owned.Mark(ctx, true)
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://model.test/v1/models", nil)
 		req.Header.Set("X-Caller", "v")
@@ -1001,6 +1001,65 @@ func TestTransportOwnedHeaders(t *testing.T) {
 		}
 		if !own && req.Header.Get(outlast.AttemptHeader) != "" {
 			t.Errorf("the caller's header was changed: %v", req.Header)
+		}
+	}
+}
+
+// markHooks hears of attempts as the gateway's exchange does: through
+// its methods, as what marked the context.
+type markHooks struct{ got []string }
+
+func (m *markHooks) AttemptStart(a outlast.Attempt) {
+	m.got = append(m.got, fmt.Sprintf("start %d", a.N))
+}
+func (m *markHooks) AttemptEnd(a outlast.Attempt) {
+	m.got = append(m.got, fmt.Sprintf("end %d %d", a.N, a.Status))
+}
+func (m *markHooks) Queued(key string, ahead int) {
+	m.got = append(m.got, fmt.Sprintf("queued %d", ahead))
+}
+
+// A context marked with hooks as methods, as the gateway marks its own,
+// reports each attempt to them after the Transport's own Hooks; Hooks
+// that WithHooks gave the context take their place.
+func TestTransportMarkHooks(t *testing.T) {
+	for _, with := range []bool{false, true} {
+		n := 0
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			n++
+			status := 200
+			if n == 1 {
+				status = 503
+			}
+			return &http.Response{StatusCode: status, Body: http.NoBody, Header: http.Header{}}, nil
+		})
+		var order []string
+		m := &markHooks{}
+		tr := &outlast.Transport{Base: base, Policy: &outlast.Policy{Waits: []time.Duration{0}},
+			Hooks: outlast.Hooks{AttemptStart: func(outlast.Attempt) {
+				order = append(order, fmt.Sprintf("transport, then %d of the mark's", len(m.got)))
+			}}}
+		ctx := owned.Mark(context.Background(), m)
+		var withGot []string
+		if with {
+			ctx = outlast.WithHooks(ctx, outlast.Hooks{AttemptEnd: func(a outlast.Attempt) { withGot = append(withGot, fmt.Sprint(a.N)) }})
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://model.test/v1/models", nil)
+		if _, err := tr.RoundTrip(req); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case with:
+			if len(m.got) != 0 || fmt.Sprint(withGot) != "[1 2]" {
+				t.Errorf("with WithHooks: the mark's methods heard %q and WithHooks' %q; want nothing and [1 2]", m.got, withGot)
+			}
+		default:
+			if want := "[start 1 end 1 503 start 2 end 2 200]"; fmt.Sprint(m.got) != want {
+				t.Errorf("the mark's methods heard %q, want %s", m.got, want)
+			}
+			if want := "[transport, then 0 of the mark's transport, then 2 of the mark's]"; fmt.Sprint(order) != want {
+				t.Errorf("order %q, want %s", order, want)
+			}
 		}
 	}
 }

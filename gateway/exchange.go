@@ -325,8 +325,11 @@ func keptText(s string, max int) string {
 // attempts and the waits until x.deadline.stop, at the commit.
 func (x *exchange) context() (context.Context, context.CancelCauseFunc) {
 	ctx, cancel := context.WithCancelCause(x.r.Context())
-	ctx = owned.Headers(ctx) // see outbound
-	ctx = withHeld(ctx, &x.held)
+	// The mark says the requests' header maps are their own (see
+	// outbound); the Transport tells x of their attempts (Queued,
+	// AttemptStart and AttemptEnd), and wholeBodies of the answers it
+	// holds (heldIn).
+	ctx = owned.Mark(ctx, x)
 	if !x.opts.deadline.IsZero() {
 		x.deadline = untilCommit{Context: ctx, at: x.opts.deadline}
 		x.deadline.timer = time.AfterFunc(time.Until(x.opts.deadline), func() { cancel(context.DeadlineExceeded) })
@@ -338,11 +341,6 @@ func (x *exchange) context() (context.Context, context.CancelCauseFunc) {
 	if x.rec.Slot != "" {
 		ctx = withSlot(ctx, x.rec.Slot)
 	}
-	ctx = outlast.WithHooks(ctx, outlast.Hooks{
-		Queued:       x.queued,
-		AttemptStart: x.attemptStart,
-		AttemptEnd:   x.attemptEnd,
-	})
 	return ctx, cancel
 }
 
@@ -481,11 +479,12 @@ func (x *exchange) outbound(ctx context.Context, u *upstream) *http.Request {
 	return out
 }
 
-// The Transport's hooks: each tells the observer, and a caller that asked
-// for progress, what the attempts do. The two sides of a hedge call them
-// at once, so they hold hooksMu.
+// The Transport's hooks, which it calls as methods of the exchange that
+// marked the context (see context): each tells the observer, and a
+// caller that asked for progress, what the attempts do. The two sides of
+// a hedge call them at once, so they hold hooksMu.
 
-func (x *exchange) queued(key string, ahead int) {
+func (x *exchange) Queued(key string, ahead int) {
 	x.hooksMu.Lock()
 	defer x.hooksMu.Unlock()
 	x.tellEndLocked()
@@ -495,7 +494,7 @@ func (x *exchange) queued(key string, ahead int) {
 	x.comment("queued ahead=%d", ahead)
 }
 
-func (x *exchange) attemptStart(a outlast.Attempt) {
+func (x *exchange) AttemptStart(a outlast.Attempt) {
 	x.setWaiting(false)
 	x.hooksMu.Lock()
 	defer x.hooksMu.Unlock()
@@ -530,7 +529,7 @@ func (x *exchange) attempt(a outlast.Attempt) record.Attempt {
 	return at
 }
 
-func (x *exchange) attemptEnd(a outlast.Attempt) { x.endAttempt(a, "") }
+func (x *exchange) AttemptEnd(a outlast.Attempt) { x.endAttempt(a, "") }
 
 // endAttempt records a, an attempt that ended; why, if not empty, is why
 // it went to its upstream, in place of the move the request made last (a

@@ -206,8 +206,8 @@ func (x *exchange) won(l leg, fallback *upstream) (*http.Response, error) {
 func (x *exchange) legHooks(hedge bool, lost *atomic.Bool) outlast.Hooks {
 	first := hedge
 	return outlast.Hooks{
-		Queued:       x.queued,
-		AttemptStart: x.attemptStart,
+		Queued:       x.Queued,
+		AttemptStart: x.AttemptStart,
 		AttemptEnd: func(a outlast.Attempt) {
 			why := ""
 			if first {

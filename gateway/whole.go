@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/internal/owned"
 	"github.com/outlast-llm/outlast/internal/sse"
 )
 
@@ -372,17 +373,13 @@ type heldAnswers struct {
 	few   [2]*http.Response // resps' array for the first two
 }
 
-type heldKey struct{}
-
-// withHeld returns ctx carrying h, for the wholeBodies of its requests.
-func withHeld(ctx context.Context, h *heldAnswers) context.Context {
-	return context.WithValue(ctx, heldKey{}, h)
-}
-
-// heldIn returns the heldAnswers that ctx carries, or nil.
+// heldIn returns the heldAnswers of the exchange whose context ctx is,
+// or nil.
 func heldIn(ctx context.Context) *heldAnswers {
-	h, _ := ctx.Value(heldKey{}).(*heldAnswers)
-	return h
+	if x, ok := owned.Of(ctx).(*exchange); ok {
+		return &x.held
+	}
+	return nil
 }
 
 // add notes that resp was held whole.

@@ -1,24 +1,33 @@
-// Package owned marks a context whose requests each have a header map of
-// their own, made for the request alone, that nothing else reads while
-// the request is sent. The outlast Transport sets its attempt header in
-// such a map for a request's first attempt, rather than copy the map as
-// an http.RoundTripper must copy a caller's. The gateway, which gives
-// every request it sends upstream a map of its own (the caller's, stripped,
-// for the only request made from it, or a copy), marks its contexts; no
-// caller outside this module can.
+// Package owned marks a context as the gateway's. The requests made with
+// it each have a header map of their own, made for the request alone,
+// that nothing else reads while the request is sent: the outlast
+// Transport sets its attempt header in such a map for a request's first
+// attempt, rather than copy the map as an http.RoundTripper must copy a
+// caller's. The gateway gives every request it sends upstream a map of
+// its own (the caller's, stripped, for the only request made from it, or
+// a copy). The mark carries the gateway's exchange, which hears of the
+// attempts through its methods (see outlast's callHooks), and holds what
+// the exchange's requests share: one context value where several would
+// each be an allocation and a step of every lookup. No caller outside
+// this module can mark a context.
 package owned
 
 import "context"
 
 type key struct{}
 
-// Headers returns ctx marked: the header maps of the requests made with
-// it are their own.
-func Headers(ctx context.Context) context.Context {
-	return context.WithValue(ctx, key{}, true)
+// Mark returns ctx marked, carrying x, which must not be nil.
+func Mark(ctx context.Context, x any) context.Context {
+	return context.WithValue(ctx, key{}, x)
 }
 
-// HasHeaders reports whether ctx was marked by Headers.
+// Of returns what Mark gave ctx, or nil if ctx is not marked.
+func Of(ctx context.Context) any {
+	return ctx.Value(key{})
+}
+
+// HasHeaders reports whether ctx was marked: the header maps of the
+// requests made with it are their own.
 func HasHeaders(ctx context.Context) bool {
-	return ctx.Value(key{}) != nil
+	return Of(ctx) != nil
 }
