@@ -151,7 +151,6 @@ func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger,
 		Name:             u.Name,
 		Base:             base,
 		Policy:           u.Policy,
-		Gate:             up.gates,
 		GateKey:          slotOf,
 		Admission:        u.Admission,
 		AdmissionKey:     wholeUpstream,
@@ -159,6 +158,11 @@ func newUpstream(i int, u Upstream, base http.RoundTripper, logger *slog.Logger,
 		FirstByteTimeout: u.FirstByteTimeout,
 		MaxRetryAfter:    u.MaxRetryAfter,
 		MaxBufferedBody:  -1, // the gateway buffers bodies itself, with GetBody
+	}
+	if u.Slots > 0 {
+		// Without a bound no slot may be named (see slot): the gates
+		// would let every request through, at a cost to each.
+		up.transport.Gate = up.gates
 	}
 	stream := *up.transport
 	stream.ResponseHeaderTimeout = u.StreamHeaderTimeout
