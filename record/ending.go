@@ -28,11 +28,11 @@ func (r *Request) Ending(i int) string {
 	case a.Status == 0:
 		return a.Class.String()
 	case a.Class != outlast.ClassNone && !a.Class.IsStatus():
-		return strconv.Itoa(a.Status) + " " + a.Class.String()
+		return statusText(a.Status) + " " + a.Class.String()
 	case a.Class != outlast.ClassNone:
-		return strconv.Itoa(a.Status)
+		return statusText(a.Status)
 	}
-	s := strconv.Itoa(a.Status)
+	s := statusText(a.Status)
 	if c := r.Break(i); c != nil {
 		s += fmt.Sprintf(", broke after %s", bytesText(c.After))
 		if c.CarriedOn() {
@@ -97,4 +97,22 @@ func bytesText(n int64) string {
 		return "1 byte"
 	}
 	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// statusTexts are the statuses 0 to 599 as text, made once: Ending says
+// one of them of nearly every attempt.
+var statusTexts = func() (t [600]string) {
+	for i := range t {
+		t[i] = strconv.Itoa(i)
+	}
+	return t
+}()
+
+// statusText is strconv.Itoa(status), without an allocation for a status
+// under 600.
+func statusText(status int) string {
+	if 0 <= status && status < len(statusTexts) {
+		return statusTexts[status]
+	}
+	return strconv.Itoa(status)
 }
