@@ -82,19 +82,12 @@ func (h *Hooks) any() bool {
 	return h != nil && (h.AttemptStart != nil || h.AttemptEnd != nil || h.Queued != nil)
 }
 
-type hooksKey struct{}
-
 // WithHooks returns a copy of ctx that carries h. [Do] and [Transport]
 // report the attempts of requests made with the context to h, after the
 // Transport's own Hooks. A proxy uses it to tie attempts to the request it
 // is serving.
 func WithHooks(ctx context.Context, h Hooks) context.Context {
-	return context.WithValue(ctx, hooksKey{}, &h)
-}
-
-func hooksFrom(ctx context.Context) *Hooks {
-	h, _ := ctx.Value(hooksKey{}).(*Hooks)
-	return h
+	return context.WithValue(ctx, owned.HooksKey{}, &h)
 }
 
 // methodHooks are Hooks as methods. The gateway's exchange has them, and
@@ -106,19 +99,23 @@ type methodHooks interface {
 	Queued(key string, ahead int)
 }
 
-// callHooks are the Hooks that one request reports its attempts to: the
-// Transport's own, then those its context carries: WithHooks', or else
-// the methods of what marked it.
+// callHooks are the hooks that one request reports its attempts to: the
+// Transport's own, then those its context carries, the nearest of
+// WithHooks' and the methods of what marked it (owned.Mark).
 type callHooks struct {
 	transport, request *Hooks
 	methods            methodHooks
 }
 
-// hooksOf returns the callHooks of a request made with ctx, after t.
+// hooksOf returns the callHooks of a request made with ctx, after t. One
+// lookup finds either kind.
 func hooksOf(t *Hooks, ctx context.Context) callHooks {
-	h := callHooks{transport: t, request: hooksFrom(ctx)}
-	if h.request == nil {
-		h.methods, _ = owned.Of(ctx).(methodHooks)
+	h := callHooks{transport: t}
+	switch v := ctx.Value(owned.HooksKey{}).(type) {
+	case *Hooks:
+		h.request = v
+	case methodHooks:
+		h.methods = v
 	}
 	return h
 }

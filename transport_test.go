@@ -1021,7 +1021,7 @@ func (m *markHooks) Queued(key string, ahead int) {
 
 // A context marked with hooks as methods, as the gateway marks its own,
 // reports each attempt to them after the Transport's own Hooks; Hooks
-// that WithHooks gave the context take their place.
+// that WithHooks gave nearer the request take their place.
 func TestTransportMarkHooks(t *testing.T) {
 	for _, with := range []bool{false, true} {
 		n := 0

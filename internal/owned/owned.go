@@ -16,9 +16,28 @@ import "context"
 
 type key struct{}
 
+// HooksKey is the context key under which outlast.WithHooks keeps a
+// request's Hooks. A mark answers it too, with what it carries, so that
+// the Transport finds the nearest of the two in one lookup.
+type HooksKey struct{}
+
 // Mark returns ctx marked, carrying x, which must not be nil.
 func Mark(ctx context.Context, x any) context.Context {
-	return context.WithValue(ctx, key{}, x)
+	return &marked{Context: ctx, x: x}
+}
+
+// marked is a context that Mark marked.
+type marked struct {
+	context.Context
+	x any
+}
+
+func (m *marked) Value(k any) any {
+	switch k.(type) {
+	case key, HooksKey:
+		return m.x
+	}
+	return m.Context.Value(k)
 }
 
 // Of returns what Mark gave ctx, or nil if ctx is not marked.
