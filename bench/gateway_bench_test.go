@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/outlast-llm/outlast/bench/internal/bufpool"
+	"github.com/outlast-llm/outlast/bench/internal/events"
 	"github.com/outlast-llm/outlast/cmd/outlast/cli"
 	"github.com/outlast-llm/outlast/server"
 )
@@ -26,13 +27,13 @@ const answer = `{"id":"chatcmpl-bench","object":"chat.completion","created":1700
 
 // streamAnswer is a streamed chat completion of five chunks, as the load
 // benchmark's upstream sends, each event a read of its own.
-var streamAnswer = func() []string {
-	var evs []string
+var streamAnswer = func() [][]byte {
+	var evs [][]byte
 	for i := range 5 {
-		evs = append(evs, `data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model",`+
-			`"choices":[{"index":0,"delta":{"content":"tok`+strconv.Itoa(i)+` "},"finish_reason":null}]}`+"\n\n")
+		evs = append(evs, []byte(`data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model",`+
+			`"choices":[{"index":0,"delta":{"content":"tok`+strconv.Itoa(i)+` "},"finish_reason":null}]}`+"\n\n"))
 	}
-	return append(evs, "data: [DONE]\n\n")
+	return append(evs, []byte("data: [DONE]\n\n"))
 }()
 
 // cannedUpstream answers every request at once with answer, or with
@@ -55,31 +56,13 @@ func (c cannedUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	if c.stream {
 		resp.Header, resp.ContentLength = http.Header{"Content-Type": {"text/event-stream"}}, -1
-		resp.Body = io.NopCloser(&eventReader{events: streamAnswer})
+		resp.Body = events.NewReader(streamAnswer)
 		return resp, nil
 	}
 	resp.Header = http.Header{"Content-Type": {"application/json"}, "Content-Length": {strconv.Itoa(len(answer))}}
 	resp.ContentLength = int64(len(answer))
 	resp.Body = io.NopCloser(strings.NewReader(answer))
 	return resp, nil
-}
-
-// eventReader gives its events, which it shares and never changes, one
-// read each.
-type eventReader struct {
-	events []string
-	off    int // into events[0]
-}
-
-func (e *eventReader) Read(p []byte) (int, error) {
-	if len(e.events) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, e.events[0][e.off:])
-	if e.off += n; e.off == len(e.events[0]) {
-		e.events, e.off = e.events[1:], 0
-	}
-	return n, nil
 }
 
 // BenchmarkServe measures one non-streaming chat completion with the
