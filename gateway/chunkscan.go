@@ -39,7 +39,7 @@ type oaChoice struct {
 // choices' room. It reads the id only if withID.
 func readOAChunk(data []byte, c *oaChunk, withID bool) error {
 	c.ID, c.Error, c.Choices = "", nil, c.Choices[:0]
-	if json.Valid(data) && scanOAChunk(data, c, withID) {
+	if scanOAChunk(data, c, withID) {
 		return nil
 	}
 	c.ID, c.Error, c.Choices = "", nil, c.Choices[:0]
@@ -88,14 +88,14 @@ func (j *oaChunkJSON) into(c *oaChunk) {
 	}
 }
 
-// scanOAChunk reads data, a valid JSON text, into c, and reports whether
-// it could be sure to read it as json.Unmarshal would.
+// scanOAChunk reads data into c, and reports whether data is a valid JSON
+// text that it could be sure to read as json.Unmarshal would.
 func scanOAChunk(data []byte, c *oaChunk, withID bool) bool {
 	id := &c.ID
 	if !withID {
 		id = nil
 	}
-	return members(data, func(i int, v []byte) bool {
+	return text(data, func(i int, v []byte) bool {
 		switch i {
 		case 0:
 			return readString(v, id)
@@ -169,7 +169,7 @@ type anEvent struct {
 // readAnEvent reads data into e, as readOAChunk reads a chunk.
 func readAnEvent(data []byte, e *anEvent) error {
 	*e = anEvent{}
-	if json.Valid(data) && scanAnEvent(data, e) {
+	if scanAnEvent(data, e) {
 		return nil
 	}
 	*e = anEvent{}
@@ -202,7 +202,7 @@ type anEventJSON struct {
 }
 
 func scanAnEvent(data []byte, e *anEvent) bool {
-	return members(data, func(i int, v []byte) bool {
+	return text(data, func(i int, v []byte) bool {
 		switch i {
 		case 0:
 			return readString(v, &e.Type)
@@ -230,11 +230,11 @@ func scanAnDelta(v []byte, e *anEvent) bool {
 	}, "type", "text", "stop_reason")
 }
 
-// scanProbe reads data, a valid JSON text, for its object and type, as
-// detectAPI's probe, and reports whether it could be sure to read them as
-// json.Unmarshal would.
+// scanProbe reads data for its object and type, as detectAPI's probe, and
+// reports whether data is a valid JSON text whose object and type it
+// could be sure to read as json.Unmarshal would.
 func scanProbe(data []byte, object, typ *string) bool {
-	return members(data, func(i int, v []byte) bool {
+	return text(data, func(i int, v []byte) bool {
 		if i == 0 {
 			return readString(v, object)
 		}
@@ -252,7 +252,18 @@ func scanOne(v []byte, name string, dst *string) bool {
 // whether it could be sure to read the object as json.Unmarshal would:
 // read said so each time, and known found no key to doubt.
 func members(v []byte, read func(i int, value []byte) bool, names ...string) bool {
-	s := jsonscan.Scanner{B: v}
+	return walk(jsonscan.Scanner{B: v}, read, names...)
+}
+
+// text is members for data, a whole JSON text, which it also holds to
+// JSON's grammar as json.Valid does (see jsonscan.Scanner's Strict): a
+// text it is sure of needs no json.Valid first, which would cost each
+// event a second pass.
+func text(data []byte, read func(i int, value []byte) bool, names ...string) bool {
+	return walk(jsonscan.Scanner{B: data, Strict: true}, read, names...)
+}
+
+func walk(s jsonscan.Scanner, read func(i int, value []byte) bool, names ...string) bool {
 	var seen keySet
 	sure := true
 	whole := s.Members(func(key, w []byte) {
@@ -263,7 +274,7 @@ func members(v []byte, read func(i int, value []byte) bool, names ...string) boo
 			sure = read(i, w)
 		}
 	})
-	return whole && sure
+	return whole && sure && (!s.Strict || s.End())
 }
 
 // A keySet is the known keys an object has had, by their place in the
@@ -302,7 +313,8 @@ func known(key []byte, seen *keySet, sure bool, names ...string) int {
 		}
 	}
 	for _, n := range names {
-		if strings.EqualFold(string(key), n) {
+		// Both are ASCII: only one as long can fold to the other.
+		if len(key) == len(n) && strings.EqualFold(string(key), n) {
 			return unsure
 		}
 	}

@@ -113,8 +113,8 @@ func FuzzReadAnEvent(f *testing.F) {
 			Type   string `json:"type"`
 		}
 		var object, typ string
-		if json.Valid(data) && scanProbe(data, &object, &typ) {
-			if json.Unmarshal(data, &probe) != nil || probe.Object != object || probe.Type != typ {
+		if scanProbe(data, &object, &typ) {
+			if !json.Valid(data) || json.Unmarshal(data, &probe) != nil || probe.Object != object || probe.Type != typ {
 				t.Fatalf("scanProbe(%q) = %q, %q; json.Unmarshal reads %+v", data, object, typ, probe)
 			}
 		}

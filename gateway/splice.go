@@ -193,7 +193,7 @@ func detectAPI(ev *sse.Event) streamAPI {
 		Object string `json:"object"`
 		Type   string `json:"type"`
 	}
-	if !json.Valid(ev.Data) || !scanProbe(ev.Data, &probe.Object, &probe.Type) {
+	if !scanProbe(ev.Data, &probe.Object, &probe.Type) {
 		probe.Object, probe.Type = "", ""
 		if json.Unmarshal(ev.Data, &probe) != nil {
 			return apiUnknown

@@ -1,15 +1,31 @@
 // Package jsonscan walks a JSON text without decoding it: what the
 // gateway reads of a request body, and what the commit point reads of a
 // stream's events, on every request, where encoding/json would scan the
-// text twice and allocate for each field. It is not a validator: the
-// upstream, or the client, judges the text.
+// text twice and allocate for each field. A Scanner is not a validator
+// unless it is Strict: the upstream, or the client, judges the text.
 package jsonscan
 
 // A Scanner walks B from I. Its zero value walks nothing; set B.
+//
+// A Strict scanner also holds what it walks to JSON's grammar, as
+// encoding/json.Valid does: strings without control characters and with
+// only JSON's escapes, numbers, literals, and every nested value it
+// skips. A walk of a Strict scanner that succeeds, followed by End, has
+// crossed a valid JSON text, and its reader need not ask json.Valid
+// first. A walk that fails may still have been valid: a Strict scanner
+// follows at most MaxDepth levels of nesting inside a value it skips, as
+// encoding/json follows 10,000, and fails beyond them, for the caller
+// to hand the text to encoding/json. Like json.Valid, it does not check
+// that strings are UTF-8.
 type Scanner struct {
-	B []byte
-	I int
+	B      []byte
+	I      int
+	Strict bool
 }
+
+// MaxDepth is how deep a Strict scanner follows nesting inside a value
+// it skips.
+const MaxDepth = 64
 
 // peek returns the byte at the scanner's place, or 0 at the end.
 func (s *Scanner) peek() byte {
@@ -53,21 +69,106 @@ func (s *Scanner) str() ([]byte, bool) {
 	return s.B[start+1 : s.I-1], true
 }
 
+// End skips white space and reports whether the scanner is then at the
+// end of B: after a walk of the text's value, that nothing follows it.
+func (s *Scanner) End() bool {
+	s.Space()
+	return s.I == len(s.B)
+}
+
 // skipString skips a string, escapes included.
 func (s *Scanner) skipString() bool {
 	if s.peek() != '"' {
 		return false
 	}
 	for s.I++; s.I < len(s.B); s.I++ {
-		switch s.B[s.I] {
-		case '\\':
+		switch c := s.B[s.I]; {
+		case c == '\\':
 			s.I++
-		case '"':
+			if s.Strict && !s.escape() {
+				return false
+			}
+		case c == '"':
 			s.I++
 			return true
+		case c < 0x20 && s.Strict:
+			return false // a control character, which JSON escapes
 		}
 	}
 	return false
+}
+
+// escape reports whether the scanner is at the rest of one of JSON's
+// escapes, just past its backslash, and leaves it at the escape's last
+// byte.
+func (s *Scanner) escape() bool {
+	switch s.peek() {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return true
+	case 'u':
+		if len(s.B)-s.I < 5 {
+			return false
+		}
+		for _, c := range s.B[s.I+1 : s.I+5] {
+			if !isHex(c) {
+				return false
+			}
+		}
+		s.I += 4
+		return true
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// skipScalar skips a number, true, false or null, held to JSON's grammar.
+func (s *Scanner) skipScalar() bool {
+	for _, lit := range [...]string{"true", "false", "null"} {
+		if len(s.B)-s.I >= len(lit) && string(s.B[s.I:s.I+len(lit)]) == lit {
+			s.I += len(lit)
+			return true
+		}
+	}
+	// -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
+	if s.peek() == '-' {
+		s.I++
+	}
+	switch c := s.peek(); {
+	case c == '0':
+		s.I++
+	case '1' <= c && c <= '9':
+		s.digits()
+	default:
+		return false
+	}
+	if s.peek() == '.' {
+		s.I++
+		if !s.digits() {
+			return false
+		}
+	}
+	if c := s.peek(); c == 'e' || c == 'E' {
+		s.I++
+		if c := s.peek(); c == '+' || c == '-' {
+			s.I++
+		}
+		if !s.digits() {
+			return false
+		}
+	}
+	return true
+}
+
+// digits skips decimal digits and reports whether there was one.
+func (s *Scanner) digits() bool {
+	start := s.I
+	for s.I < len(s.B) && '0' <= s.B[s.I] && s.B[s.I] <= '9' {
+		s.I++
+	}
+	return s.I > start
 }
 
 // skipValue skips one value: a string, or anything up to the end of its
@@ -77,7 +178,13 @@ func (s *Scanner) skipValue() bool {
 	case '"':
 		return s.skipString()
 	case '{', '[':
+		if s.Strict {
+			return s.skipNestedStrict()
+		}
 		return s.skipNested()
+	}
+	if s.Strict {
+		return s.skipScalar()
 	}
 	start := s.I
 	for s.I < len(s.B) {
@@ -112,6 +219,72 @@ func (s *Scanner) skipNested() bool {
 		s.I++
 	}
 	return false
+}
+
+// skipNestedStrict skips an object or array, held to JSON's grammar, at
+// most MaxDepth deep.
+func (s *Scanner) skipNestedStrict() bool {
+	var open [MaxDepth]byte // the closing bracket of each container open
+	n := 0
+value: // at a value, or the first of a container's
+	for {
+		switch c := s.peek(); c {
+		case '{', '[':
+			if n == MaxDepth {
+				return false
+			}
+			s.I++
+			end := byte(']')
+			if c == '{' {
+				end = '}'
+			}
+			if s.Space(); s.peek() != end {
+				open[n] = end
+				n++
+				if end == '}' && !s.key() {
+					return false
+				}
+				s.Space()
+				continue value
+			}
+			s.I++ // an empty container: a value done
+		case '"':
+			if !s.skipString() {
+				return false
+			}
+		default:
+			if !s.skipScalar() {
+				return false
+			}
+		}
+		// A value is done: the next of its container, or the container's
+		// end, which is a value done in its own container.
+		for {
+			if n == 0 {
+				return true
+			}
+			switch s.Space(); s.peek() {
+			case ',':
+				s.I++
+				if open[n-1] == '}' && !s.key() {
+					return false
+				}
+				s.Space()
+				continue value
+			case open[n-1]:
+				s.I++
+				n--
+			default:
+				return false
+			}
+		}
+	}
+}
+
+// key skips white space, a member's key, and the colon after it.
+func (s *Scanner) key() bool {
+	s.Space()
+	return s.skipString() && s.next(':')
 }
 
 // Members walks the object at the scanner's place, calling member with

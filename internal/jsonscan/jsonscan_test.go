@@ -19,6 +19,8 @@ func FuzzMembers(f *testing.F) {
 		`{ "a" : [ 1 , {"b":"]}"} ] , "c":"\"}" }`,
 		`{"a":1,"b":2,"a":3}`, `{"a":1,"\u0061":2,"c":{}}`,
 		`{}`, `[]`, `[1,"2",{"3":[4]}]`, `{"a":1} x`, `{"a`, `{"a":}`,
+		`{"n":[-0.5e+3,0,1E2,true,false,null,{}],"s":"\u00e9\/\b"}`, `[01]`, `[1.]`, `[-]`, `[1e]`,
+		`{"a":"\x"}`, `{"a":"\u12g4"}`, "{\"a\":\"\x01\"}", `[tru]`, `[nul,1]`, `{"a":1,}`, `[1,]`, `[[[[[]]]]]`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -56,6 +58,26 @@ func FuzzMembers(f *testing.F) {
 				}
 			}
 		}
+		// Strict: a walk that succeeds, with nothing after it, crossed a
+		// valid text; a valid text no deeper than MaxDepth is walked.
+		for _, w := range []struct {
+			name string
+			top  byte
+			walk func(*Scanner) bool
+		}{
+			{"Members", '{', func(s *Scanner) bool { return s.Members(func(_, _ []byte) {}) }},
+			{"Elements", '[', func(s *Scanner) bool { return s.Elements(func([]byte) {}) }},
+		} {
+			st := Scanner{B: b, Strict: true}
+			sok := w.walk(&st) && st.End()
+			valid := json.Valid(b)
+			if sok && !valid {
+				t.Fatalf("%q: a Strict %s walk succeeded on a text json.Valid rejects", b, w.name)
+			}
+			if !sok && valid && bytes.TrimLeft(b, " \t\r\n")[0] == w.top && depth(b) <= MaxDepth {
+				t.Fatalf("%q: a Strict %s walk failed on a valid text %d deep", b, w.name, depth(b))
+			}
+		}
 		var arr []json.RawMessage
 		var elems [][]byte
 		as := Scanner{B: b}
@@ -71,4 +93,24 @@ func FuzzMembers(f *testing.F) {
 			}
 		}
 	})
+}
+
+// depth returns how deeply the valid JSON text b nests.
+func depth(b []byte) int {
+	d, most := 0, 0
+	in := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case in && c == '\\':
+			i++
+		case c == '"':
+			in = !in
+		case !in && (c == '{' || c == '['):
+			d++
+			most = max(most, d)
+		case !in && (c == '}' || c == ']'):
+			d--
+		}
+	}
+	return most
 }
