@@ -189,20 +189,23 @@ func detectAPI(ev *sse.Event) streamAPI {
 	if string(ev.Name) == "message_start" || bytes.HasPrefix(ev.Data, []byte(`{"type":"message_start"`)) {
 		return apiAnthropic
 	}
-	var probe struct {
-		Object string `json:"object"`
-		Type   string `json:"type"`
-	}
-	if !scanProbe(ev.Data, &probe.Object, &probe.Type) {
-		probe.Object, probe.Type = "", ""
+	var object, typ string
+	if !scanProbe(ev.Data, &object, &typ) {
+		// Only a text the scanner is unsure of costs the probe an
+		// allocation: encoding/json's.
+		var probe struct {
+			Object string `json:"object"`
+			Type   string `json:"type"`
+		}
 		if json.Unmarshal(ev.Data, &probe) != nil {
 			return apiUnknown
 		}
+		object, typ = probe.Object, probe.Type
 	}
 	switch {
-	case probe.Object == "chat.completion.chunk":
+	case object == "chat.completion.chunk":
 		return apiOpenAI
-	case probe.Type == "message_start":
+	case typ == "message_start":
 		return apiAnthropic
 	}
 	return apiUnknown
