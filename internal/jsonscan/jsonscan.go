@@ -81,22 +81,50 @@ func (s *Scanner) skipString() bool {
 	if s.peek() != '"' {
 		return false
 	}
-	for s.I++; s.I < len(s.B); s.I++ {
-		switch c := s.B[s.I]; {
-		case c == '\\':
-			s.I++
+	stops := &stringStops
+	if s.Strict {
+		stops = &strictStringStops
+	}
+	b, i := s.B, s.I+1
+	for {
+		for i < len(b) && !stops[b[i]] {
+			i++ // the bulk of a string: bytes it holds as they are
+		}
+		if i == len(b) {
+			s.I = i
+			return false
+		}
+		switch b[i] {
+		case '"':
+			s.I = i + 1
+			return true
+		case '\\':
+			s.I = i + 1
 			if s.Strict && !s.escape() {
 				return false
 			}
-		case c == '"':
-			s.I++
-			return true
-		case c < 0x20 && s.Strict:
+			i = s.I + 1
+			if !s.Strict {
+				i = min(i, len(b)) // a backslash at the end escapes nothing
+			}
+		default:
+			s.I = i
 			return false // a control character, which JSON escapes
 		}
 	}
-	return false
 }
+
+// stringStops are the bytes a string's walk stops at: its end and its
+// escapes; strictStringStops adds the control characters, which JSON
+// escapes.
+var stringStops, strictStringStops = func() (lenient, strict [256]bool) {
+	lenient['"'], lenient['\\'] = true, true
+	strict = lenient
+	for c := range 0x20 {
+		strict[c] = true
+	}
+	return lenient, strict
+}()
 
 // escape reports whether the scanner is at the rest of one of JSON's
 // escapes, just past its backslash, and leaves it at the escape's last
