@@ -107,6 +107,31 @@ func scanOAChunk(data []byte, c *oaChunk, withID bool) bool {
 	}, "id", "error", "choices")
 }
 
+// scanFirst is scanOAChunk for a stream's first event, whose API is not
+// known yet: it also reads the object and the type of any event, as
+// scanProbe does, in the same walk. It empties c first.
+func scanFirst(data []byte, c *oaChunk, withID bool, object, typ *string) bool {
+	c.ID, c.Error, c.Choices = "", nil, c.Choices[:0]
+	id := &c.ID
+	if !withID {
+		id = nil
+	}
+	return text(data, func(i int, v []byte) bool {
+		switch i {
+		case 0:
+			return readString(v, id)
+		case 1:
+			c.Error = v
+			return true
+		case 2:
+			return isNull(v) || scanChoices(v, c)
+		case 3:
+			return readString(v, object)
+		}
+		return readString(v, typ)
+	}, "id", "error", "choices", "object", "type")
+}
+
 func scanChoices(v []byte, c *oaChunk) bool {
 	s := jsonscan.Scanner{B: v}
 	sure := true

@@ -62,6 +62,14 @@ func FuzzReadOAChunk(f *testing.F) {
 		if (err != nil) != (wantErr != nil) {
 			t.Fatalf("readOAChunk(%q): error %v, json.Unmarshal's %v", data, err, wantErr)
 		}
+		// A first event's walk reads the chunk and the probe's object and
+		// type at once; when it is sure, it reads them as encoding/json.
+		first := oaChunk{Choices: make([]oaChoice, 1, 4)}
+		var object, typ string
+		sure := scanFirst(data, &first, true, &object, &typ)
+		if sure && wantErr != nil {
+			t.Fatalf("scanFirst(%q) is sure of a text json.Unmarshal fails on: %v", data, wantErr)
+		}
 		if err != nil {
 			return
 		}
@@ -72,6 +80,19 @@ func FuzzReadOAChunk(f *testing.F) {
 			if !reflect.DeepEqual(normal(got.Choices[i]), normal(want.Choices[i])) {
 				t.Fatalf("readOAChunk(%q): choice %d is %+v, json.Unmarshal reads %+v", data, i, got.Choices[i], want.Choices[i])
 			}
+		}
+		if !sure {
+			return
+		}
+		var probe struct {
+			Object string `json:"object"`
+			Type   string `json:"type"`
+		}
+		if json.Unmarshal(data, &probe) != nil || probe.Object != object || probe.Type != typ {
+			t.Fatalf("scanFirst(%q): object %q, type %q; json.Unmarshal reads %+v", data, object, typ, probe)
+		}
+		if !reflect.DeepEqual(first, got) {
+			t.Fatalf("scanFirst(%q) = %+v, readOAChunk reads %+v", data, first, got)
 		}
 	})
 }

@@ -130,14 +130,15 @@ func (s *splice) event(raw []byte, ev sse.Event) ([]byte, error) {
 	if s.done {
 		return nil, nil // the caller has the stream's end: one end, and nothing after it
 	}
+	read := false // whether s.chunk holds ev's chunk already
 	if s.api == apiUnknown {
-		s.api = detectAPI(&ev)
+		s.api, read = s.detect(&ev)
 	}
 	var out []byte
 	text := ""
 	switch s.api {
 	case apiOpenAI:
-		out, text = s.openAI(raw, ev.Data)
+		out, text = s.openAI(raw, ev.Data, read)
 	case apiAnthropic:
 		out, text = s.anthropic(raw, string(ev.Name), ev.Data)
 	default:
@@ -184,9 +185,36 @@ func (s *splice) check(out []byte, text string) ([]byte, error) {
 	return all, nil
 }
 
+// detect tells the stream's API from ev, its first event with data, as
+// detectAPI does. An OpenAI chunk it reads into s.chunk in the same walk,
+// and reports that it did: the first event, which the caller waits on,
+// is walked once.
+func (s *splice) detect(ev *sse.Event) (api streamAPI, read bool) {
+	if isAnthropicStart(ev) {
+		return apiAnthropic, false
+	}
+	var object, typ string
+	if !scanFirst(ev.Data, &s.chunk, s.id == "", &object, &typ) {
+		return detectAPI(ev), false
+	}
+	switch {
+	case object == "chat.completion.chunk":
+		return apiOpenAI, true
+	case typ == "message_start":
+		return apiAnthropic, false
+	}
+	return apiUnknown, false
+}
+
+// isAnthropicStart reports whether ev is, by its name or its data's
+// start, Anthropic's message_start.
+func isAnthropicStart(ev *sse.Event) bool {
+	return string(ev.Name) == "message_start" || bytes.HasPrefix(ev.Data, []byte(`{"type":"message_start"`))
+}
+
 // detectAPI tells the stream's API from its first event with data.
 func detectAPI(ev *sse.Event) streamAPI {
-	if string(ev.Name) == "message_start" || bytes.HasPrefix(ev.Data, []byte(`{"type":"message_start"`)) {
+	if isAnthropicStart(ev) {
 		return apiAnthropic
 	}
 	var object, typ string
@@ -212,14 +240,15 @@ func detectAPI(ev *sse.Event) streamAPI {
 }
 
 // openAI observes, and in a continuation rewrites, an OpenAI event, and
-// returns what goes to the caller and the text it adds.
-func (s *splice) openAI(raw, data []byte) ([]byte, string) {
+// returns what goes to the caller and the text it adds. With read, s.chunk
+// holds the event's chunk already (see detect).
+func (s *splice) openAI(raw, data []byte, read bool) ([]byte, string) {
 	if string(data) == "[DONE]" {
 		s.done = true
 		return raw, ""
 	}
 	c := &s.chunk
-	if err := readOAChunk(data, c, s.id == ""); err != nil {
+	if !read && readOAChunk(data, c, s.id == "") != nil {
 		// Forwarded as it came, as any gateway would; it is not text
 		// the splice can account for.
 		s.unsupported("an event that is not a chunk outlast can read")
