@@ -95,15 +95,17 @@ func scanOAChunk(data []byte, c *oaChunk, withID bool) bool {
 	if !withID {
 		id = nil
 	}
-	return text(data, func(i int, v []byte) bool {
+	s := &jsonscan.Scanner{B: data}
+	return text(s, func(i int) bool {
 		switch i {
 		case 0:
-			return readString(v, id)
+			return readStringAt(s, id)
 		case 1:
+			v, ok := s.Value()
 			c.Error = v
-			return true
+			return ok
 		}
-		return isNull(v) || scanChoices(v, c)
+		return s.Null() || scanChoices(s, c)
 	}, "id", "error", "choices")
 }
 
@@ -116,65 +118,65 @@ func scanFirst(data []byte, c *oaChunk, withID bool, object, typ *string) bool {
 	if !withID {
 		id = nil
 	}
-	return text(data, func(i int, v []byte) bool {
+	s := &jsonscan.Scanner{B: data}
+	return text(s, func(i int) bool {
 		switch i {
 		case 0:
-			return readString(v, id)
+			return readStringAt(s, id)
 		case 1:
+			v, ok := s.Value()
 			c.Error = v
-			return true
+			return ok
 		case 2:
-			return isNull(v) || scanChoices(v, c)
+			return s.Null() || scanChoices(s, c)
 		case 3:
-			return readString(v, object)
+			return readStringAt(s, object)
 		}
-		return readString(v, typ)
+		return readStringAt(s, typ)
 	}, "id", "error", "choices", "object", "type")
 }
 
-func scanChoices(v []byte, c *oaChunk) bool {
-	s := jsonscan.Scanner{B: v}
-	sure := true
-	whole := s.Elements(func(e []byte) {
-		if !sure {
-			return
-		}
+func scanChoices(s *jsonscan.Scanner, c *oaChunk) bool {
+	return s.Array(func() bool {
 		c.Choices = append(c.Choices, oaChoice{})
 		ch := &c.Choices[len(c.Choices)-1]
-		if isNull(e) {
-			return // a zero choice, as encoding/json makes of null
+		if s.Null() {
+			return true // a zero choice, as encoding/json makes of null
 		}
-		sure = members(e, func(i int, w []byte) bool {
+		return object(s, func(i int) bool {
 			switch i {
 			case 0:
-				return readInt(w, &ch.Index)
+				return readIntAt(s, &ch.Index)
 			case 1:
-				return isNull(w) || scanDelta(w, ch)
+				return s.Null() || scanDelta(s, ch)
 			}
-			ch.Finished = !isNull(w)
-			return readString(w, nil)
+			v, ok := s.Value()
+			ch.Finished = !isNull(v)
+			return ok && readString(v, nil)
 		}, "index", "delta", "finish_reason")
 	})
-	return whole && sure
 }
 
-func scanDelta(v []byte, ch *oaChoice) bool {
-	return members(v, func(i int, w []byte) bool {
+func scanDelta(s *jsonscan.Scanner, ch *oaChoice) bool {
+	return object(s, func(i int) bool {
 		switch i {
 		case 0:
-			return readString(w, nil)
+			return readStringAt(s, nil)
 		case 1:
-			ch.HasContent = !isNull(w)
-			return readString(w, &ch.Content)
+			v, ok := s.Value()
+			ch.HasContent = !isNull(v)
+			return ok && readString(v, &ch.Content)
 		case 2:
-			ch.ToolCalls = w
-			return true
+			v, ok := s.Value()
+			ch.ToolCalls = v
+			return ok
 		case 3:
-			ch.FunctionCall = w
-			return true
+			v, ok := s.Value()
+			ch.FunctionCall = v
+			return ok
 		}
 		var r string
-		sure := readString(w, &r)
+		sure := readStringAt(s, &r)
 		ch.Reasoning = ch.Reasoning || r != ""
 		return sure
 	}, "role", "content", "tool_calls", "function_call", "reasoning_content", "reasoning")
@@ -227,31 +229,33 @@ type anEventJSON struct {
 }
 
 func scanAnEvent(data []byte, e *anEvent) bool {
-	return text(data, func(i int, v []byte) bool {
+	s := &jsonscan.Scanner{B: data}
+	return text(s, func(i int) bool {
 		switch i {
 		case 0:
-			return readString(v, &e.Type)
+			return readStringAt(s, &e.Type)
 		case 1:
-			return readInt(v, &e.Index)
+			return readIntAt(s, &e.Index)
 		case 2:
-			return scanOne(v, "id", &e.MessageID)
+			return scanOne(s, "id", &e.MessageID)
 		case 3:
-			return scanOne(v, "type", &e.BlockType)
+			return scanOne(s, "type", &e.BlockType)
 		}
-		return isNull(v) || scanAnDelta(v, e)
+		return s.Null() || scanAnDelta(s, e)
 	}, "type", "index", "message", "content_block", "delta")
 }
 
-func scanAnDelta(v []byte, e *anEvent) bool {
-	return members(v, func(i int, w []byte) bool {
+func scanAnDelta(s *jsonscan.Scanner, e *anEvent) bool {
+	return object(s, func(i int) bool {
 		switch i {
 		case 0:
-			return readString(w, &e.DeltaType)
+			return readStringAt(s, &e.DeltaType)
 		case 1:
-			return readString(w, &e.Text)
+			return readStringAt(s, &e.Text)
 		}
-		e.StopReason = !isNull(w)
-		return readString(w, nil)
+		v, ok := s.Value()
+		e.StopReason = !isNull(v)
+		return ok && readString(v, nil)
 	}, "type", "text", "stop_reason")
 }
 
@@ -259,47 +263,47 @@ func scanAnDelta(v []byte, e *anEvent) bool {
 // reports whether data is a valid JSON text whose object and type it
 // could be sure to read as json.Unmarshal would.
 func scanProbe(data []byte, object, typ *string) bool {
-	return text(data, func(i int, v []byte) bool {
+	s := &jsonscan.Scanner{B: data}
+	return text(s, func(i int) bool {
 		if i == 0 {
-			return readString(v, object)
+			return readStringAt(s, object)
 		}
-		return readString(v, typ)
+		return readStringAt(s, typ)
 	}, "object", "type")
 }
 
-// scanOne reads v, null or an object, for the string member name.
-func scanOne(v []byte, name string, dst *string) bool {
-	return isNull(v) || members(v, func(_ int, w []byte) bool { return readString(w, dst) }, name)
+// scanOne reads the value at s, null or an object, for the string member
+// name.
+func scanOne(s *jsonscan.Scanner, name string, dst *string) bool {
+	return s.Null() || object(s, func(int) bool { return readStringAt(s, dst) }, name)
 }
 
-// members walks the object v, calling read with the place in names of
-// each member whose key is one of them, and its value, and reports
-// whether it could be sure to read the object as json.Unmarshal would:
-// read said so each time, and known found no key to doubt.
-func members(v []byte, read func(i int, value []byte) bool, names ...string) bool {
-	return walk(jsonscan.Scanner{B: v}, read, names...)
+// text walks s's B, a whole JSON text, as object walks an object, and
+// also holds it to JSON's grammar as json.Valid does (see
+// jsonscan.Scanner's Strict): a text it is sure of needs no json.Valid
+// first, which would cost each event a second pass. read walks the
+// members' values with s.
+func text(s *jsonscan.Scanner, read func(i int) bool, names ...string) bool {
+	s.Strict = true
+	return object(s, read, names...) && s.End()
 }
 
-// text is members for data, a whole JSON text, which it also holds to
-// JSON's grammar as json.Valid does (see jsonscan.Scanner's Strict): a
-// text it is sure of needs no json.Valid first, which would cost each
-// event a second pass.
-func text(data []byte, read func(i int, value []byte) bool, names ...string) bool {
-	return walk(jsonscan.Scanner{B: data, Strict: true}, read, names...)
-}
-
-func walk(s jsonscan.Scanner, read func(i int, value []byte) bool, names ...string) bool {
+// object walks the object at s in place, calling read with the place in
+// names of each member whose key is one of them, while s is at its value,
+// which read must walk or skip; it skips the others. It reports whether
+// it could be sure to read the object as json.Unmarshal would: read said
+// so each time, and known found no key to doubt.
+func object(s *jsonscan.Scanner, read func(i int) bool, names ...string) bool {
 	var seen keySet
-	sure := true
-	whole := s.Members(func(key, w []byte) {
-		switch i := known(key, &seen, sure, names...); {
+	return s.Object(func(key []byte) bool {
+		switch i := known(key, &seen, names...); {
 		case i == unsure:
-			sure = false
+			return false
 		case i >= 0:
-			sure = read(i, w)
+			return read(i)
 		}
+		return s.Skip()
 	})
-	return whole && sure && (!s.Strict || s.End())
 }
 
 // A keySet is the known keys an object has had, by their place in the
@@ -312,12 +316,8 @@ type keySet uint8
 const unsure = -2
 
 // known returns the place in names of key, a member's raw key, or -1 if
-// it is none of them, or unsure; once sure is false, it returns -1 for
-// every key, since the object's reading is given up anyway.
-func known(key []byte, seen *keySet, sure bool, names ...string) int {
-	if !sure {
-		return -1
-	}
+// it is none of them, or unsure.
+func known(key []byte, seen *keySet, names ...string) int {
 	for i, n := range names {
 		if string(key) == n {
 			if *seen&(1<<i) != 0 {
@@ -348,6 +348,18 @@ func known(key []byte, seen *keySet, sure bool, names ...string) int {
 
 // isNull reports whether v is JSON's null.
 func isNull(v []byte) bool { return string(v) == "null" }
+
+// readStringAt reads the value at s as readString reads v.
+func readStringAt(s *jsonscan.Scanner, dst *string) bool {
+	v, ok := s.Value()
+	return ok && readString(v, dst)
+}
+
+// readIntAt reads the value at s as readInt reads v.
+func readIntAt(s *jsonscan.Scanner, dst *int) bool {
+	v, ok := s.Value()
+	return ok && readInt(v, dst)
+}
 
 // readString reads v, a string or null, into *dst if dst is not nil (null
 // leaves it), and reports whether v was one of those.

@@ -315,6 +315,92 @@ func (s *Scanner) key() bool {
 	return s.skipString() && s.next(':')
 }
 
+// Object walks the object at the scanner's place in place: it calls
+// member with each key's raw contents, escapes and all, while the scanner
+// is at the member's value, white space skipped. member must leave the
+// scanner just past the value, having walked it (Object, Array, Value,
+// Null) or skipped it (Skip), and reports whether the walk goes on. Object
+// reports whether the object was whole and member always said so. Unlike
+// Members, it walks a value member reads once, not once to skip it and
+// again to read it.
+func (s *Scanner) Object(member func(key []byte) bool) bool {
+	if !s.next('{') {
+		return false
+	}
+	if s.Space(); s.peek() == '}' {
+		s.I++
+		return true
+	}
+	for {
+		key, ok := s.str()
+		if !ok || !s.next(':') {
+			return false
+		}
+		s.Space()
+		if !member(key) {
+			return false
+		}
+		switch s.Space(); s.peek() {
+		case ',':
+			s.I++
+		case '}':
+			s.I++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// Array walks the array at the scanner's place in place, as Object walks
+// an object: it calls element with the scanner at each element.
+func (s *Scanner) Array(element func() bool) bool {
+	if !s.next('[') {
+		return false
+	}
+	if s.Space(); s.peek() == ']' {
+		s.I++
+		return true
+	}
+	for {
+		s.Space()
+		if !element() {
+			return false
+		}
+		switch s.Space(); s.peek() {
+		case ',':
+			s.I++
+		case ']':
+			s.I++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// Skip skips the value at the scanner's place, and reports whether there
+// was one.
+func (s *Scanner) Skip() bool { return s.skipValue() }
+
+// Value skips the value at the scanner's place and returns its bytes, a
+// part of B, and whether there was one.
+func (s *Scanner) Value() ([]byte, bool) {
+	start := s.I
+	ok := s.skipValue()
+	return s.B[start:s.I], ok
+}
+
+// Null skips the value at the scanner's place if it is null, and reports
+// whether it was.
+func (s *Scanner) Null() bool {
+	if len(s.B)-s.I >= 4 && string(s.B[s.I:s.I+4]) == "null" {
+		s.I += 4
+		return true
+	}
+	return false
+}
+
 // Members walks the object at the scanner's place, calling member with
 // each key's raw contents, escapes and all, and the value's bytes, which
 // it has skipped; both are parts of B. While member runs, the scanner's

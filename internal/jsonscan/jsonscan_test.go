@@ -58,6 +58,23 @@ func FuzzMembers(f *testing.F) {
 				}
 			}
 		}
+		// Object, its values read in place by Value, walks what Members
+		// walks.
+		var okeys, ovalues [][]byte
+		in := Scanner{B: b}
+		ook := in.Object(func(k []byte) bool {
+			v, vok := in.Value()
+			okeys, ovalues = append(okeys, k), append(ovalues, v)
+			return vok
+		})
+		if ook != ok {
+			t.Fatalf("%q: Object says %v, Members %v", b, ook, ok)
+		}
+		for i := 0; ok && i < len(keys); i++ {
+			if len(okeys) != len(keys) || !bytes.Equal(okeys[i], keys[i]) || !bytes.Equal(ovalues[i], values[i]) {
+				t.Fatalf("%q: Object walked %q: %q, Members %q: %q", b, okeys, ovalues, keys, values)
+			}
+		}
 		// Strict: a walk that succeeds, with nothing after it, crossed a
 		// valid text; a valid text no deeper than MaxDepth is walked.
 		for _, w := range []struct {
