@@ -96,7 +96,7 @@ func scanOAChunk(data []byte, c *oaChunk, withID bool) bool {
 		id = nil
 	}
 	s := &jsonscan.Scanner{B: data}
-	return text(s, func(i int) bool {
+	return wholeText(s, func(i int) bool {
 		switch i {
 		case 0:
 			return readStringAt(s, id)
@@ -119,7 +119,7 @@ func scanFirst(data []byte, c *oaChunk, withID bool, object, typ *string) bool {
 		id = nil
 	}
 	s := &jsonscan.Scanner{B: data}
-	return text(s, func(i int) bool {
+	return wholeText(s, func(i int) bool {
 		switch i {
 		case 0:
 			return readStringAt(s, id)
@@ -230,7 +230,7 @@ type anEventJSON struct {
 
 func scanAnEvent(data []byte, e *anEvent) bool {
 	s := &jsonscan.Scanner{B: data}
-	return text(s, func(i int) bool {
+	return wholeText(s, func(i int) bool {
 		switch i {
 		case 0:
 			return readStringAt(s, &e.Type)
@@ -264,7 +264,7 @@ func scanAnDelta(s *jsonscan.Scanner, e *anEvent) bool {
 // could be sure to read as json.Unmarshal would.
 func scanProbe(data []byte, object, typ *string) bool {
 	s := &jsonscan.Scanner{B: data}
-	return text(s, func(i int) bool {
+	return wholeText(s, func(i int) bool {
 		if i == 0 {
 			return readStringAt(s, object)
 		}
@@ -278,12 +278,12 @@ func scanOne(s *jsonscan.Scanner, name string, dst *string) bool {
 	return s.Null() || object(s, func(int) bool { return readStringAt(s, dst) }, name)
 }
 
-// text walks s's B, a whole JSON text, as object walks an object, and
+// wholeText walks s's B, a whole JSON text, as object walks an object, and
 // also holds it to JSON's grammar as json.Valid does (see
 // jsonscan.Scanner's Strict): a text it is sure of needs no json.Valid
 // first, which would cost each event a second pass. read walks the
 // members' values with s.
-func text(s *jsonscan.Scanner, read func(i int) bool, names ...string) bool {
+func wholeText(s *jsonscan.Scanner, read func(i int) bool, names ...string) bool {
 	s.Strict = true
 	return object(s, read, names...) && s.End()
 }
