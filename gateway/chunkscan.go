@@ -91,22 +91,7 @@ func (j *oaChunkJSON) into(c *oaChunk) {
 // scanOAChunk reads data into c, and reports whether data is a valid JSON
 // text that it could be sure to read as json.Unmarshal would.
 func scanOAChunk(data []byte, c *oaChunk, withID bool) bool {
-	id := &c.ID
-	if !withID {
-		id = nil
-	}
-	s := &jsonscan.Scanner{B: data}
-	return wholeText(s, func(i int) bool {
-		switch i {
-		case 0:
-			return readStringAt(s, id)
-		case 1:
-			v, ok := s.Value()
-			c.Error = v
-			return ok
-		}
-		return s.Null() || scanChoices(s, c)
-	}, "id", "error", "choices")
+	return scanChunk(data, c, withID, nil, nil)
 }
 
 // scanFirst is scanOAChunk for a stream's first event, whose API is not
@@ -114,9 +99,22 @@ func scanOAChunk(data []byte, c *oaChunk, withID bool) bool {
 // scanProbe does, in the same walk. It empties c first.
 func scanFirst(data []byte, c *oaChunk, withID bool, object, typ *string) bool {
 	c.ID, c.Error, c.Choices = "", nil, c.Choices[:0]
+	return scanChunk(data, c, withID, object, typ)
+}
+
+// chunkKeys are the keys scanChunk reads: a chunk's, and the probe's.
+var chunkKeys = [...]string{"id", "error", "choices", "object", "type"}
+
+// scanChunk reads data into c, and the object and the type into *object
+// and *typ unless object is nil.
+func scanChunk(data []byte, c *oaChunk, withID bool, object, typ *string) bool {
 	id := &c.ID
 	if !withID {
 		id = nil
+	}
+	names := chunkKeys[:3]
+	if object != nil {
+		names = chunkKeys[:]
 	}
 	s := &jsonscan.Scanner{B: data}
 	return wholeText(s, func(i int) bool {
@@ -133,7 +131,7 @@ func scanFirst(data []byte, c *oaChunk, withID bool, object, typ *string) bool {
 			return readStringAt(s, object)
 		}
 		return readStringAt(s, typ)
-	}, "id", "error", "choices", "object", "type")
+	}, names...)
 }
 
 func scanChoices(s *jsonscan.Scanner, c *oaChunk) bool {

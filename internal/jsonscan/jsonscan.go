@@ -408,62 +408,25 @@ func (s *Scanner) Null() bool {
 // whether the object was whole; member's values read before the trouble
 // stand. The last of a repeated key is seen last.
 func (s *Scanner) Members(member func(key, value []byte)) bool {
-	if !s.next('{') {
-		return false
-	}
-	if s.Space(); s.peek() == '}' {
-		s.I++
-		return true
-	}
-	for {
-		key, ok := s.str()
-		if !ok || !s.next(':') {
-			return false
-		}
-		s.Space()
+	return s.Object(func(key []byte) bool {
 		start := s.I
 		if !s.skipValue() {
 			return false
 		}
 		member(key, s.B[start:s.I])
-		switch s.Space(); s.peek() {
-		case ',':
-			s.I++
-			s.Space()
-		case '}':
-			s.I++
-			return true
-		default:
-			return false
-		}
-	}
+		return true
+	})
 }
 
 // Elements walks the array at the scanner's place, calling element with
 // each element's bytes. It reports whether the array was whole.
 func (s *Scanner) Elements(element func(value []byte)) bool {
-	if !s.next('[') {
-		return false
-	}
-	if s.Space(); s.peek() == ']' {
-		s.I++
-		return true
-	}
-	for {
-		s.Space()
+	return s.Array(func() bool {
 		start := s.I
 		if !s.skipValue() {
 			return false
 		}
 		element(s.B[start:s.I])
-		switch s.Space(); s.peek() {
-		case ',':
-			s.I++
-		case ']':
-			s.I++
-			return true
-		default:
-			return false
-		}
-	}
+		return true
+	})
 }
