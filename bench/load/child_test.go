@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -111,5 +112,44 @@ func TestTreeCPU(t *testing.T) {
 			t.Fatal("the child's CPU time did not reach 50 ms in a minute")
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// TestDeployedOwnFiles checks that each deployed child runs from a file of
+// its own, neither this program's nor another child's: processes of one
+// file share the pages of its code, which would warm a target's code with
+// the load generator's and the upstream's requests.
+func TestDeployedOwnFiles(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	t.Parallel()
+	d := &deployed{dir: t.TempDir()}
+	defer func() {
+		if err := d.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	up, err := d.child(t.Context(), "upstream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.child(t.Context(), "proxy", "--upstream", up.String()); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{self: "this program"}
+	for i, c := range d.children {
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.PID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other, ok := seen[exe]; ok {
+			t.Errorf("child %d runs %s, as %s does; want a file of its own", i, exe, other)
+		}
+		seen[exe] = fmt.Sprintf("child %d", i)
 	}
 }

@@ -25,8 +25,9 @@ import (
 // With --deployed, every target runs as users run it: the fake upstream
 // and the bare proxy each in a process of its own (this program, started
 // again in a child role), and each gateway as the outlast binary,
-// `outlast serve` with its flags, built from this module. The load
-// generator is the only thing left in this process. A hand-off between
+// `outlast serve` with its flags, built from this module; each from a
+// copy of its executable (see start). The load generator is the only
+// thing left in this process. A hand-off between
 // goroutines that costs little inside one busy process costs a wake-up
 // across idle ones; only this mode shows it.
 
@@ -105,14 +106,31 @@ func newDeployed(ctx context.Context, stderr io.Writer) (*deployed, error) {
 	return &deployed{dir: dir, bin: bin}, nil
 }
 
-// start starts cmd in a folder of its own under d's, its output kept in a
-// log file there, and returns its URL once it listens.
-func (d *deployed) start(ctx context.Context, name string, cmd *exec.Cmd, marker string) (*url.URL, error) {
-	cmd.Dir = filepath.Join(d.dir, name)
-	if err := os.Mkdir(cmd.Dir, 0o700); err != nil {
+// start starts exe with args (and env, added to this process's
+// environment) as name, in a folder of its own under d's, from a copy of
+// exe made there, its output kept in a log file there, and returns its
+// URL once it listens.
+//
+// Each target runs from a file of its own, as on a machine of its own: two
+// processes of one file share the pages of its code, so a target of the
+// same file as the load generator or the upstream (the bare proxy is this
+// program too), or as another target, would find its code already cached
+// by their requests, which no deployment does.
+func (d *deployed) start(ctx context.Context, name, exe string, args, env []string, marker string) (*url.URL, error) {
+	dir := filepath.Join(d.dir, name)
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
-	out, err := os.Create(filepath.Join(cmd.Dir, "log"))
+	own := filepath.Join(dir, filepath.Base(exe))
+	if err := copyFile(own, exe); err != nil {
+		return nil, fmt.Errorf("%s: copying its executable: %w", name, err)
+	}
+	cmd := exec.Command(own, args...)
+	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	out, err := os.Create(filepath.Join(dir, "log"))
 	if err != nil {
 		return nil, err
 	}
@@ -127,22 +145,37 @@ func (d *deployed) start(ctx context.Context, name string, cmd *exec.Cmd, marker
 	return &url.URL{Scheme: "http", Host: c.Addr}, nil
 }
 
+// copyFile copies the executable src to a new file dst.
+func copyFile(dst, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o700)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
 // child starts this program again in role, with args.
 func (d *deployed) child(ctx context.Context, role string, args ...string) (*url.URL, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, args...)
-	cmd.Env = append(os.Environ(), childRole+"="+role)
-	return d.start(ctx, role, cmd, listening)
+	return d.start(ctx, role, self, args, []string{childRole + "=" + role}, listening)
 }
 
 // serve starts outlast serve with args, on a loopback port, in a folder
 // of its own: its default journal, sqlite:outlast.db, is written there.
 func (d *deployed) serve(ctx context.Context, name string, args ...string) (*url.URL, error) {
-	cmd := exec.Command(d.bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
-	return d.start(ctx, name, cmd, "serving on")
+	return d.start(ctx, name, d.bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...), nil, "serving on")
 }
 
 // close stops every child, as an operator would, and removes the folder.

@@ -14,8 +14,9 @@
 // is the number to judge: absolute times on a shared machine are noisy.
 //
 // With --deployed, each target runs as users run it, in a process of its
-// own: the upstream and the bare proxy as children of this program, each
-// gateway as outlast serve built from this module (see deployed.go). The
+// own and from a file of its own: the upstream and the bare proxy as
+// children of this program, each gateway as outlast serve built from this
+// module (see deployed.go). The
 // README's table comes from that mode. --serve-args adds a gateway target
 // with flags of one's own, compared with the plain gateway.
 //
