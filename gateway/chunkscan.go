@@ -24,6 +24,9 @@ type oaChunk struct {
 	Choices []oaChoice
 }
 
+// reset empties c, keeping its choices' array.
+func (c *oaChunk) reset() { c.ID, c.Error, c.Choices = "", nil, c.Choices[:0] }
+
 // oaChoice is one of a chunk's choices, with its delta.
 type oaChoice struct {
 	Index        int
@@ -38,11 +41,11 @@ type oaChoice struct {
 // readOAChunk reads data into c, which it empties first, reusing its
 // choices' room. It reads the id only if withID.
 func readOAChunk(data []byte, c *oaChunk, withID bool) error {
-	c.ID, c.Error, c.Choices = "", nil, c.Choices[:0]
+	c.reset()
 	if scanOAChunk(data, c, withID) {
 		return nil
 	}
-	c.ID, c.Error, c.Choices = "", nil, c.Choices[:0]
+	c.reset()
 	var j oaChunkJSON
 	if err := json.Unmarshal(data, &j); err != nil {
 		return err
@@ -98,7 +101,7 @@ func scanOAChunk(data []byte, c *oaChunk, withID bool) bool {
 // known yet: it also reads the object and the type of any event, as
 // scanProbe does, in the same walk. It empties c first.
 func scanFirst(data []byte, c *oaChunk, withID bool, object, typ *string) bool {
-	c.ID, c.Error, c.Choices = "", nil, c.Choices[:0]
+	c.reset()
 	return scanChunk(data, c, withID, object, typ)
 }
 
@@ -148,9 +151,7 @@ func scanChoices(s *jsonscan.Scanner, c *oaChunk) bool {
 			case 1:
 				return s.Null() || scanDelta(s, ch)
 			}
-			v, ok := s.Value()
-			ch.Finished = !isNull(v)
-			return ok && readString(v, nil)
+			return readStringSetAt(s, &ch.Finished, nil)
 		}, "index", "delta", "finish_reason")
 	})
 }
@@ -161,9 +162,7 @@ func scanDelta(s *jsonscan.Scanner, ch *oaChoice) bool {
 		case 0:
 			return readStringAt(s, nil)
 		case 1:
-			v, ok := s.Value()
-			ch.HasContent = !isNull(v)
-			return ok && readString(v, &ch.Content)
+			return readStringSetAt(s, &ch.HasContent, &ch.Content)
 		case 2:
 			v, ok := s.Value()
 			ch.ToolCalls = v
@@ -251,9 +250,7 @@ func scanAnDelta(s *jsonscan.Scanner, e *anEvent) bool {
 		case 1:
 			return readStringAt(s, &e.Text)
 		}
-		v, ok := s.Value()
-		e.StopReason = !isNull(v)
-		return ok && readString(v, nil)
+		return readStringSetAt(s, &e.StopReason, nil)
 	}, "type", "text", "stop_reason")
 }
 
@@ -350,6 +347,14 @@ func isNull(v []byte) bool { return string(v) == "null" }
 // readStringAt reads the value at s as readString reads v.
 func readStringAt(s *jsonscan.Scanner, dst *string) bool {
 	v, ok := s.Value()
+	return ok && readString(v, dst)
+}
+
+// readStringSetAt is readStringAt that also sets *set to whether the
+// value was not null.
+func readStringSetAt(s *jsonscan.Scanner, set *bool, dst *string) bool {
+	v, ok := s.Value()
+	*set = !isNull(v)
 	return ok && readString(v, dst)
 }
 

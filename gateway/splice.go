@@ -197,13 +197,8 @@ func (s *splice) detect(ev *sse.Event) (api streamAPI, read bool) {
 	if !scanFirst(ev.Data, &s.chunk, s.id == "", &object, &typ) {
 		return detectAPI(ev), false
 	}
-	switch {
-	case object == "chat.completion.chunk":
-		return apiOpenAI, true
-	case typ == "message_start":
-		return apiAnthropic, false
-	}
-	return apiUnknown, false
+	api = apiOf(object, typ)
+	return api, api == apiOpenAI
 }
 
 // isAnthropicStart reports whether ev is, by its name or its data's
@@ -230,6 +225,11 @@ func detectAPI(ev *sse.Event) streamAPI {
 		}
 		object, typ = probe.Object, probe.Type
 	}
+	return apiOf(object, typ)
+}
+
+// apiOf tells a stream's API from its first event's object and type.
+func apiOf(object, typ string) streamAPI {
 	switch {
 	case object == "chat.completion.chunk":
 		return apiOpenAI

@@ -58,22 +58,13 @@ func FuzzMembers(f *testing.F) {
 				}
 			}
 		}
-		// Object, its values read in place by Value, walks what Members
-		// walks.
-		var okeys, ovalues [][]byte
-		in := Scanner{B: b}
-		ook := in.Object(func(k []byte) bool {
-			v, vok := in.Value()
-			okeys, ovalues = append(okeys, k), append(ovalues, v)
-			return vok
-		})
-		if ook != ok {
-			t.Fatalf("%q: Object says %v, Members %v", b, ook, ok)
-		}
-		for i := 0; ok && i < len(keys); i++ {
-			if len(okeys) != len(keys) || !bytes.Equal(okeys[i], keys[i]) || !bytes.Equal(ovalues[i], values[i]) {
-				t.Fatalf("%q: Object walked %q: %q, Members %q: %q", b, okeys, ovalues, keys, values)
-			}
+		// Object and Array, walking a text in place to any depth as the
+		// gateway's readers do, hold it to JSON's grammar under Strict as
+		// json.Valid does: the nesting is theirs here, not a skip's.
+		in := Scanner{B: b, Strict: true}
+		in.Space()
+		if got, want := walkInPlace(&in) && in.End(), json.Valid(b); got != want {
+			t.Fatalf("%q: a Strict walk in place says %v, json.Valid %v", b, got, want)
 		}
 		// Strict: a walk that succeeds, with nothing after it, crossed a
 		// valid text; a valid text no deeper than MaxDepth is walked.
@@ -110,6 +101,23 @@ func FuzzMembers(f *testing.F) {
 			}
 		}
 	})
+}
+
+// walkInPlace walks the value at s in place: an object or array through
+// Object or Array, each member or element in turn, and a scalar through
+// Null or Value.
+func walkInPlace(s *Scanner) bool {
+	switch s.peek() {
+	case '{':
+		return s.Object(func([]byte) bool { return walkInPlace(s) })
+	case '[':
+		return s.Array(func() bool { return walkInPlace(s) })
+	}
+	if s.Null() {
+		return true
+	}
+	_, ok := s.Value()
+	return ok
 }
 
 // depth returns how deeply the valid JSON text b nests.
