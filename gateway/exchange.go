@@ -142,6 +142,10 @@ func (x *exchange) serve() {
 	x.forward(ctx, resp, cancel)
 }
 
+// heldUnwatched is the largest held answer written without a bound on a
+// caller that stops reading: a connection's send buffer takes it whole.
+const heldUnwatched = 64 << 10
+
 // committed returns the index of the attempt whose response is forwarded:
 // the last that succeeded, which a hedge's cancelled side may follow in
 // the record, or else the last.
@@ -264,6 +268,9 @@ const wholeRead = 16 << 10
 // which must be one of the upstream's slots.
 func (x *exchange) inspect(body []byte) error {
 	x.rec.Stream = strings.Contains(header(x.r.Header, "Accept"), "text/event-stream")
+	// JSON may start with white space (RFC 8259), and the upstream reads
+	// such a body's id_slot and stream as any other's.
+	body = bytes.TrimLeft(body, " \t\r\n")
 	if len(body) == 0 || body[0] != '{' {
 		return nil
 	}
@@ -699,9 +706,13 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		idle := x.cur.IdleTimeout
 		if !stream && x.held.has(resp) {
 			// In memory already: it cannot fall silent, and a cut would
-			// have been retried.
+			// have been retried. A small one fits the connection's
+			// buffers, so no caller can stall its write; a larger one
+			// keeps the bound on a caller that takes none of it.
 			x.rec.Held = true
-			idle = 0
+			if resp.ContentLength <= heldUnwatched {
+				idle = 0
+			}
 		}
 		err = x.out.copyBody(resp.Body, stream, idle, cancel, &x.rec.Committed, &x.rec.Bytes)
 	}
@@ -795,8 +806,11 @@ func (x *exchange) failed(ctx context.Context, err error) {
 		}
 		x.fail(http.StatusServiceUnavailable, apierr.Shutdown, msg, nil)
 	case x.r.Context().Err() != nil:
-		// The caller left; there is nobody to answer.
+		// The caller left; there is nobody to answer. Its connection is
+		// closed without an answer (see abandon), since one that only
+		// closed its sending side would read net/http's empty 200.
 		x.rec.Status, x.rec.Error = 499, record.ErrorClientClosed
+		x.out.abandoned = true
 	case errors.Is(err, outlast.ErrPoolSpent):
 		x.poolSpent(err)
 	case errors.Is(err, outlast.ErrBusy):

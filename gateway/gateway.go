@@ -481,7 +481,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case up.isStatus(r.Method, path):
 		up.passThrough(w, r, path)
 	default:
-		newExchange(g, up, w, r, resolved, path).serve()
+		x := newExchange(g, up, w, r, resolved, path)
+		x.serve()
+		if x.out.abandoned {
+			abandon(w)
+		}
 	}
 }
 

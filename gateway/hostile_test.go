@@ -47,6 +47,10 @@ func newHostile(t *testing.T, change func(*gateway.Config, *gateway.ServerConfig
 		n, _ := io.Copy(io.Discard, r.Body)
 		h.upBytes.Add(n)
 		h.seen.Add(1)
+		if r.Header.Get("X-Wait") != "" {
+			<-r.Context().Done() // answers nobody: only the caller's leaving ends it
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if strings.HasSuffix(r.URL.Path, "/fail") {
 			w.WriteHeader(http.StatusBadGateway)
@@ -124,6 +128,24 @@ func (h *hostile) exchange(t *testing.T, text string) (resp *http.Response, body
 	_, err = br.ReadByte()
 	closed = err == io.EOF || (err != nil && !isTimeout(err))
 	return resp, string(b), closed
+}
+
+// halfClosed sends text, a request the upstream never answers, and
+// closes the connection's sending side; it fails t if the gateway answers
+// anything before it closes the connection.
+func halfClosed(t *testing.T, h *hostile, text string) {
+	t.Helper()
+	c := h.dial(t)
+	defer c.Close()
+	if _, err := io.WriteString(c, text); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second)) // a bound on a hang
+	got, err := io.ReadAll(c)
+	if len(got) > 0 || err != nil {
+		t.Errorf("read %q (%v), want the connection closed without an answer", got, err)
+	}
 }
 
 func isTimeout(err error) bool {
@@ -392,6 +414,42 @@ func TestHostileClients(t *testing.T) {
 			}
 			return "400 invalid"
 		}, 0},
+		{"a body with white space before it, naming a slot the operator did not configure", func(c *gateway.Config, _ *gateway.ServerConfig) { c.Upstreams[0].Slots = 1 }, func(t *testing.T, h *hostile) string {
+			resp, _, _ := h.exchange(t, "POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n \r\n{\"id_slot\":49}")
+			if resp == nil || resp.StatusCode != 400 {
+				t.Errorf("got %v, want 400", resp)
+			}
+			return "400 invalid"
+		}, 0},
+		// net/http takes the end of the caller's side for its leaving;
+		// one that only half-closed still reads, and must not read a
+		// success for a request never served.
+		{"a request, then the caller closes its sending side", nil, func(t *testing.T, h *hostile) string {
+			halfClosed(t, h, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Wait: 1\r\nContent-Length: 2\r\n\r\n{}")
+			select {
+			case r := <-h.records:
+				if r.Status != 499 || r.Error != record.ErrorClientClosed {
+					t.Errorf("recorded %d %s, want 499 %s", r.Status, r.Error, record.ErrorClientClosed)
+				}
+			case <-time.After(10 * time.Second): // a bound on a hang, not a timing
+				t.Error("no record")
+			}
+			return "no answer, connection closed; recorded 499 client-closed"
+		}, 1},
+		{"a status request, then the caller closes its sending side", nil, func(t *testing.T, h *hostile) string {
+			halfClosed(t, h, "GET /health HTTP/1.1\r\nHost: x\r\nX-Wait: 1\r\n\r\n")
+			return "no answer, connection closed"
+		}, 1},
+		{"a status request with a body over --max-body", func(c *gateway.Config, _ *gateway.ServerConfig) { c.MaxBody = 1 << 10 }, func(t *testing.T, h *hostile) string {
+			resp, _, _ := h.exchange(t, "GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 4096\r\n\r\n"+strings.Repeat("a", 4096))
+			if resp == nil || resp.StatusCode != 200 {
+				t.Errorf("got %v, want the upstream's 200", resp)
+			}
+			if n := h.upBytes.Load(); n != 0 {
+				t.Errorf("the upstream got %d bytes of body, want none", n)
+			}
+			return "200 from the upstream, which gets no body"
+		}, 1},
 		{"policy headers that loosen the operator's", func(c *gateway.Config, _ *gateway.ServerConfig) {
 			c.Upstreams[0].Policy = &outlast.Policy{Waits: []time.Duration{time.Millisecond}, MaxAttempts: 2}
 		}, func(t *testing.T, h *hostile) string {
@@ -486,5 +544,74 @@ func checkDoc(t *testing.T, section, want string) {
 			}
 		}
 		t.Errorf("%s's %s section is not this run's (run with -update if on purpose):\n%s", path, section, strings.Join(diff, "\n"))
+	}
+}
+
+// A caller that stops reading is gone once it has taken nothing for the
+// idle timeout: its upstream response ends, so that it cannot hold the
+// upstream (a llama.cpp slot) for as long as it keeps its connection open.
+// So for a stream, and for a held answer too large for the connection's
+// buffers.
+func TestCallerThatStopsReading(t *testing.T) {
+	text := strings.Repeat("x", 16<<10)
+	ev := []byte(`data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` + text + `"},"finish_reason":null}]}` + "\n\n")
+	whole := []byte(`{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` + strings.Repeat("x", 16<<20) + `"},"finish_reason":"stop"}]}`)
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			upDone := make(chan struct{})
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				defer close(upDone)
+				if !stream {
+					w.Header().Set("Content-Type", "application/json")
+					w.Write(whole)
+					return
+				}
+				w.Header().Set("Content-Type", "text/event-stream")
+				rc := http.NewResponseController(w)
+				for {
+					if _, err := w.Write(ev); err != nil {
+						return
+					}
+					if rc.Flush() != nil {
+						return
+					}
+				}
+			}))
+			defer up.Close()
+			records := make(chan record.Request, 1)
+			u, _ := url.Parse(up.URL)
+			g, err := gateway.New(gateway.Config{
+				Upstreams: []gateway.Upstream{{URL: u, IdleTimeout: 200 * time.Millisecond}},
+				Logger:    slog.New(slog.DiscardHandler),
+				Observer:  record.Observer{Done: func(r *record.Request) { records <- *r }},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(g)
+			defer srv.Close()
+			c, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.(*net.TCPConn).SetReadBuffer(4 << 10)
+			body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			// It reads nothing from here on.
+			select {
+			case <-upDone:
+			case <-time.After(30 * time.Second): // a bound on a hang, not a timing
+				t.Fatal("the upstream response still runs 30 s after the caller stopped reading; want it ended after the idle timeout")
+			}
+			select {
+			case r := <-records:
+				if r.Error != record.ErrorClientClosed {
+					t.Errorf("recorded %d %s, want %s", r.Status, r.Error, record.ErrorClientClosed)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("no record 30 s after the caller stopped reading; want the request ended after the idle timeout")
+			}
+		})
 	}
 }

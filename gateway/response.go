@@ -34,6 +34,27 @@ type response struct {
 	// request, when the answer's first bytes have been flushed to the
 	// caller.
 	sent firstSent
+
+	// abandoned is set when the caller left before its answer began: the
+	// connection is then closed without one (see abandon).
+	abandoned bool
+}
+
+// abandon closes the connection of a request whose caller left before its
+// answer began, without an answer. net/http tells a handler that the
+// caller left when it reads the end of the caller's side; a caller that
+// only closed its sending side, as a shell's nc -N or socat does, still
+// reads, and a handler that returned without a word would send it an
+// empty 200 for a request never served. A closed connection tells it the
+// request failed. It must be the handler's last use of w.
+func abandon(w http.ResponseWriter) {
+	if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		c.Close()
+		return
+	}
+	// HTTP/2, or a writer that cannot hand its connection over: net/http
+	// resets the stream, or closes the connection, and logs nothing.
+	panic(http.ErrAbortHandler)
 }
 
 // A firstSent is told when an answer's first bytes have reached the
@@ -251,7 +272,7 @@ func (o *response) copyBody(body io.Reader, flush bool, idle time.Duration, canc
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
-	w := watchIdle(idle, cancel)
+	w := watchIdle(idle, cancel, &o.rc)
 	defer w.stop()
 	for {
 		n, err := body.Read(buf)
@@ -310,7 +331,7 @@ func (o *response) copyEvents(body io.Reader, f follower, idle time.Duration, ca
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
-	w := watchIdle(idle, cancel)
+	w := watchIdle(idle, cancel, &o.rc)
 	defer w.stop()
 	c := eventCopy{o: o, f: f, started: started, sent: sent, flushed: *sent}
 	for {
@@ -464,21 +485,33 @@ func (o *response) endStream(s *splice, sent *int64) {
 	}
 }
 
-// idleWatch ends an upstream response that falls silent for longer than
-// its idle timeout, by calling cancel with errIdle; with no timeout it
-// does nothing.
+// idleWatch bounds the silence of a response being forwarded, either way,
+// by its idle timeout: while it waits for the upstream's next bytes, a
+// silence that long ends the upstream response, by calling cancel with
+// errIdle; while it writes them, a caller that takes none of them for that
+// long is gone, and the write ends (the connection's write deadline is
+// put in the past), so that a caller that stops reading cannot hold the
+// upstream's slot. With no timeout it does nothing.
 type idleWatch struct {
-	idle   time.Duration
-	timer  *time.Timer
-	silent atomic.Bool // the timer fired
+	idle    time.Duration
+	timer   *time.Timer
+	writing atomic.Bool // between pause and resume
+	silent  atomic.Bool // the timer fired while the upstream was awaited
 }
 
-func watchIdle(idle time.Duration, cancel context.CancelCauseFunc) *idleWatch {
+func watchIdle(idle time.Duration, cancel context.CancelCauseFunc, rc *http.ResponseController) *idleWatch {
 	if idle <= 0 {
 		return &unwatched
 	}
 	w := &idleWatch{idle: idle}
-	w.timer = time.AfterFunc(idle, func() { w.silent.Store(true); cancel(errIdle) })
+	w.timer = time.AfterFunc(idle, func() {
+		if w.writing.Load() {
+			rc.SetWriteDeadline(time.Now()) // the blocked write fails: the caller is gone
+			return
+		}
+		w.silent.Store(true)
+		cancel(errIdle)
+	})
 	return w
 }
 
@@ -486,16 +519,18 @@ func watchIdle(idle time.Duration, cancel context.CancelCauseFunc) *idleWatch {
 // a timer, nothing changes it, and its methods only read it.
 var unwatched idleWatch
 
-// pause stops the watch while bytes that came are written.
+// pause turns the watch to the writing of bytes that came.
 func (w *idleWatch) pause() {
 	if w.timer != nil {
-		w.timer.Stop()
+		w.writing.Store(true)
+		w.timer.Reset(w.idle)
 	}
 }
 
-// resume starts the watch again, unless it fired.
+// resume turns the watch back to the upstream, unless it fired.
 func (w *idleWatch) resume() {
 	if w.timer != nil && !w.silent.Load() {
+		w.writing.Store(false)
 		w.timer.Reset(w.idle)
 	}
 }
@@ -503,7 +538,11 @@ func (w *idleWatch) resume() {
 // fired reports whether the response fell silent.
 func (w *idleWatch) fired() bool { return w.silent.Load() }
 
-func (w *idleWatch) stop() { w.pause() }
+func (w *idleWatch) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
 
 // readSnippet reads up to 4 KiB of a body for an error message.
 func readSnippet(r io.Reader) []byte {

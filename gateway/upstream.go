@@ -242,7 +242,9 @@ func (u *upstream) isStatus(method, path string) bool {
 // passThrough forwards a request for a health or status endpoint once,
 // past the upstream's gates and policy, and tells no observer: what the
 // caller gets is the upstream's own answer, whatever it is, as soon as it
-// comes. FirstByteTimeout bounds the wait for it.
+// comes. FirstByteTimeout bounds the wait for it. The request goes without
+// a body: a GET's or HEAD's means nothing to a status endpoint, and one
+// forwarded would escape --max-body and the body's timeout.
 func (u *upstream) passThrough(w http.ResponseWriter, r *http.Request, path string) {
 	ctx := r.Context()
 	if d := u.FirstByteTimeout; d > 0 {
@@ -250,12 +252,16 @@ func (u *upstream) passThrough(w http.ResponseWriter, r *http.Request, path stri
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	resp, err := u.transport.Base.RoundTrip(u.outbound(ctx, r, path, true))
+	out := u.outbound(ctx, r, path, true)
+	out.Body, out.ContentLength, out.TransferEncoding, out.GetBody = http.NoBody, 0, nil, nil
+	resp, err := u.transport.Base.RoundTrip(out)
 	if err != nil {
-		if r.Context().Err() == nil {
-			writeError(w, http.StatusBadGateway, apierr.Unreachable,
-				fmt.Sprintf("outlast: upstream %s is unreachable: %s", u.Name, redact.Text(err.Error())))
+		if r.Context().Err() != nil {
+			abandon(w) // the caller left: no answer, not net/http's empty 200
+			return
 		}
+		writeError(w, http.StatusBadGateway, apierr.Unreachable,
+			fmt.Sprintf("outlast: upstream %s is unreachable: %s", u.Name, redact.Text(err.Error())))
 		return
 	}
 	defer resp.Body.Close()

@@ -289,7 +289,7 @@ var settings = []setting{
 			return nil
 		}},
 	{flag: "idle-timeout", key: "idle_timeout", scope: upstream, def: "20s", arg: "DURATION", example: "1m",
-		help: "bounds the silence within a response being forwarded: a stream that falls silent mid-answer is ended with an error event. 0 means no bound",
+		help: "bounds the silence within a response being forwarded, either way: a stream that falls silent mid-answer is ended with an error event, and a caller that takes none of an answer for as long is gone. 0 means no bound",
 		set:  duration(func(t target, d time.Duration) { t.up.IdleTimeout = d })},
 	{flag: "status-paths", key: "status_paths", scope: upstream, def: strings.Join(gateway.DefaultStatusPaths, ","), arg: "PATHS", list: true, example: "/healthz",
 		help: `an upstream's health and status endpoints, comma-separated: a GET or HEAD for one (or a path below it) is forwarded once, outside the gate, and not recorded, so that a host polling it sees the server's own answer at once. "" for none`,
