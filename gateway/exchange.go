@@ -142,6 +142,19 @@ func (x *exchange) serve() {
 	x.forward(ctx, resp, cancel)
 }
 
+// unheld returns an upstream's text, which the gateway's error quotes,
+// with the credentials the gateway holds for the upstreams of the request
+// cut out: an upstream that echoes the key it was sent ("invalid key
+// sk-…") must not hand the caller the gateway's.
+func (x *exchange) unheld(b []byte) []byte {
+	for _, u := range [...]*upstream{x.up, x.cur, x.streaming} {
+		if u != nil && u.Auth != nil && u.Auth.secret != "" {
+			b = bytes.ReplaceAll(b, []byte(u.Auth.secret), []byte("[redacted]"))
+		}
+	}
+	return b
+}
+
 // heldUnwatched is the largest held answer written without a bound on a
 // caller that stops reading: a connection's send buffer takes it whole.
 const heldUnwatched = 64 << 10
@@ -688,7 +701,14 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		if resp.StatusCode < 400 {
 			x.rec.Status = http.StatusBadGateway // an answer the stream cannot carry
 		}
-		x.out.errorEvent(record.ErrorUpstreamError, fmt.Sprintf("outlast: upstream %s answered %s", x.cur.Name, resp.Status), readSnippet(resp.Body))
+		msg := fmt.Sprintf("outlast: upstream %s answered %s", x.cur.Name, resp.Status)
+		if resp.StatusCode < 300 {
+			msg += fmt.Sprintf(" with %q, not the event stream that the progress comments began", header(resp.Header, "Content-Type"))
+			if !x.fields.stream {
+				msg += `; the request's body does not ask for one ("stream": true)`
+			}
+		}
+		x.out.errorEvent(record.ErrorUpstreamError, msg, x.unheld(readSnippet(resp.Body)))
 		return
 	}
 	var err error
@@ -743,7 +763,7 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 			x.rec.Error = record.ErrorUpstreamError
 			msg = fmt.Sprintf("outlast: upstream %s ended the stream with an error after %d bytes; not continued: %s", x.streaming.Name, x.rec.Bytes, notContinuedWhy(err))
 		}
-		x.out.errorEvent(record.ErrorUpstreamError, msg, up)
+		x.out.errorEvent(record.ErrorUpstreamError, msg, x.unheld(up))
 	default:
 		// A body cut short must not look complete: abort the connection
 		// so that the caller sees the failure (net/http's convention),

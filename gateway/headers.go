@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -109,6 +110,11 @@ func parseDeadline(h http.Header, now time.Time, u *Upstream) (time.Time, string
 	source := ""
 	if v := header(h, HeaderTimeout); v != "" {
 		d, err := parse.Duration(v)
+		if errors.Is(err, parse.ErrTooLong) && !strings.HasPrefix(strings.TrimSpace(v), "-") {
+			// Longer than a Duration holds: as any long one, cut to
+			// MaxTimeout below.
+			d, err = maxSDKTimeout, nil
+		}
 		if err != nil || d <= 0 {
 			return deadline, "", fmt.Errorf("outlast: %s %q: want a positive duration such as 300s", HeaderTimeout, v)
 		}

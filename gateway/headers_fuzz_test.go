@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"reflect"
 	"slices"
@@ -177,6 +178,9 @@ func checkDeadline(t *testing.T, h http.Header, u *Upstream, got time.Time, sour
 	wantSource := record.DeadlineOutlast
 	if v := h.Get(HeaderTimeout); v != "" {
 		d, err := parse.Duration(v)
+		if errors.Is(err, parse.ErrTooLong) && !strings.HasPrefix(strings.TrimSpace(v), "-") {
+			d, err = maxSDKTimeout, nil // past a Duration: cut as any long one
+		}
 		if err != nil || d <= 0 {
 			t.Fatalf("parseOptions accepted %s %q, which is not a positive duration (%v)", HeaderTimeout, v, err)
 		}

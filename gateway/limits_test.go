@@ -124,7 +124,8 @@ func TestPolicyHeadersUnderADeadline(t *testing.T) {
 	})
 }
 
-// A deadline header cannot reach past the operator's MaxTimeout.
+// A deadline header cannot reach past the operator's MaxTimeout, even one
+// past what a time.Duration holds.
 func TestMaxTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeUpstream{delay: time.Hour, script: []func() *http.Response{answer(200, "application/json", "{}")}}
@@ -137,7 +138,7 @@ func TestMaxTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, h := range []map[string]string{{"Outlast-Timeout": "1h"}, {"Outlast-Deadline": time.Now().Add(time.Hour).Format(time.RFC3339)}} {
+		for _, h := range []map[string]string{{"Outlast-Timeout": "1h"}, {"Outlast-Timeout": "106752d"}, {"Outlast-Deadline": time.Now().Add(time.Hour).Format(time.RFC3339)}} {
 			start := time.Now()
 			rec := serve(g, chat, h)
 			if rec.Code != 504 || rec.Header().Get("Outlast-Error") != "deadline" || time.Since(start) != 10*time.Second {

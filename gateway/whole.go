@@ -36,6 +36,13 @@ type wholeBodies struct {
 
 func (w wholeBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := w.base.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusSwitchingProtocols {
+		// The gateway never asks for an upgrade (Upgrade is a hop's
+		// header, not forwarded): forwarded, a 101 would leave the caller
+		// waiting on a protocol nobody speaks.
+		resp.Body.Close()
+		return nil, errSwitched
+	}
 	if err != nil || sse.IsStream(resp.Header) || !holds(resp, r.Method, w.max) {
 		return resp, err
 	}
@@ -70,6 +77,10 @@ func (w wholeBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	heldIn(r.Context()).add(resp)
 	return resp, nil
 }
+
+// errSwitched is an upstream's 101 Switching Protocols, to a request that
+// asked for no upgrade.
+var errSwitched = errors.New("the upstream answered 101 Switching Protocols to a request that asked for no upgrade")
 
 // holds reports whether an answer that is not a stream, to a request of
 // method, is one a wholeBodies of max reads whole if the budget has room:

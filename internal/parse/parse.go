@@ -36,7 +36,7 @@ func Duration(s string) (time.Duration, error) {
 	// person typing seconds means none of them.
 	if f, err := strconv.ParseFloat(s, 64); err == nil && s[0] != '+' && !strings.ContainsAny(s, "eEinINxXpP_") {
 		if f > maxSeconds || f < -maxSeconds {
-			return 0, fmt.Errorf("%q is too long", s)
+			return 0, fmt.Errorf("%q is %w", s, ErrTooLong)
 		}
 		return time.Duration(f * float64(time.Second)), nil
 	}
@@ -46,6 +46,10 @@ func Duration(s string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// ErrTooLong is a duration past what a time.Duration holds (about 292
+// years).
+var ErrTooLong = errors.New("too long")
 
 func notDuration(s string) error {
 	return fmt.Errorf("%q is not a duration such as 15s, 2m, 7d or 90 (seconds)", s)
@@ -59,7 +63,7 @@ func withDays(s, days, rest string) (time.Duration, error) {
 		return 0, notDuration(s)
 	}
 	if n > uint64(math.MaxInt64/day) {
-		return 0, fmt.Errorf("%q is too long", s)
+		return 0, fmt.Errorf("%q is %w", s, ErrTooLong)
 	}
 	d := time.Duration(n) * day
 	if rest == "" {
@@ -70,7 +74,7 @@ func withDays(s, days, rest string) (time.Duration, error) {
 		return 0, notDuration(s)
 	}
 	if r > math.MaxInt64-d {
-		return 0, fmt.Errorf("%q is too long", s)
+		return 0, fmt.Errorf("%q is %w", s, ErrTooLong)
 	}
 	return d + r, nil
 }

@@ -1,0 +1,99 @@
+package gateway_test
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outlast-llm/outlast/gateway"
+)
+
+// An upstream that answers 101 Switching Protocols to a plain request,
+// with no Upgrade, fails the attempt, with an error the policy does not
+// know and so does not retry: forwarded, the 101 would leave the caller
+// waiting on a protocol nobody speaks.
+func TestUpstreamSwitchesProtocols(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\n\r\n")
+		brw.Flush()
+		<-r.Context().Done() // and says nothing more until the gateway leaves
+	})
+	base, _ := gw(t, up, nil)
+	client := &http.Client{Timeout: 20 * time.Second} // a bound on a hang
+	resp, err := client.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "101 Switching Protocols") {
+		t.Errorf("got %d %s, want 502 naming the 101", resp.StatusCode, body)
+	}
+}
+
+// The gateway's own error, which quotes the upstream's answer, never
+// carries the credential the gateway holds for it, even when the upstream
+// echoes it.
+func TestErrorQuoteHidesHeldKey(t *testing.T) {
+	const key = "sk-HELD-0123456789"
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, `{"error":{"message":"bad key `+r.Header.Get("Authorization")+`"}}`)
+	})
+	base, _ := gw(t, up, func(u *gateway.Upstream) { u.Auth = gateway.NewCredential("Authorization", key) })
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+	req.Header.Set("Outlast-Progress", "sse") // its retry comment commits a 200 stream: the failure comes as an event quoting the upstream
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var all strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		all.WriteString(sc.Text() + "\n")
+	}
+	got := all.String()
+	if !strings.Contains(got, "event: error") || !strings.Contains(got, "bad key") {
+		t.Fatalf("got %q, want an error event quoting the upstream", got)
+	}
+	if strings.Contains(got, key) {
+		t.Errorf("the caller got the gateway's key: %q", got)
+	}
+}
+
+// After progress comments have begun an event stream, an answer that is
+// not one comes as an error event that says why: a request that asks for
+// an event stream in its Accept header but not in its body gets the
+// upstream's JSON, which the stream cannot carry.
+func TestProgressThenWholeAnswer(t *testing.T) {
+	up := newUpstream(t, status(http.StatusServiceUnavailable, ""), func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"c","object":"chat.completion","choices":[]}`)
+	})
+	base, _ := gw(t, up, nil)
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[]}`))
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Outlast-Progress", "sse")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{"event: error", `with \"application/json\", not the event stream`, `does not ask for one (\"stream\": true)`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("got %s, want it to contain %s", b, want)
+		}
+	}
+}
