@@ -547,3 +547,101 @@ func TestContinuationRefusalsWithMock(t *testing.T) {
 		})
 	}
 }
+
+// An upstream that ends the stream with an error chunk and then [DONE],
+// as vLLM does when generation fails mid-answer: the caller gets one
+// stream, continued, with one [DONE] at its end, never the failed
+// stream's [DONE] before the continuation's text. The upstream's streams
+// are short enough that net/http gives them a Content-Length, which the
+// caller's stream, longer, must not carry.
+func TestContinuationAfterErrorThenDone(t *testing.T) {
+	t.Parallel()
+	role := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}` + "\n\n"
+	up := twoStreams(t,
+		role+chunkEvent("Hello", "")+"\n\n"+`data: {"error":{"object":"error","message":"generation failed","type":"InternalServerError","code":500}}`+"\n\ndata: [DONE]\n\n",
+		chunkEvent(" world", "")+"\n\n"+chunkEvent("", "stop")+"\n\ndata: [DONE]\n\n")
+	base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", up.URL})
+	s := postStream(t, base+"/v1/chat/completions", openAIStream, nil)
+	text, _, _, done, errs := s.openAIText()
+	if text != "Hello world" || done != 1 || errs != 0 || s.events[len(s.events)-1].data != "[DONE]" {
+		t.Errorf("got %q, %d [DONE], %d error events, last %+v; want \"Hello world\" continued, one [DONE] at the end, no error", text, done, errs, s.events[len(s.events)-1])
+	}
+	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationOK || r.Error != "" {
+		t.Errorf("recorded continuations %+v, error %q; want one, continued, and no error", r.Continuations, r.Error)
+	}
+}
+
+// A stream whose last event the upstream cuts off, by its clean end
+// without the blank line, or by a break inside an event too long to hold:
+// what the gateway sends after it (the continuation, or its error event)
+// starts an event of its own, never joined to the rest of that one.
+func TestContinuationAfterEventCutOff(t *testing.T) {
+	t.Parallel()
+	role := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}` + "\n\n"
+	for _, c := range []struct {
+		name  string
+		first string // the stream that breaks
+		check func(t *testing.T, body string)
+	}{
+		{"its end without a blank line", role + chunkEvent("Hello", "") + "\n\n" + chunkEvent(" wor", ""), func(t *testing.T, body string) {
+			text, _, _, done, errs := readStream(strings.NewReader(body)).openAIText()
+			if text != "Hello world" || done != 1 || errs != 0 {
+				t.Errorf("got %q, %d [DONE], %d events unread or errors; want \"Hello world\", 1, 0 in %q", text, done, errs, body)
+			}
+		}},
+		{"a break inside an event over 4 MiB", role + chunkEvent("Hello", "") + "\n\n" + "data: " + strings.Repeat("A", 5<<20), func(t *testing.T, body string) {
+			if strings.Contains(body, "Ald") || strings.Contains(body, `"ld"`) {
+				t.Errorf("the stream was carried on after half an event")
+			}
+			if !strings.HasSuffix(strings.TrimRight(body, "\n"), "}") || !strings.Contains(body, "\n\nevent: error\n") {
+				t.Errorf("the stream ends %q, want the gateway's error event on its own", body[max(0, len(body)-300):])
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			up := twoStreams(t, c.first, chunkEvent("ld", "")+"\n\n"+chunkEvent("", "stop")+"\n\ndata: [DONE]\n\n")
+			base, _, _ := continuing(t, 2*time.Second, nil, [2]string{"primary", up.URL})
+			resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(openAIStream))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			c.check(t, string(b))
+		})
+	}
+}
+
+// chunkEvent is an OpenAI chat chunk's event carrying content, with
+// finish as its finish_reason if not empty, without the blank line that
+// ends it.
+func chunkEvent(content, finish string) string {
+	f := "null"
+	if finish != "" {
+		f = `"` + finish + `"`
+	}
+	return `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` + content + `"},"finish_reason":` + f + "}]}"
+}
+
+// twoStreams is an upstream that answers its first request with the event
+// stream first, and every later one with then.
+func twoStreams(t *testing.T, first, then string) *httptest.Server {
+	var mu sync.Mutex
+	calls := 0
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		if n == 1 {
+			io.WriteString(w, first)
+			return
+		}
+		io.WriteString(w, then)
+	}))
+	t.Cleanup(up.Close)
+	return up
+}

@@ -672,6 +672,12 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 	}
 	setHeader := func(h http.Header) {
 		copyHeader(h, resp.Header)
+		if stream {
+			// The caller's stream is not the upstream's bytes: events held
+			// or dropped, an end or an error event added, a continuation
+			// spliced on. The upstream's length would cut it.
+			delete(h, "Content-Length")
+		}
 		if !stream && resp.ContentLength > 0 && header(h, "Content-Length") == "" && x.r.Method != http.MethodHead {
 			// A whole answer that came chunked goes with its length, so
 			// that the caller has it all once its last byte is sent.

@@ -38,6 +38,19 @@ type response struct {
 	// abandoned is set when the caller left before its answer began: the
 	// connection is then closed without one (see abandon).
 	abandoned bool
+	// midEvent is set when the caller's stream stopped inside an event:
+	// the gateway's next event must end it first (see newEvent).
+	midEvent bool
+}
+
+// newEvent ends the event the caller's stream stopped inside, if it did,
+// so that the event written next is read as one of its own, not as the
+// rest of that one.
+func (o *response) newEvent() {
+	if o.midEvent {
+		o.midEvent = false
+		o.w.Write(blankLine)
+	}
 }
 
 // abandon closes the connection of a request whose caller left before its
@@ -169,6 +182,7 @@ func (o *response) comment(setHeader func(http.Header), line string) {
 func (o *response) errorEvent(kind, msg string, upstream []byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.newEvent()
 	fmt.Fprintf(o.w, "event: error\ndata: %s\n\n", apierr.Body(kind, msg, upstream))
 	o.rc.Flush()
 }
@@ -334,6 +348,7 @@ func (o *response) copyEvents(body io.Reader, f follower, idle time.Duration, ca
 	w := watchIdle(idle, cancel, &o.rc)
 	defer w.stop()
 	c := eventCopy{o: o, f: f, started: started, sent: sent, flushed: *sent}
+	defer c.cutShort()
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
@@ -418,7 +433,10 @@ func (c *eventCopy) take(p []byte) error {
 }
 
 // end takes the stream's clean end: the event under way, without the
-// blank line that would end it, goes to f as it is.
+// blank line that would end it, goes to f as it is, and to the caller
+// with that blank line, as f read it: a client drops an event that the
+// stream's end cuts off, and whatever the gateway sends after it would
+// join it.
 func (c *eventCopy) end() error {
 	if c.passing || len(c.pending) == 0 {
 		return nil
@@ -428,10 +446,38 @@ func (c *eventCopy) end() error {
 		return nil // blank lines alone: nothing a client reads
 	}
 	out, err := c.f.event(raw, *c.s.Event())
-	if err != nil {
+	if err != nil || len(out) == 0 {
 		return err
 	}
-	return c.write(out)
+	if err := c.write(out); err != nil {
+		return err
+	}
+	return c.write(eventEnd(out))
+}
+
+// eventEnd returns what ends the event out, if a client would not read
+// it as ended: a blank line, after the line ending its last line lacks.
+// After a lone "\r", "\n" would only make it "\r\n", one line ending.
+func eventEnd(out []byte) []byte {
+	switch _, rest := sse.Split(out); {
+	case len(rest) == 0:
+		return nil // a rewritten event, or one that its last "\r" ends
+	case out[len(out)-1] == '\n':
+		return blankLine[:1]
+	}
+	return blankLine
+}
+
+// cutShort, once the copy is over, deals with a body that ended inside an
+// event too long to hold, part of which went to the caller: the follower
+// hears of it, so that the stream is not carried on after half an event,
+// and what the gateway sends next starts a new event (see midEvent).
+func (c *eventCopy) cutShort() {
+	if c.passing {
+		c.passing = false
+		c.f.passed(*c.s.Event())
+		c.o.midEvent = true
+	}
 }
 
 // blankLine ends an event.
@@ -479,6 +525,7 @@ func (o *response) endStream(s *splice, sent *int64) {
 	default:
 		return
 	}
+	o.newEvent()
 	if _, err := o.w.Write(end); err == nil {
 		*sent += int64(len(end))
 		o.rc.Flush()

@@ -130,6 +130,12 @@ func (s *splice) event(raw []byte, ev sse.Event) ([]byte, error) {
 	if s.done {
 		return nil, nil // the caller has the stream's end: one end, and nothing after it
 	}
+	if s.broke != nil {
+		// The stream failed at the error held back: what the upstream
+		// sends after it (vLLM's [DONE]) is not the answer's, and its end
+		// least of all, which would tell the caller the answer was whole.
+		return nil, nil
+	}
 	read := false // whether s.chunk holds ev's chunk already
 	if s.api == apiUnknown {
 		s.api, read = s.detect(&ev)

@@ -343,7 +343,8 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 
 // A continuable stream's events go whole, and once per read: the events
 // one read brings are flushed together, a half event waits for its rest,
-// and what is left at the end goes as one more event.
+// and what is left at the end goes as one more event, with the blank line
+// that ends it for a client.
 func TestCopyEventsFlushesOncePerRead(t *testing.T) {
 	t.Parallel()
 	const (
@@ -361,11 +362,55 @@ func TestCopyEventsFlushesOncePerRead(t *testing.T) {
 	if err := o.copyEvents(&body, &watch{}, 0, func(error) {}, &started, &sent); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{ev1 + ev2, ev1 + ev2 + ev3, ev1 + ev2 + ev3 + end}
+	want := []string{ev1 + ev2, ev1 + ev2 + ev3, ev1 + ev2 + ev3 + end + "\n\n"}
 	if !slices.Equal(w.flushed, want) {
 		t.Errorf("flushed after each read:\n%q\nwant\n%q", w.flushed, want)
 	}
 	if !started || sent != int64(len(want[2])) {
 		t.Errorf("started %v, sent %d; want true, %d", started, sent, len(want[2]))
 	}
+}
+
+// FuzzCopyEvents copies any bytes, in reads of any sizes, to a caller,
+// through a watch and through a splice: what the caller gets is whole
+// events, which a client reads with nothing left over, so that an event
+// the gateway adds after them (its error, a stream's end) is one of its
+// own. The upstream's events are all there, in order.
+func FuzzCopyEvents(f *testing.F) {
+	f.Add([]byte("data: {\"id\":\"a\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]"), uint8(7))
+	f.Add([]byte("event: ping\r\ndata: {}\r\n\r\ndata: a\r"), uint8(3))
+	f.Add([]byte("data: a\n\ndata: b\n"), uint8(1))
+	f.Add([]byte(": comment only"), uint8(0))
+	f.Fuzz(func(t *testing.T, stream []byte, cut uint8) {
+		for _, fol := range []follower{&watch{}, &splice{}} {
+			var body chunkReader
+			for rest, n := string(stream), int(cut)+1; rest != ""; {
+				k := min(n, len(rest))
+				body, rest = append(body, rest[:k]), rest[k:]
+			}
+			w := &flushCounter{header: http.Header{}}
+			var o response
+			o.init(w)
+			var started bool
+			var sent int64
+			if err := o.copyEvents(&body, fol, 0, func(error) {}, &started, &sent); err != nil {
+				continue // the follower ended the stream: nothing to check of its end
+			}
+			got := w.buf.Bytes()
+			if _, rest := sse.Split(got); len(rest) != 0 {
+				t.Fatalf("%T: the caller got %q, which ends inside an event (%q left)", fol, got, rest)
+			}
+			if _, ok := fol.(*watch); ok {
+				// A watch forwards every event as it came, and ends the
+				// last if the stream did not; blank lines after the last
+				// event are nothing to a client.
+				if !bytes.Equal(bytes.TrimRight(got, "\r\n"), bytes.TrimRight(stream, "\r\n")) || len(got) > len(stream)+2 {
+					t.Fatalf("the caller got %q for %q, want it as it came, with its last event ended", got, stream)
+				}
+			}
+			if sent != int64(len(got)) {
+				t.Fatalf("%T: sent %d, wrote %d", fol, sent, len(got))
+			}
+		}
+	})
 }
