@@ -463,6 +463,16 @@ func (x *exchange) move(from, to *upstream, reason outlast.FallbackReason, err e
 	x.comment("fallback from=%s to=%s reason=%s", from.Name, to.Name, reason)
 }
 
+// plainStream asks for a stream without a content coding: the gateway
+// reads every event (for the commit, an error, a continuation), which it
+// cannot in a compressed stream, and SDKs offer gzip for every request.
+// An answer that is not a stream passes as it came, coded or not.
+func (x *exchange) plainStream(h http.Header) {
+	if x.rec.Stream {
+		delete(h, "Accept-Encoding")
+	}
+}
+
 // request is the request that roundTripper sends: the upstream's, or for
 // a pool, one that its members' requests are made from.
 func (x *exchange) request(ctx context.Context) *http.Request {
@@ -488,6 +498,7 @@ func (x *exchange) outbound(ctx context.Context, u *upstream) *http.Request {
 	if u.Auth != nil {
 		u.Auth.apply(out.Header)
 	}
+	x.plainStream(out.Header)
 	body := x.bodyFor(u)
 	out.Body, out.GetBody, out.ContentLength = nil, nil, int64(len(body))
 	if body != nil {

@@ -97,3 +97,26 @@ func TestProgressThenWholeAnswer(t *testing.T) {
 		}
 	}
 }
+
+// A streaming request goes without the caller's Accept-Encoding, which
+// SDKs send with every request: the gateway reads each event, which it
+// could not in a compressed stream. A request that is not a stream keeps
+// it, and its answer passes as it came.
+func TestStreamAsksForNoCoding(t *testing.T) {
+	up := newUpstream(t, status(200, "{}"))
+	base, _ := gw(t, up, nil)
+	for i, body := range []string{`{"model":"m","stream":true,"messages":[]}`, `{"model":"m","messages":[]}`} {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Accept-Encoding", "gzip, deflate, br")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		got, stream := up.request(i).Header.Get("Accept-Encoding"), i == 0
+		if stream && got != "" || !stream && got != "gzip, deflate, br" {
+			t.Errorf("stream %v: the upstream got Accept-Encoding %q", stream, got)
+		}
+	}
+}

@@ -193,6 +193,7 @@ func (rs *resumer) request(ctx context.Context, x *exchange, method, tail, query
 	if x.cur.Auth != nil {
 		x.cur.Auth.apply(out.Header)
 	}
+	x.plainStream(out.Header)
 	return out
 }
 
