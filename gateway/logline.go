@@ -16,7 +16,7 @@ type RequestLine struct {
 	Method   string        // its HTTP method
 	Path     string        // its path, without the query
 	Upstream string        // the upstream that served it
-	Status   int           // the status the caller got; 499 if it left
+	Status   int           // the status the caller got; 499 if it left before its answer began
 	Attempts int           // the attempts made
 	Took     time.Duration // from its arrival to End
 	Error    string        // the kind of its failure (see record.Request.Error), or ""

@@ -17,7 +17,7 @@
 //
 // # Metrics
 //
-//	outlast_requests_total{upstream,code}           requests, by the status sent to the caller (499: the caller left)
+//	outlast_requests_total{upstream,code}           requests, by the status sent to the caller (499: the caller left before its answer began)
 //	outlast_attempts_total{upstream,outcome}        attempts sent upstream, by how they ended
 //	outlast_retries_total{upstream,reason}          attempts followed by a retry, by the failure that caused it
 //	outlast_retry_wait_seconds_total{upstream}      the waits before those retries, summed
