@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -644,4 +645,52 @@ func twoStreams(t *testing.T, first, then string) *httptest.Server {
 	}))
 	t.Cleanup(up.Close)
 	return up
+}
+
+// A stream ends for the caller at its last event, [DONE], though the
+// upstream keeps its connection open after it: with the stream carried
+// on if it breaks (a splice follows it) and without (a watch does).
+func TestStreamEndsAtItsLastEvent(t *testing.T) {
+	t.Parallel()
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("continuation off %v", off), func(t *testing.T) {
+			t.Parallel()
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, chunkEvent("Hello", "")+"\n\n"+chunkEvent("", "stop")+"\n\ndata: [DONE]\n\n")
+				http.NewResponseController(w).Flush()
+				<-r.Context().Done() // and holds the connection open
+			}))
+			t.Cleanup(up.Close)
+			var offs []string
+			if off {
+				offs = []string{"primary"}
+			}
+			base, _, records := continuing(t, time.Hour, offs, [2]string{"primary", up.URL})
+			resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(openAIStream))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			got := make(chan streamed, 1)
+			go func() { got <- readStream(resp.Body) }()
+			select {
+			case s := <-got:
+				if text, _, _, done, errs := s.openAIText(); text != "Hello" || done != 1 || errs != 0 || s.err != nil {
+					t.Errorf("got %q, %d [DONE], %d errors, %v; want Hello and one [DONE]", text, done, errs, s.err)
+				}
+			case <-time.After(30 * time.Second): // a bound on a hang, not a timing
+				t.Fatal("the caller's stream did not end at [DONE]")
+			}
+			select {
+			case r := <-records:
+				if r.Error != "" {
+					t.Errorf("recorded error %q, want none", r.Error)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("no record")
+			}
+		})
+	}
 }

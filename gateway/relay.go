@@ -232,6 +232,9 @@ type watch struct {
 	done   bool // the stream's last event came: [DONE], message_stop, …
 }
 
+// over: the stream's last event came, and went to the caller.
+func (w *watch) over() bool { return w.done }
+
 func (w *watch) event(raw []byte, ev sse.Event) ([]byte, error) {
 	w.passed(ev)
 	return raw, nil

@@ -359,6 +359,12 @@ func (o *response) copyEvents(body io.Reader, f follower, idle time.Duration, ca
 			if werr := c.flush(); werr != nil {
 				return werr
 			}
+			if e, ok := f.(ender); ok && e.over() {
+				// The caller has the stream's last event: nothing after it
+				// reaches the caller, so the stream ends here, not when an
+				// upstream that keeps its connection open ends it.
+				return nil
+			}
 			w.resume()
 		}
 		switch {
@@ -374,6 +380,10 @@ func (o *response) copyEvents(body io.Reader, f follower, idle time.Duration, ca
 		}
 	}
 }
+
+// An ender is a follower that knows when the caller has a stream's last
+// event ([DONE], message_stop).
+type ender interface{ over() bool }
 
 // eventCopy is copyEvents' state: the scanner over the stream, and the
 // event begun in an earlier read.

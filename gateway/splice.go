@@ -83,6 +83,16 @@ type splice struct {
 	held     [][]byte
 }
 
+// over: the caller has the stream's end, its terminal event, after which
+// the splice sends nothing. A stream of events it does not know is over
+// as a watch's is.
+func (s *splice) over() bool {
+	if s.api == apiUnknown {
+		return s.unknown.over()
+	}
+	return s.done
+}
+
 // continuable returns why the stream cannot be continued, or "".
 func (s *splice) continuable() string {
 	switch {
