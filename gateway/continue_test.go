@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -692,5 +694,46 @@ func TestStreamEndsAtItsLastEvent(t *testing.T) {
 				t.Fatal("no record")
 			}
 		})
+	}
+}
+
+// A stream that ends as upstreams end them, [DONE] and then the end of
+// the response, leaves its upstream connection for the next request:
+// ending the caller's stream at [DONE] must not throw the connection away.
+func TestStreamEndKeepsUpstreamConnection(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int32
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		for _, ev := range []string{chunkEvent("Hello", ""), chunkEvent("", "stop"), "data: [DONE]"} {
+			io.WriteString(w, ev+"\n\n")
+			rc.Flush() // each its own chunk, the response's end after them
+		}
+	}))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	up.Start()
+	t.Cleanup(up.Close)
+	// The gateways share one Transport (continuing's), so every stream,
+	// through either, can reuse the one connection.
+	for _, off := range []bool{false, true} {
+		var offs []string
+		if off {
+			offs = []string{"primary"}
+		}
+		base, _, _ := continuing(t, time.Hour, offs, [2]string{"primary", up.URL})
+		for range 3 {
+			if text, _, _, done, _ := postStream(t, base+"/v1/chat/completions", openAIStream, nil).openAIText(); text != "Hello" || done != 1 {
+				t.Fatalf("got %q and %d [DONE], want Hello and one", text, done)
+			}
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("6 streams took %d upstream connections, want 1", n)
 	}
 }

@@ -362,7 +362,8 @@ func (o *response) copyEvents(body io.Reader, f follower, idle time.Duration, ca
 			if e, ok := f.(ender); ok && e.over() {
 				// The caller has the stream's last event: nothing after it
 				// reaches the caller, so the stream ends here, not when an
-				// upstream that keeps its connection open ends it.
+				// upstream that keeps its response open ends it.
+				drainEnd(body, buf, w)
 				return nil
 			}
 			w.resume()
@@ -377,6 +378,28 @@ func (o *response) copyEvents(body io.Reader, f follower, idle time.Duration, ca
 			return errIdle
 		case err != nil:
 			return err
+		}
+	}
+}
+
+// endGrace bounds the wait for an upstream's response to end after its
+// stream's last event.
+const endGrace = time.Second
+
+// drainEnd reads what follows a stream's last event, to the response's
+// end, none of which reaches the caller, so that the upstream's
+// connection can serve another request: an end that comes with the last
+// event, as it mostly does, costs one read. An upstream that keeps its
+// response open is waited for endGrace at most (w's timer, shortened),
+// not its idle timeout; with no idle timeout, as long as it takes.
+func drainEnd(body io.Reader, buf []byte, w *idleWatch) {
+	if w.timer != nil {
+		w.idle = min(w.idle, endGrace)
+	}
+	w.resume()
+	for {
+		if _, err := body.Read(buf); err != nil {
+			return
 		}
 	}
 }
