@@ -558,9 +558,9 @@ func TestContinuationRefusalsWithMock(t *testing.T) {
 func TestContinuationAfterErrorThenDone(t *testing.T) {
 	t.Parallel()
 	role := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}` + "\n\n"
-	up := twoStreams(t,
-		role+chunkEvent("Hello", "")+"\n\n"+`data: {"error":{"object":"error","message":"generation failed","type":"InternalServerError","code":500}}`+"\n\ndata: [DONE]\n\n",
-		chunkEvent(" world", "")+"\n\n"+chunkEvent("", "stop")+"\n\ndata: [DONE]\n\n")
+	up := newUpstream(t,
+		sseOnce(role+chunkEvent("Hello", "")+"\n\n"+`data: {"error":{"object":"error","message":"generation failed","type":"InternalServerError","code":500}}`+"\n\ndata: [DONE]\n\n"),
+		sseOnce(chunkEvent(" world", "")+"\n\n"+chunkEvent("", "stop")+"\n\ndata: [DONE]\n\n"))
 	base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", up.URL})
 	s := postStream(t, base+"/v1/chat/completions", openAIStream, nil)
 	text, _, _, done, errs := s.openAIText()
@@ -601,7 +601,7 @@ func TestContinuationAfterEventCutOff(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			up := twoStreams(t, c.first, chunkEvent("ld", "")+"\n\n"+chunkEvent("", "stop")+"\n\ndata: [DONE]\n\n")
+			up := newUpstream(t, sseOnce(c.first), sseOnce(chunkEvent("ld", "")+"\n\n"+chunkEvent("", "stop")+"\n\ndata: [DONE]\n\n"))
 			base, _, _ := continuing(t, 2*time.Second, nil, [2]string{"primary", up.URL})
 			resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(openAIStream))
 			if err != nil {
@@ -625,26 +625,13 @@ func chunkEvent(content, finish string) string {
 	return `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` + content + `"},"finish_reason":` + f + "}]}"
 }
 
-// twoStreams is an upstream that answers its first request with the event
-// stream first, and every later one with then.
-func twoStreams(t *testing.T, first, then string) *httptest.Server {
-	var mu sync.Mutex
-	calls := 0
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		mu.Lock()
-		calls++
-		n := calls
-		mu.Unlock()
+// sseOnce answers with the event stream events in one write, unflushed,
+// so that net/http sends a short one with a Content-Length.
+func sseOnce(events string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
-		if n == 1 {
-			io.WriteString(w, first)
-			return
-		}
-		io.WriteString(w, then)
-	}))
-	t.Cleanup(up.Close)
-	return up
+		io.WriteString(w, events)
+	}
 }
 
 // A stream ends for the caller at its last event, [DONE], though the

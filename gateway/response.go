@@ -507,7 +507,6 @@ func eventEnd(out []byte) []byte {
 // and what the gateway sends next starts a new event (see midEvent).
 func (c *eventCopy) cutShort() {
 	if c.passing {
-		c.passing = false
 		c.f.passed(*c.s.Event())
 		c.o.midEvent = true
 	}
