@@ -116,15 +116,19 @@ type demo struct {
 	reached map[string]chan struct{} // closed when a run is first queued, sent or over
 	once    map[string]*sync.Once    // closes reached once
 	done    chan struct{}            // a request the gateway finished and gave to the journal
+	// recorded has, per run, its request's record once the gateway has
+	// finished it: its attempts' ends told, which a host may read its
+	// answer before.
+	recorded map[string]chan struct{}
 }
 
 // startDemo starts the mock and the gateway in front of it, as outlast
 // serve assembles it, with its journal in a temporary folder.
 func startDemo(ctx context.Context, tl *demoTimeline) (_ *demo, err error) {
-	d := &demo{tl: tl, runs: demoRuns(), reached: map[string]chan struct{}{}, once: map[string]*sync.Once{}}
+	d := &demo{tl: tl, runs: demoRuns(), reached: map[string]chan struct{}{}, once: map[string]*sync.Once{}, recorded: map[string]chan struct{}{}}
 	d.done = make(chan struct{}, len(d.runs))
 	for _, r := range d.runs {
-		d.reached[r.name], d.once[r.name] = make(chan struct{}), new(sync.Once)
+		d.reached[r.name], d.once[r.name], d.recorded[r.name] = make(chan struct{}), new(sync.Once), make(chan struct{}, 1)
 	}
 	script, err := mockllm.ParseScript(demoScript)
 	if err != nil {
@@ -214,7 +218,13 @@ func (d *demo) observer() record.Observer {
 			d.tl.event(r.Run, state, "attempt %d %s", a.N, describe(a))
 		},
 		// The journal's observer has taken the record by now.
-		Done: func(*record.Request) { d.done <- struct{}{} },
+		Done: func(r *record.Request) {
+			select {
+			case d.recorded[r.Run] <- struct{}{}:
+			default: // not one of the demo's runs
+			}
+			d.done <- struct{}{}
+		},
 	}
 }
 
@@ -274,6 +284,13 @@ func (d *demo) run(ctx context.Context, r *demoRun) {
 		r.got, r.detail = "failed", err.Error()
 	} else {
 		r.got, r.detail = finish(r, resp)
+		// The gateway tells of the answer's attempt once its first bytes
+		// have gone, so a host may have it all first: the run ends on the
+		// timeline after the gateway's record of it.
+		select {
+		case <-d.recorded[r.name]:
+		case <-ctx.Done():
+		}
 	}
 	state := map[string]runState{"ok": stateDone, "refused": stateRefused}[r.got]
 	if r.got != "ok" && r.got != "refused" {
