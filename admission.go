@@ -66,7 +66,8 @@ var DefaultProbeWaits = []time.Duration{time.Second, 2 * time.Second, 4 * time.S
 //     connection, a 5xx, a 529, no first byte in time), or when a server
 //     names a delay longer than ShortDelay (Retry-After on a 429, 503 or
 //     529), or a rate limit spent until its reset, the key is down. A
-//     short delay is the request's own to wait, at the same upstream.
+//     short delay is the request's own to wait, at the same upstream,
+//     unless its failure puts the key down: then it holds the key.
 //   - While it is down, requests wait in one queue in the order they
 //     arrived, at most MaxQueue of them. One probe goes at a time, the
 //     front request's own attempt, on the ProbeWaits schedule and never
@@ -117,7 +118,8 @@ type Admission struct {
 	// as it is: such a wait is the request's own, which its policy waits
 	// out at the same upstream, as a rate limit that ends in a second or
 	// two should be, not an outage to hold every request for or to send
-	// them to a fallback. A longer delay is the key's not-before time.
+	// them to a fallback. A longer delay is the key's not-before time,
+	// and so is a short one named by the failure that puts the key down.
 	// Zero means DefaultShortDelay (5 s); a negative value makes every
 	// delay the key's.
 	ShortDelay time.Duration
@@ -706,6 +708,12 @@ func (a *Admission) report(key string, ceiling int, tok *admToken, o outcome) (s
 	for _, e := range ns[:n] {
 		a.step(k, e, now, &changes)
 	}
+	if own && k.state != Healthy {
+		// The failure that named the short delay put the key down: the
+		// delay is the key's now, and its probe waits for it (rule 5).
+		delay, own = o.delay, false
+		a.step(k, news{ev: evNotBefore, probe: probe, until: a.notBefore(o, delay, now), err: o.err}, now, &changes)
+	}
 	var fleetDone func(FleetState)
 	var told FleetState
 	if probe && tok.fleetDone != nil {
@@ -742,17 +750,23 @@ func (a *Admission) newsOf(o outcome, tok *admToken, probe bool, delay time.Dura
 	if delay <= 0 {
 		return ns, 1
 	}
-	// Jittered upward, never earlier, and never past the Transport's
-	// bound: the key is probed within it.
+	// The answer carries it too, so that it does not settle a recovery
+	// that the not-before time, coming next, holds.
+	until := a.notBefore(o, delay, now)
+	ns[0].until = until
+	ns[1] = news{ev: evNotBefore, probe: probe, until: until, err: o.err}
+	return ns, 2
+}
+
+// notBefore returns the not-before time of a server's delay at now:
+// jittered upward, never earlier, and never past the Transport's bound,
+// so that the key is probed within it.
+func (a *Admission) notBefore(o outcome, delay time.Duration, now time.Time) time.Time {
 	until := now.Add(delay + time.Duration(rand.Int64N(int64(a.delaySpread(delay))+1)))
 	if bound := now.Add(o.limit); o.limit > 0 && until.After(bound) {
 		until = bound
 	}
-	// The answer carries it too, so that it does not settle a recovery
-	// that the not-before time, coming next, holds.
-	ns[0].until = until
-	ns[1] = news{ev: evNotBefore, probe: probe, until: until, err: o.err}
-	return ns, 2
+	return until
 }
 
 // latest returns the latest of times.

@@ -322,6 +322,46 @@ func TestAdmissionNotBefore(t *testing.T) {
 	}
 }
 
+// A short delay (at most ShortDelay) is a healthy key's request's own to
+// wait out, but the failure that named it may put the key down: the key's
+// probe then waits for that delay too, not for the probe schedule's
+// first, shorter wait (admission.md, rule 5).
+func TestAdmissionShortDelayThatPutsKeyDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		u := &upstream{up: start.Add(time.Minute), status: 529, header: map[string]string{"Retry-After": "5"}}
+		a := &outlast.Admission{}
+		// Three attempts before the key is down, as DownAfter says; each
+		// waits out the server's 5 s, none of them its policy's.
+		tr := &outlast.Transport{Base: u, Admission: a, Policy: &outlast.Policy{MaxAttempts: 3, Waits: ms(100), Reserve: time.Second}}
+		if err := sendBy(t, tr, "first", start.Add(10*time.Minute)); err == nil {
+			t.Fatal("the request succeeded, want the 529")
+		}
+		u.mu.Lock()
+		sent := slices.Clone(u.sent)
+		u.mu.Unlock()
+		if len(sent) != 3 || sent[1].Sub(sent[0]) != 5*time.Second || sent[2].Sub(sent[1]) != 5*time.Second {
+			t.Fatalf("attempts at %v, want three, 5 s apart", sent)
+		}
+		down := sent[2]
+		st := a.State("model.test")
+		if st.State != outlast.Down {
+			t.Fatalf("after three 529s the key is %v, want down", st.State)
+		}
+		if st.NotBefore.Before(down.Add(5 * time.Second)) {
+			t.Errorf("the key is held until %v after the last 529, want at least the server's 5 s", st.NotBefore.Sub(down))
+		}
+		// The probe, another request's attempt, goes at the not-before
+		// time, not a second after the key went down.
+		if err := sendBy(t, &outlast.Transport{Base: u, Admission: a, Policy: patient()}, "next", start.Add(20*time.Second)); err == nil {
+			t.Fatal("the next request succeeded during the outage")
+		}
+		if n := u.sentBetween(down.Add(time.Nanosecond), down.Add(5*time.Second)); n != 0 {
+			t.Errorf("%d attempts within the 5 s the last 529 asked for, want none", n)
+		}
+	})
+}
+
 // A server's delay holds the key for the delay plus a random part of a
 // tenth of it, or of DelaySpread, at most half the delay: never earlier,
 // and spread across keys over the whole of that part.
