@@ -682,6 +682,54 @@ func TestStreamEndsAtItsLastEvent(t *testing.T) {
 	}
 }
 
+// With continuation off, a stream that ends cleanly before its last event
+// is broken, not whole, when its API ends with an event of its own: the
+// caller gets an error event after what came, as it would for a reset,
+// rather than a cut answer that looks complete, and the record says it
+// broke. A stream of events outlast does not know is whole at its end.
+func TestWatchedStreamEndedEarly(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, body string
+		broke      bool
+	}{
+		{"openai", chunkEvent("Hel", "") + "\n\n", true},
+		{"anthropic", "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"content\":[]}}\n\n" +
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hel\"}}\n\n", true},
+		{"responses", "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\"}}\n\n" +
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hel\"}\n\n", true},
+		{"openai whole", chunkEvent("Hello", "stop") + "\n\ndata: [DONE]\n\n", false},
+		{"unknown", "data: Hel\n\n", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, c.body) // and ends the response cleanly
+			}))
+			t.Cleanup(up.Close)
+			base, _, records := continuing(t, time.Hour, []string{"primary"}, [2]string{"primary", up.URL})
+			resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(openAIStream))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.HasPrefix(string(got), c.body) {
+				t.Errorf("the caller got\n%s\nwant what the upstream sent first\n%s", got, c.body)
+			}
+			if tail := string(got[min(len(got), len(c.body)):]); c.broke != strings.Contains(tail, "the stream ended before its last event") {
+				t.Errorf("after the upstream's events the caller got %q; want an error event saying the stream ended early: %v", tail, c.broke)
+			}
+			r := <-records
+			if want := map[bool]string{true: record.ErrorUpstreamBroke}[c.broke]; r.Error != want {
+				t.Errorf("recorded error %q, want %q", r.Error, want)
+			}
+		})
+	}
+}
+
 // A stream ends for the caller at [DONE], and the gateway reads the
 // upstream's response to its end first, as net/http needs to keep its
 // connection: here the end comes in a read of its own after [DONE].

@@ -230,6 +230,10 @@ func (x *exchange) pastBound() bool {
 type watch struct {
 	failed bool
 	done   bool // the stream's last event came: [DONE], message_stop, …
+	seen   bool // an event with data came
+	// ends says the first event with data was an API's whose stream ends
+	// with an event of its own (see endsWithEvent).
+	ends bool
 }
 
 // over: the stream's last event came, and went to the caller.
@@ -244,6 +248,9 @@ func (w *watch) passed(ev sse.Event) {
 	if !ev.HasData || w.failed {
 		return
 	}
+	if !w.seen {
+		w.seen, w.ends = true, endsWithEvent(&ev)
+	}
 	if sse.IsFailure(&ev) {
 		w.failed = true
 	} else if !w.done && sse.IsEnd(&ev) {
@@ -251,17 +258,32 @@ func (w *watch) passed(ev sse.Event) {
 	}
 }
 
-// ended: a stream that is not carried on is whole at its clean end, last
-// event or not, as the upstream sent it, and at its last event, however
-// the connection ended after it; the caller has any error event it sent.
+// ended: a stream that is not carried on is whole at its last event,
+// however the connection ended after it, and the caller has any error
+// event it sent. A clean end before the last event is whole only for a
+// stream that has no last event of its own to wait for: one of an API
+// that ends with such an event (see endsWithEvent) broke there.
 func (w *watch) ended(err error) streamEnd {
 	switch {
 	case w.failed:
 		return endFailed
-	case err == nil, w.done:
+	case w.done, err == nil && !w.ends:
 		return endWhole
 	}
 	return endBroken
+}
+
+// endsWithEvent reports whether ev, a stream's first event with data,
+// starts a stream whose end is an event of its own: an OpenAI chat
+// chunk's (data: [DONE]), Anthropic's message_start (message_stop), the
+// Responses API's response.created (response.completed, .incomplete or
+// .failed).
+func endsWithEvent(ev *sse.Event) bool {
+	const created = "response.created"
+	if string(ev.Name) == created || bytes.HasPrefix(ev.Data, []byte(`{"type":"`+created+`"`)) {
+		return true
+	}
+	return detectAPI(ev) != apiUnknown
 }
 
 // ended: a stream continued with a prefill is whole once its answer's end

@@ -207,7 +207,8 @@ func (b *pausedBody) Close() error { return nil }
 func TestProgressWhilePreambleHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"content\":[]}}\n\n"
-		text := "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"
+		text := "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n" +
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
 		f := &fakeUpstream{script: []func() *http.Response{func() *http.Response {
 			return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: &pausedBody{first: start, rest: text, pause: 40 * time.Second}}
 		}}}
