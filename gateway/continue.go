@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -166,13 +168,46 @@ func (x *exchange) again(rt http.RoundTripper, build func(context.Context) *http
 		ctx = outlast.WithPolicy(ctx, &q)
 	}
 	x.hold(cancel)
+	stop := x.keepHearing(cancel)
 	resp, err := rt.RoundTrip(build(ctx))
+	gone := stop()
 	x.deadline.stop()
-	if err != nil {
+	switch {
+	case gone:
+		if err == nil {
+			discardBody(resp)
+		}
+		cancel(errClientGone)
+		return nil, errClientGone
+	case err != nil:
 		cancel(nil)
 		return nil, err
 	}
 	return &continued{resp: resp, ctx: ctx, cancel: cancel}, nil
+}
+
+// keepHearing keeps the caller of a stream being carried on hearing from
+// the gateway while the continuation's attempts and waits go on, which
+// may be minutes at an upstream that is down: a comment every
+// ProgressInterval, so that no proxy's or SDK's read timeout ends the
+// stream first. A caller that takes none of a comment for the idle
+// timeout is gone, and cancel ends the attempts. stop ends the comments,
+// and reports whether the caller was gone.
+func (x *exchange) keepHearing(cancel context.CancelCauseFunc) (stop func() (gone bool)) {
+	idle := x.cur.IdleTimeout
+	var left atomic.Bool
+	stopTicking := ticking(x.g.cfg.ProgressInterval, func() bool {
+		if x.out.keepAlive("continuing", idle) {
+			return true
+		}
+		left.Store(true)
+		cancel(errClientGone)
+		return false
+	})
+	return func() bool {
+		stopTicking()
+		return left.Load()
+	}
 }
 
 // judged is a continuation's response judged: the stream to carry on
@@ -180,6 +215,9 @@ func (x *exchange) again(rt http.RoundTripper, build func(context.Context) *http
 func (r *relay) judged(next *continued, err error, outcome string, prefill int64, broke error) (*continued, error) {
 	x := r.x
 	switch {
+	case errors.Is(err, errClientGone):
+		r.note(record.ContinuationFailed, outlast.ClassCanceled.String(), prefill)
+		return nil, err // nobody to carry it on for
 	case err != nil:
 		r.note(record.ContinuationFailed, outlast.Classify(err).String(), prefill)
 		return nil, &notContinued{broke, fmt.Sprintf("its continuation failed (%s)", outlast.Classify(err))}

@@ -639,17 +639,28 @@ func (x *exchange) startProgress() (stop func()) {
 	if !x.opts.progress || !x.rec.Stream {
 		return func() {}
 	}
+	return ticking(x.g.cfg.ProgressInterval, func() bool {
+		x.comment("waiting")
+		return true
+	})
+}
+
+// ticking calls tick every interval, in a goroutine of its own, until
+// tick returns false or stop is called; stop waits for the goroutine.
+func ticking(interval time.Duration, tick func() bool) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(x.g.cfg.ProgressInterval)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
-				x.comment("waiting")
+				if !tick() {
+					return
+				}
 			}
 		}
 	})

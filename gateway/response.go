@@ -177,6 +177,24 @@ func (o *response) comment(setHeader func(http.Header), line string) {
 	o.rc.Flush()
 }
 
+// keepAlive writes the SSE comment ": outlast " and line to the caller's
+// committed event stream, between two of its events, where every client
+// skips it. A caller that takes none of it within timeout (none if not
+// positive) is gone. It reports whether the comment reached the caller's
+// connection.
+func (o *response) keepAlive(line string, timeout time.Duration) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if timeout > 0 {
+		o.rc.SetWriteDeadline(time.Now().Add(timeout))
+		defer o.rc.SetWriteDeadline(time.Time{})
+	}
+	if _, err := io.WriteString(o.w, ": outlast "+line+"\n\n"); err != nil {
+		return false
+	}
+	return o.rc.Flush() == nil
+}
+
 // errorEvent ends an event stream with an error event of kind, whose data
 // is the gateway's error JSON, quoting the upstream's answer if any.
 func (o *response) errorEvent(kind, msg string, upstream []byte) {

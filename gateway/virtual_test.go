@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -258,4 +259,149 @@ func TestProgressThenDeadline(t *testing.T) {
 			t.Errorf("recorded %d %q, want 504 deadline", done.Status, done.Error)
 		}
 	})
+}
+
+// timedWriter is a ResponseWriter that notes when each write reached it,
+// in virtual time. With block set, a write after the first event waits
+// for the write deadline, as one to a caller that stopped reading does.
+type timedWriter struct {
+	header http.Header
+	block  bool
+
+	mu   sync.Mutex // guards code, body and at
+	code int
+	body strings.Builder
+	at   []time.Time
+
+	dmu      sync.Mutex // guards deadline and changed
+	deadline time.Time
+	changed  chan struct{} // closed when the deadline changes
+}
+
+func (w *timedWriter) Header() http.Header { return w.header }
+func (w *timedWriter) WriteHeader(code int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.code == 0 {
+		w.code = code
+	}
+}
+
+func (w *timedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	if w.block && strings.Contains(w.body.String(), "\n\n") {
+		return 0, w.stall()
+	}
+	w.at = append(w.at, time.Now())
+	w.body.Write(p)
+	return len(p), nil
+}
+
+// stall waits for the write deadline to pass, as a write to a caller
+// that reads nothing does.
+func (w *timedWriter) stall() error {
+	for {
+		w.dmu.Lock()
+		d := w.deadline
+		if w.changed == nil {
+			w.changed = make(chan struct{})
+		}
+		changed := w.changed
+		w.dmu.Unlock()
+		var passed <-chan time.Time
+		if !d.IsZero() {
+			if !time.Now().Before(d) {
+				return os.ErrDeadlineExceeded
+			}
+			passed = time.After(time.Until(d))
+		}
+		select {
+		case <-changed:
+		case <-passed:
+		}
+	}
+}
+
+func (w *timedWriter) Flush() {}
+
+func (w *timedWriter) SetWriteDeadline(t time.Time) error {
+	w.dmu.Lock()
+	defer w.dmu.Unlock()
+	w.deadline = t
+	if w.changed != nil {
+		close(w.changed)
+	}
+	w.changed = make(chan struct{})
+	return nil
+}
+
+// A stream carried on goes on hearing from the gateway while its
+// continuation waits: a comment, which every SSE client skips, at least
+// every ProgressInterval, whether or not the caller asked for progress,
+// so that neither a proxy's nor an SDK's read timeout ends a stream that
+// the gateway is about to carry on. A caller that takes none of it for
+// the idle timeout is gone, and the continuation's attempts end.
+func TestContinuationKeepsCallerHearing(t *testing.T) {
+	broken := chunkEvent("Hel", "") + "\n\n"
+	rest := chunkEvent("lo", "stop") + "\n\ndata: [DONE]\n\n"
+	for _, reading := range []bool{true, false} {
+		t.Run(map[bool]string{true: "reading", false: "not reading"}[reading], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				// The stream breaks after its first chunk; its
+				// continuation's first five attempts get 503s, with
+				// serve's waits: 62 s before the sixth.
+				script := []func() *http.Response{answer(200, "text/event-stream", broken)}
+				for range 5 {
+					script = append(script, answer(503, "application/json", `{}`))
+				}
+				script = append(script, answer(200, "text/event-stream", rest))
+				f := &fakeUpstream{script: script}
+				u, _ := url.Parse("http://upstream.test")
+				var records []record.Request
+				g, err := gateway.New(gateway.Config{
+					Upstreams: []gateway.Upstream{{URL: u, Continuation: gateway.ContinuePrefill, IdleTimeout: 20 * time.Second,
+						Policy: &outlast.Policy{Waits: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second}}}},
+					Transport: f,
+					Logger:    slog.New(slog.DiscardHandler),
+					Observer:  record.Observer{Done: func(r *record.Request) { records = append(records, *r) }},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				w := &timedWriter{header: http.Header{}, block: !reading}
+				req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(openAIStream))
+				start := time.Now()
+				g.ServeHTTP(w, req)
+				took := time.Since(start)
+				synctest.Wait()
+				if !reading {
+					// Its first comment, at 15 s, is not taken by 35 s.
+					if n := f.attempts(); n == 7 || took > gateway.DefaultProgressInterval+20*time.Second {
+						t.Errorf("%d attempts in %v for a caller gone since its first chunk, want the continuation's to end once the caller took no comment for the idle timeout", n, took)
+					}
+					if len(records) != 1 || records[0].Error != record.ErrorClientClosed {
+						t.Errorf("records %+v, want one, client-closed", records)
+					}
+					return
+				}
+				if got := w.body.String(); !strings.Contains(got, `"Hel"`) || !strings.Contains(got, `"lo"`) || !strings.Contains(got, ": outlast continuing") {
+					t.Fatalf("the caller got\n%s\nwant the whole answer, with comments while the continuation waited", got)
+				}
+				last := start
+				for _, at := range w.at {
+					if gap := at.Sub(last); gap > gateway.DefaultProgressInterval {
+						t.Errorf("the caller heard nothing for %v, at %v, want at most %v", gap, last.Sub(start), gateway.DefaultProgressInterval)
+					}
+					last = at
+				}
+				if n := f.attempts(); n != 7 {
+					t.Errorf("%d attempts, want 7: the stream, 5 failed continuations, the one that carried it on", n)
+				}
+			})
+		})
+	}
 }
