@@ -391,11 +391,13 @@ func forwarded(k string) bool {
 }
 
 // copyHeader copies an upstream response's headers to the caller's,
-// less hop-by-hop headers, which it removes from src; the caller's own
-// hop-by-hop headers, such as the gateway's Connection: close, stay. The
-// values are shared with src, which nothing changes afterwards.
+// less hop-by-hop headers, which it removes from src, and Outlast-Error,
+// which names an error of the gateway's own; the caller's own hop-by-hop
+// headers, such as the gateway's Connection: close, stay. The values are
+// shared with src, which nothing changes afterwards.
 func copyHeader(dst, src http.Header) {
 	removeHop(src) // an upstream response's header is the gateway's to change
+	delete(src, HeaderError)
 	for k, v := range src {
 		dst[k] = v
 	}

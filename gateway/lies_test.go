@@ -120,3 +120,33 @@ func TestStreamAsksForNoCoding(t *testing.T) {
 		}
 	}
 }
+
+// Outlast-Error names an error the gateway made. An upstream that sends
+// one of its own (another outlast, say, or a server that lies) does not
+// pass it on: the caller would take the upstream's answer for the
+// gateway's. Its body, and its other headers, pass as they came.
+func TestUpstreamOutlastErrorNotForwarded(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Outlast-Error", "busy")
+		w.Header().Set("X-Request-Id", "up-1")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"error":{"message":"bad"}}`)
+	})
+	base, _ := gw(t, up, nil)
+	for _, path := range []string{"/v1/chat/completions", "/health"} { // a model request, and a status path's
+		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(`{"model":"m","messages":[]}`))
+		if path == "/health" {
+			req, _ = http.NewRequest(http.MethodGet, base+path, nil)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Outlast-Error") != "" || resp.Header.Get("X-Request-Id") != "up-1" || !strings.Contains(string(body), "bad") {
+			t.Errorf("%s: got %d, Outlast-Error %q, X-Request-Id %q, %s; want the upstream's 400 without the Outlast-Error", path, resp.StatusCode, resp.Header.Get("Outlast-Error"), resp.Header.Get("X-Request-Id"), body)
+		}
+	}
+}
