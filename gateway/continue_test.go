@@ -682,6 +682,42 @@ func TestStreamEndsAtItsLastEvent(t *testing.T) {
 	}
 }
 
+// A stream whose lines end in CRLF reaches the caller with its last
+// event's line endings whole, though the stream ends for the caller at
+// that event: "\r\n\r\n", not "\r\n\r", which a client that splits on
+// "\r\n\r\n" would never see end.
+func TestStreamEndKeepsCRLF(t *testing.T) {
+	t.Parallel()
+	events := strings.ReplaceAll(chunkEvent("Hello", "stop")+"\n\ndata: [DONE]\n\n", "\n", "\r\n")
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("continuation off %v", off), func(t *testing.T) {
+			t.Parallel()
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, events)
+				http.NewResponseController(w).Flush()
+				<-r.Context().Done() // and holds the connection open
+			}))
+			t.Cleanup(up.Close)
+			var offs []string
+			if off {
+				offs = []string{"primary"}
+			}
+			base, _, _ := continuing(t, time.Hour, offs, [2]string{"primary", up.URL})
+			resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(openAIStream))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || string(got) != events {
+				t.Errorf("the caller got %q, %v; want the upstream's %q", got, err, events)
+			}
+		})
+	}
+}
+
 // With continuation off, a stream that ends cleanly before its last event
 // is broken, not whole, when its API ends with an event of its own: the
 // caller gets an error event after what came, as it would for a reset,

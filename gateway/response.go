@@ -382,7 +382,7 @@ func (o *response) copyEvents(body io.Reader, f follower, idle time.Duration, ca
 				// reaches the caller, so the stream ends here, not when an
 				// upstream that keeps its response open ends it.
 				drainEnd(body, buf, w)
-				return nil
+				return c.endLine()
 			}
 			w.resume()
 		}
@@ -437,6 +437,7 @@ type eventCopy struct {
 	started *bool
 	sent    *int64
 	flushed int64 // the bytes sent at the last flush
+	last    byte  // the last byte sent
 }
 
 // take forwards the whole events in p, the stream's next bytes, and
@@ -519,6 +520,21 @@ func eventEnd(out []byte) []byte {
 	return blankLine
 }
 
+// endLine completes the line ending of the stream's last event, which
+// the stream ends at: the scanner ends an event at the "\r" of its blank
+// line, and a "\n" after it, which would be the next event's, never
+// comes. A client that reads "\r\n" as the line ending would not see the
+// event end without it; to a WHATWG client "\r\n" is the same as "\r".
+func (c *eventCopy) endLine() error {
+	if c.last != '\r' {
+		return nil
+	}
+	if err := c.write(blankLine[:1]); err != nil {
+		return err
+	}
+	return c.flush()
+}
+
 // cutShort, once the copy is over, deals with a body that ended inside an
 // event too long to hold, part of which went to the caller: the follower
 // hears of it, so that the stream is not carried on after half an event,
@@ -543,6 +559,7 @@ func (c *eventCopy) write(out []byte) error {
 		return errClientGone
 	}
 	*c.sent += int64(len(out))
+	c.last = out[len(out)-1]
 	return nil
 }
 
