@@ -117,6 +117,13 @@ func (x *exchange) serve() {
 		x.fail(http.StatusBadRequest, apierr.Invalid, err.Error(), nil)
 		return
 	}
+	if d := x.opts.deadline; !d.IsZero() && !time.Now().Before(d) {
+		// Nothing is left of the caller's time: no attempt goes.
+		x.fail(http.StatusGatewayTimeout, apierr.Deadline,
+			fmt.Sprintf("outlast: the request's deadline, %s, passed before it could be sent", d.UTC().Format(time.RFC3339Nano)),
+			http.Header{headerShouldRetry: {"false"}})
+		return
+	}
 	ctx, cancel := x.context()
 	defer cancel(nil)
 	defer x.deadline.stop()

@@ -148,6 +148,23 @@ func TestMaxTimeout(t *testing.T) {
 	})
 }
 
+// A deadline that has passed when the request would be sent leaves nothing
+// to try: 504 deadline at once, and no attempt in the record or at the
+// upstream.
+func TestDeadlineAlreadyPast(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, status(200, "{}"))
+	records := make(chan record.Request, 1)
+	base, _ := gwObserved(t, up, nil, record.Observer{Done: func(r *record.Request) { records <- *r }})
+	resp, body := send(t, http.MethodPost, base+"/v1/chat/completions", chat, map[string]string{"Outlast-Deadline": time.Now().Add(-time.Minute).Format(time.RFC3339)})
+	if resp.StatusCode != 504 || resp.Header.Get("Outlast-Error") != "deadline" || resp.Header.Get("Outlast-Attempts") != "0" || !strings.Contains(body, "passed before it could be sent") || up.attempts() != 0 {
+		t.Errorf("got %d %q, %s attempts, after %d at the upstream: %s; want 504 deadline, none", resp.StatusCode, resp.Header.Get("Outlast-Error"), resp.Header.Get("Outlast-Attempts"), up.attempts(), body)
+	}
+	if r := <-records; len(r.Attempts) != 0 || r.Error != "deadline" {
+		t.Errorf("recorded %d attempts, error %q; want none, deadline", len(r.Attempts), r.Error)
+	}
+}
+
 // A slot a client names must be one the operator configured: --slots N
 // means 0 to N-1. Any other gets 400 naming where it came from, and
 // nothing is sent.
