@@ -19,9 +19,10 @@ func (g *Gateway) serveOwn(w http.ResponseWriter, r *http.Request) {
 	case "/outlast/health":
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, apierr.Method, "outlast: /outlast/health takes GET")
+			writeError(w, r, http.StatusMethodNotAllowed, apierr.Method, "outlast: /outlast/health takes GET")
 			return
 		}
+		unread(w, r)
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(g.Health())
 	default:
@@ -29,7 +30,7 @@ func (g *Gateway) serveOwn(w http.ResponseWriter, r *http.Request) {
 			h.ServeHTTP(w, r)
 			return
 		}
-		writeError(w, http.StatusNotFound, apierr.NotFound, "outlast: no such endpoint: "+r.URL.Path)
+		writeError(w, r, http.StatusNotFound, apierr.NotFound, "outlast: no such endpoint: "+r.URL.Path)
 	}
 }
 

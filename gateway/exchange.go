@@ -162,8 +162,9 @@ func (x *exchange) unheld(b []byte) []byte {
 	return b
 }
 
-// heldUnwatched is the largest held answer written without a bound on a
-// caller that stops reading: a connection's send buffer takes it whole.
+// heldUnwatched is the largest held answer written without the idle
+// watch: within one write deadline, a bound on the whole answer, which
+// a caller that reads takes well within the idle timeout.
 const heldUnwatched = 64 << 10
 
 // committed returns the index of the attempt whose response is forwarded:
@@ -761,11 +762,17 @@ func (x *exchange) forward(ctx context.Context, resp *http.Response, cancel cont
 		idle := x.cur.IdleTimeout
 		if !stream && x.held.has(resp) {
 			// In memory already: it cannot fall silent, and a cut would
-			// have been retried. A small one fits the connection's
-			// buffers, so no caller can stall its write; a larger one
-			// keeps the bound on a caller that takes none of it.
+			// have been retried. A small one is written whole within the
+			// idle timeout, a bound with no timer of the gateway's: one
+			// caller may pipeline requests and read none of the answers,
+			// so even a small one can find the connection's buffers full.
+			// A larger one keeps the bound on a caller that takes none of
+			// it for as long.
 			x.rec.Held = true
 			if resp.ContentLength <= heldUnwatched {
+				if idle > 0 {
+					x.out.bound(idle)
+				}
 				idle = 0
 			}
 		}
@@ -973,7 +980,7 @@ func (x *exchange) fail(status int, kind, msg string, extra http.Header) {
 // caller has the answer.
 func (x *exchange) done() {
 	x.rec.End = time.Now()
-	x.out.finish()
+	x.out.finish(x.cur.IdleTimeout)
 	x.tellEnd() // before the attempt's bytes are counted: as it ended
 	if x.forwarder < len(x.rec.Attempts) && x.rec.Committed {
 		// The bytes forwarded since the last splice are the attempt's

@@ -455,14 +455,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} else {
 			w.Header().Set("WWW-Authenticate", `Outlast-Token realm="outlast"`)
 		}
-		writeError(w, http.StatusUnauthorized, apierr.Token, "outlast: this gateway needs its token in the "+HeaderToken+" header")
+		writeError(w, r, http.StatusUnauthorized, apierr.Token, "outlast: this gateway needs its token in the "+HeaderToken+" header")
 		return
 	}
 	if r.Method == http.MethodConnect {
 		// A proxy that tunnels is an open one: the gateway only forwards,
 		// and only to its upstreams.
 		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
-		writeError(w, http.StatusMethodNotAllowed, apierr.Method, "outlast: CONNECT is not forwarded: the gateway is not a tunnel")
+		writeError(w, r, http.StatusMethodNotAllowed, apierr.Method, "outlast: CONNECT is not forwarded: the gateway is not a tunnel")
 		return
 	}
 	if own {
@@ -471,13 +471,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resolved, err := resolvePath(r.URL.EscapedPath())
 	if err != nil {
-		writeError(w, http.StatusBadRequest, apierr.Invalid, err.Error())
+		writeError(w, r, http.StatusBadRequest, apierr.Invalid, err.Error())
 		return
 	}
 	up, path := g.route(resolved)
 	switch {
 	case up == nil:
-		writeError(w, http.StatusNotFound, apierr.NotFound, fmt.Sprintf("outlast: no upstream serves the path %q", keptText(resolved, maxPathLen)))
+		writeError(w, r, http.StatusNotFound, apierr.NotFound, fmt.Sprintf("outlast: no upstream serves the path %q", keptText(resolved, maxPathLen)))
 	case up.isStatus(r.Method, path):
 		up.passThrough(w, r, path)
 	default:

@@ -57,6 +57,10 @@ func newHostile(t *testing.T, change func(*gateway.Config, *gateway.ServerConfig
 			io.WriteString(w, `{"error":"down"}`)
 			return
 		}
+		if strings.HasSuffix(r.URL.Path, "/big") {
+			io.WriteString(w, `{"text":"`+strings.Repeat("x", 60<<10)+`"}`)
+			return
+		}
 		io.WriteString(w, `{"ok":true}`)
 	}))
 	t.Cleanup(up.Close)
@@ -450,6 +454,20 @@ func TestHostileClients(t *testing.T) {
 			}
 			return "200 from the upstream, which gets no body"
 		}, 1},
+		{"a status request announcing a body that never comes", nil, func(t *testing.T, h *hostile) string {
+			resp, _, closed := h.exchange(t, "GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+			if resp == nil || resp.StatusCode != 200 || !closed {
+				t.Errorf("got %v, closed %v; want the upstream's 200, then the connection closed", resp, closed)
+			}
+			return "200 from the upstream, connection closed"
+		}, 1},
+		{"an unknown path announcing a body that never comes", func(c *gateway.Config, _ *gateway.ServerConfig) { c.Upstreams[0].Prefix = "/v1" }, func(t *testing.T, h *hostile) string {
+			resp, _, closed := h.exchange(t, "POST /elsewhere HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+			if resp == nil || resp.StatusCode != 404 || !closed {
+				t.Errorf("got %v, closed %v; want 404, then the connection closed", resp, closed)
+			}
+			return "404 not-found, connection closed"
+		}, 0},
 		{"policy headers that loosen the operator's", func(c *gateway.Config, _ *gateway.ServerConfig) {
 			c.Upstreams[0].Policy = &outlast.Policy{Waits: []time.Duration{time.Millisecond}, MaxAttempts: 2}
 		}, func(t *testing.T, h *hostile) string {
@@ -611,6 +629,50 @@ func TestCallerThatStopsReading(t *testing.T) {
 				}
 			case <-time.After(30 * time.Second):
 				t.Fatal("no record 30 s after the caller stopped reading; want the request ended after the idle timeout")
+			}
+		})
+	}
+}
+
+// A caller that pipelines requests and reads none of the answers fills
+// the connection's buffers with small answers, each of which fits them
+// alone: whole answers, the gateway's errors, a status path's. The write
+// that finds them full is bounded as a large answer's is, and the
+// connection closes, rather than holding its handler, a held answer and
+// its place under --max-conns for as long as the caller keeps it open.
+func TestPipelinerThatStopsReading(t *testing.T) {
+	for _, c := range []struct {
+		name, request string
+		n             int // requests: answers past any socket's buffers
+	}{
+		{"whole answers", "POST /v1/chat/big HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 400},
+		{"not found", "GET /elsewhere HTTP/1.1\r\nHost: x\r\n\r\n", 100_000},
+		{"status path", "GET /v1/health/big HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHostile(t, func(cfg *gateway.Config, _ *gateway.ServerConfig) {
+				cfg.Upstreams[0].Prefix, cfg.Upstreams[0].IdleTimeout = "/v1", 200*time.Millisecond
+			})
+			conn := h.dial(t)
+			defer conn.Close()
+			conn.(*net.TCPConn).SetReadBuffer(4 << 10)
+			go conn.Write([]byte(strings.Repeat(c.request, c.n)))      // it reads nothing
+			bound := time.Now().Add(30 * time.Second)                  // a bound on a hang, not a timing
+			for opened := false; ; time.Sleep(10 * time.Millisecond) { // the accept loop's count; no event to wait on
+				n := h.g.Health().Connections
+				opened = opened || n > 0
+				if opened && n == 0 {
+					break
+				}
+				if time.Now().After(bound) {
+					t.Fatalf("%d connections open 30 s after the caller stopped reading; want its closed once a write found the buffers full for the idle timeout", n)
+				}
+			}
+			for range len(h.records) {
+				if r := <-h.records; r.Error != "" && r.Error != record.ErrorClientClosed {
+					t.Errorf("recorded %d %s, want none or %s", r.Status, r.Error, record.ErrorClientClosed)
+				}
 			}
 		})
 	}

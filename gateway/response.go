@@ -35,6 +35,9 @@ type response struct {
 	// caller.
 	sent firstSent
 
+	// bounded is set once the connection has a write deadline, which
+	// finish clears.
+	bounded bool
 	// abandoned is set when the caller left before its answer began: the
 	// connection is then closed without one (see abandon).
 	abandoned bool
@@ -134,12 +137,32 @@ func (o *response) release() {
 // committed, so that the caller has the whole answer at once: what is
 // left to do (the record, the log line) no longer delays it until the
 // handler returns.
-func (o *response) finish() {
+//
+// The flush, and every write since bound, must be taken by the caller
+// within bound (none if not positive): net/http bounds no write of its
+// own, and a caller that reads nothing would hold the handler for as long
+// as it keeps the connection. The connection's write deadline is cleared
+// after, for the connection's next request.
+func (o *response) finish(bound time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.committed {
-		o.rc.Flush()
+	if !o.committed {
+		return
 	}
+	if bound > 0 && !o.bounded {
+		o.bound(bound)
+	}
+	o.rc.Flush()
+	if o.bounded {
+		o.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// bound gives the caller d to take every write from now to the answer's
+// end (see finish).
+func (o *response) bound(d time.Duration) {
+	o.rc.SetWriteDeadline(time.Now().Add(d))
+	o.bounded = true
 }
 
 // retract drops the status line and headers that hold keeps, and reports
@@ -664,8 +687,33 @@ func readSnippet(r io.Reader) []byte {
 	return b
 }
 
-// writeError answers a request that never became an exchange with an
-// error the gateway made.
-func writeError(w http.ResponseWriter, status int, kind, msg string) {
+// writeError answers r, a request that never became an exchange, with an
+// error the gateway made. Its body is not read (see unread). The caller
+// has errorWriteBound to take the answer: one that pipelines requests and
+// reads none of their answers would otherwise hold the connection's
+// handler as long as it keeps it open.
+func writeError(w http.ResponseWriter, r *http.Request, status int, kind, msg string) {
+	unread(w, r)
+	rc := http.NewResponseController(w)
+	rc.SetWriteDeadline(time.Now().Add(errorWriteBound))
 	apierr.Write(w, status, kind, msg)
+	rc.Flush()
+	rc.SetWriteDeadline(time.Time{})
 }
+
+// unread closes the connection after the answer to r, whose body the
+// gateway does not read. net/http would read the rest of it, after the
+// answer, with no bound on the time: a caller that announced a body it
+// never sends would hold the handler as long as it kept the connection.
+// The read deadline is passed, so that none of the body is waited for.
+func unread(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody { // -1: chunked
+		w.Header().Set("Connection", "close")
+		http.NewResponseController(w).SetReadDeadline(time.Now())
+	}
+}
+
+// errorWriteBound bounds the write of an error answered before a request
+// is an upstream's, whose idle timeout would bound it: a few hundred
+// bytes, which a caller that reads takes at once.
+const errorWriteBound = 10 * time.Second

@@ -260,12 +260,24 @@ func (u *upstream) passThrough(w http.ResponseWriter, r *http.Request, path stri
 			abandon(w) // the caller left: no answer, not net/http's empty 200
 			return
 		}
-		writeError(w, http.StatusBadGateway, apierr.Unreachable,
+		writeError(w, r, http.StatusBadGateway, apierr.Unreachable,
 			fmt.Sprintf("outlast: upstream %s is unreachable: %s", u.Name, redact.Text(err.Error())))
 		return
 	}
 	defer resp.Body.Close()
 	copyHeader(w.Header(), resp.Header)
+	unread(w, r)
+	if d := u.IdleTimeout; d > 0 {
+		// The caller takes the answer within the idle timeout, or is
+		// gone: one that pipelines requests and reads nothing must not
+		// hold the connection's handler.
+		rc := http.NewResponseController(w)
+		rc.SetWriteDeadline(time.Now().Add(d))
+		defer func() {
+			rc.Flush()
+			rc.SetWriteDeadline(time.Time{})
+		}()
+	}
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
 }

@@ -174,9 +174,10 @@ func (w *discard) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// SetReadDeadline is the server's, which the gateway sets while it reads
-// a request body.
-func (w *discard) SetReadDeadline(time.Time) error { return nil }
+// SetReadDeadline and SetWriteDeadline are the server's, which the
+// gateway sets while it reads a request body and writes an answer.
+func (w *discard) SetReadDeadline(time.Time) error  { return nil }
+func (w *discard) SetWriteDeadline(time.Time) error { return nil }
 
 func (w *discard) Flush() {
 	w.WriteHeader(http.StatusOK)
