@@ -734,6 +734,7 @@ func TestWatchedStreamEndedEarly(t *testing.T) {
 			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hel\"}}\n\n", true},
 		{"responses", "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\"}}\n\n" +
 			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hel\"}\n\n", true},
+		{"azure", "data: {\"choices\":[],\"created\":0,\"id\":\"\",\"model\":\"\",\"object\":\"\",\"prompt_filter_results\":[]}\n\n" + chunkEvent("Hel", "") + "\n\n", true},
 		{"openai whole", chunkEvent("Hello", "stop") + "\n\ndata: [DONE]\n\n", false},
 		{"unknown", "data: Hel\n\n", false},
 	} {

@@ -232,7 +232,7 @@ type watch struct {
 	done   bool // the stream's last event came: [DONE], message_stop, …
 	seen   bool // an event with data came
 	// ends says the first event with data was an API's whose stream ends
-	// with an event of its own (see endsWithEvent).
+	// with an event of its own (see sse.EndsWithEvent).
 	ends bool
 }
 
@@ -249,7 +249,7 @@ func (w *watch) passed(ev sse.Event) {
 		return
 	}
 	if !w.seen {
-		w.seen, w.ends = true, endsWithEvent(&ev)
+		w.seen, w.ends = true, sse.EndsWithEvent(&ev)
 	}
 	if sse.IsFailure(&ev) {
 		w.failed = true
@@ -262,7 +262,7 @@ func (w *watch) passed(ev sse.Event) {
 // however the connection ended after it, and the caller has any error
 // event it sent. A clean end before the last event is whole only for a
 // stream that has no last event of its own to wait for: one of an API
-// that ends with such an event (see endsWithEvent) broke there.
+// that ends with such an event (see sse.EndsWithEvent) broke there.
 func (w *watch) ended(err error) streamEnd {
 	switch {
 	case w.failed:
@@ -271,19 +271,6 @@ func (w *watch) ended(err error) streamEnd {
 		return endWhole
 	}
 	return endBroken
-}
-
-// endsWithEvent reports whether ev, a stream's first event with data,
-// starts a stream whose end is an event of its own: an OpenAI chat
-// chunk's (data: [DONE]), Anthropic's message_start (message_stop), the
-// Responses API's response.created (response.completed, .incomplete or
-// .failed).
-func endsWithEvent(ev *sse.Event) bool {
-	const created = "response.created"
-	if string(ev.Name) == created || bytes.HasPrefix(ev.Data, []byte(`{"type":"`+created+`"`)) {
-		return true
-	}
-	return detectAPI(ev) != apiUnknown
 }
 
 // ended: a stream continued with a prefill is whole once its answer's end

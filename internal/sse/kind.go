@@ -297,6 +297,24 @@ func IsEnd(ev *Event) bool {
 	return KindOf(ev) == End
 }
 
+// EndsWithEvent reports whether ev, a stream's first event with data,
+// starts a stream of an API that ends with an End of its own, so that a
+// clean end of the stream before it is a break: an OpenAI chat chunk or
+// a legacy completion's (data with a "choices" array, Azure's prompt
+// filter results among them), which data: [DONE] ends; Anthropic's
+// message_start (message_stop); the Responses API's response.created
+// or any of its response events (response.completed or .incomplete, or
+// response.failed). A stream of events outlast does not know has no
+// such end.
+func EndsWithEvent(ev *Event) bool {
+	f, typ, ok := decode(ev)
+	if !ok {
+		return false
+	}
+	return f.choices || string(f.object) == "chat.completion.chunk" ||
+		string(typ) == "message_start" || bytes.HasPrefix(typ, []byte("response."))
+}
+
 // mayNameEnd reports whether data may name an end's type: message_stop,
 // response.completed or response.incomplete. Types are compared raw, as
 // KindOf compares them. The ends are sought by their tails, in two

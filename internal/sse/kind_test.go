@@ -1,6 +1,7 @@
 package sse
 
 import (
+	"bytes"
 	"testing"
 )
 
@@ -104,12 +105,42 @@ func FuzzKind(f *testing.F) {
 		if IsEnd(ev) != (k == End) {
 			t.Fatalf("event %q %q: KindOf %v, IsEnd %v", name, data, k, IsEnd(ev))
 		}
+		if EndsWithEvent(ev) && !bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("{")) {
+			t.Fatalf("event %q %q: EndsWithEvent of data that is no JSON object", name, data)
+		}
 		if k == Failure {
 			if typ, status := ErrorOf(ev); status < 400 || status > 599 || typ == "" {
 				t.Fatalf("event %q %q: ErrorOf = %q, %d; want a type and a 4xx or 5xx", name, data, typ, status)
 			}
 		}
 	})
+}
+
+// EndsWithEvent tells, from a stream's first event with data, the APIs
+// whose streams end with an event of their own from those outlast does
+// not know.
+func TestEndsWithEvent(t *testing.T) {
+	for _, c := range []struct {
+		why, name, data string
+		want            bool
+	}{
+		{"OpenAI's role chunk", "", `{"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`, true},
+		{"Azure's prompt filter results, object empty", "", `{"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[]}`, true},
+		{"a legacy completion", "", `{"object":"text_completion","choices":[{"text":"Hi","index":0}]}`, true},
+		{"Anthropic's message_start", "message_start", `{"type":"message_start","message":{"id":"msg_1","content":[]}}`, true},
+		{"Anthropic's message_start, unnamed", "", `{"type":"message_start","message":{"id":"msg_1","content":[]}}`, true},
+		{"the Responses API's response.created", "response.created", `{"type":"response.created","response":{"id":"resp_1"}}`, true},
+		{"a background response's response.queued", "response.queued", `{"type":"response.queued","response":{"id":"resp_1"}}`, true},
+		{"llama.cpp's native chunk", "", `{"content":"Hi","stop":false,"id_slot":0}`, false},
+		{"Gemini's chunk", "", `{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"}}]}`, false},
+		{"a choices key inside text", "", `{"content":"\"choices\":[]"}`, false},
+		{"not JSON", "", `hello`, false},
+	} {
+		ev := &Event{Name: []byte(c.name), Data: []byte(c.data), HasData: true}
+		if got := EndsWithEvent(ev); got != c.want {
+			t.Errorf("%s: EndsWithEvent = %v, want %v", c.why, got, c.want)
+		}
+	}
 }
 
 // KindOf, IsFailure and IsEnd read an event without allocating: a relay
