@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -238,6 +239,12 @@ func (x *exchange) readBody() ([]byte, bool) {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		x.out.closeAfter()
 		x.fail(http.StatusRequestTimeout, apierr.TooSlow, fmt.Sprintf("outlast: the request body fell silent for %v (--body-timeout)", x.g.cfg.BodyTimeout), nil)
+		return nil, false
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
+		// The caller's side ended before its body did: it left, as one
+		// that closes before its answer does (see failed).
+		x.rec.Status, x.rec.Error = 499, record.ErrorClientClosed
+		x.out.abandoned = true
 		return nil, false
 	case err != nil:
 		x.out.closeAfter()

@@ -440,6 +440,18 @@ func TestHostileClients(t *testing.T) {
 			}
 			return "no answer, connection closed; recorded 499 client-closed"
 		}, 1},
+		{"a body cut short, then the caller closes its sending side", nil, func(t *testing.T, h *hostile) string {
+			halfClosed(t, h, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n{}")
+			select {
+			case r := <-h.records:
+				if r.Status != 499 || r.Error != record.ErrorClientClosed {
+					t.Errorf("recorded %d %s, want 499 %s", r.Status, r.Error, record.ErrorClientClosed)
+				}
+			case <-time.After(10 * time.Second): // a bound on a hang, not a timing
+				t.Error("no record")
+			}
+			return "no answer, connection closed; recorded 499 client-closed"
+		}, 0},
 		{"a status request, then the caller closes its sending side", nil, func(t *testing.T, h *hostile) string {
 			halfClosed(t, h, "GET /health HTTP/1.1\r\nHost: x\r\nX-Wait: 1\r\n\r\n")
 			return "no answer, connection closed"
