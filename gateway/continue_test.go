@@ -735,6 +735,8 @@ func TestWatchedStreamEndedEarly(t *testing.T) {
 		{"responses", "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\"}}\n\n" +
 			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hel\"}\n\n", true},
 		{"azure", "data: {\"choices\":[],\"created\":0,\"id\":\"\",\"model\":\"\",\"object\":\"\",\"prompt_filter_results\":[]}\n\n" + chunkEvent("Hel", "") + "\n\n", true},
+		// Some servers end there: the answer's finish, with no [DONE].
+		{"openai finished", chunkEvent("Hel", "") + "\n\n" + chunkEvent("lo", "stop") + "\n\n", false},
 		{"openai whole", chunkEvent("Hello", "stop") + "\n\ndata: [DONE]\n\n", false},
 		{"unknown", "data: Hel\n\n", false},
 	} {

@@ -234,6 +234,9 @@ type watch struct {
 	// ends says the first event with data was an API's whose stream ends
 	// with an event of its own (see sse.EndsWithEvent).
 	ends bool
+	// finished says the answer's finish came (see sse.Finishes): the
+	// stream is whole at a clean end, its last event or not.
+	finished bool
 }
 
 // over: the stream's last event came, and went to the caller.
@@ -251,23 +254,28 @@ func (w *watch) passed(ev sse.Event) {
 	if !w.seen {
 		w.seen, w.ends = true, sse.EndsWithEvent(&ev)
 	}
-	if sse.IsFailure(&ev) {
+	switch {
+	case sse.IsFailure(&ev):
 		w.failed = true
-	} else if !w.done && sse.IsEnd(&ev) {
+	case w.done:
+	case sse.IsEnd(&ev):
 		w.done = true
+	case w.ends && !w.finished:
+		w.finished = sse.Finishes(&ev)
 	}
 }
 
 // ended: a stream that is not carried on is whole at its last event,
 // however the connection ended after it, and the caller has any error
-// event it sent. A clean end before the last event is whole only for a
-// stream that has no last event of its own to wait for: one of an API
-// that ends with such an event (see sse.EndsWithEvent) broke there.
+// event it sent. A clean end before the last event is whole only after
+// the answer's finish, or for a stream that has no last event of its own
+// to wait for: one of an API that ends with such an event (see
+// sse.EndsWithEvent) broke there.
 func (w *watch) ended(err error) streamEnd {
 	switch {
 	case w.failed:
 		return endFailed
-	case w.done, err == nil && !w.ends:
+	case w.done, err == nil && (!w.ends || w.finished):
 		return endWhole
 	}
 	return endBroken

@@ -315,6 +315,32 @@ func EndsWithEvent(ev *Event) bool {
 		string(typ) == "message_start" || bytes.HasPrefix(typ, []byte("response."))
 }
 
+// Finishes reports whether ev, an event with data, carries its answer's
+// finish: a "finish_reason" (an OpenAI chunk's) or "stop_reason"
+// (Anthropic's message_delta) that is a string, not null. Some servers
+// end an OpenAI stream there, without data: [DONE]. A quote inside a JSON
+// string is escaped, so a key found is a key.
+func Finishes(ev *Event) bool {
+	return namesString(ev.Data, `"finish_reason"`) || namesString(ev.Data, `"stop_reason"`)
+}
+
+// namesString reports whether data has a member key whose value is a
+// string.
+func namesString(data []byte, key string) bool {
+	for {
+		i := bytes.Index(data, []byte(key))
+		if i < 0 {
+			return false
+		}
+		data = bytes.TrimLeft(data[i+len(key):], " \t\r\n")
+		if len(data) > 0 && data[0] == ':' {
+			if v := bytes.TrimLeft(data[1:], " \t\r\n"); len(v) > 0 && v[0] == '"' {
+				return true
+			}
+		}
+	}
+}
+
 // mayNameEnd reports whether data may name an end's type: message_stop,
 // response.completed or response.incomplete. Types are compared raw, as
 // KindOf compares them. The ends are sought by their tails, in two

@@ -105,6 +105,7 @@ func FuzzKind(f *testing.F) {
 		if IsEnd(ev) != (k == End) {
 			t.Fatalf("event %q %q: KindOf %v, IsEnd %v", name, data, k, IsEnd(ev))
 		}
+		Finishes(ev) // reads any data, to its end
 		if EndsWithEvent(ev) && !bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("{")) {
 			t.Fatalf("event %q %q: EndsWithEvent of data that is no JSON object", name, data)
 		}
@@ -139,6 +140,27 @@ func TestEndsWithEvent(t *testing.T) {
 		ev := &Event{Name: []byte(c.name), Data: []byte(c.data), HasData: true}
 		if got := EndsWithEvent(ev); got != c.want {
 			t.Errorf("%s: EndsWithEvent = %v, want %v", c.why, got, c.want)
+		}
+	}
+}
+
+// Finishes finds the answer's finish in an OpenAI chunk or Anthropic's
+// message_delta, as the servers write them, and nowhere else.
+func TestFinishes(t *testing.T) {
+	for _, c := range []struct {
+		why, data string
+		want      bool
+	}{
+		{"a finish chunk", `{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`, true},
+		{"as Python writes JSON", `{"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}`, true},
+		{"a content chunk", `{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}`, false},
+		{"Anthropic's message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":15}}`, true},
+		{"message_start's stop_reason is null", `{"type":"message_start","message":{"id":"msg_1","stop_reason":null}}`, false},
+		{"the key inside text", `{"choices":[{"delta":{"content":"say \"finish_reason\":\"stop\""},"finish_reason":null}]}`, false},
+		{"the key at the end", `{"finish_reason"`, false},
+	} {
+		if got := Finishes(&Event{Data: []byte(c.data), HasData: true}); got != c.want {
+			t.Errorf("%s: Finishes = %v, want %v", c.why, got, c.want)
 		}
 	}
 }
