@@ -144,6 +144,9 @@ type configuration struct {
 var configurations = []configuration{
 	{name: "defaults"},
 	{name: "defaults + `--continuation prefill`", flags: []string{"--continuation", "prefill"}},
+	// As serve's defaults are at OpenAI's own API and Azure OpenAI,
+	// whose models answer a prefill: a stream is not carried on.
+	{name: "defaults + `--continuation off`", flags: []string{"--continuation", "off"}},
 }
 
 // runs reports whether the configuration runs scenario n.
