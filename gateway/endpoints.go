@@ -24,7 +24,7 @@ func (g *Gateway) serveOwn(w http.ResponseWriter, r *http.Request) {
 		}
 		unread(w, r)
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(g.Health())
+		within(w, errorWriteBound, func() { json.NewEncoder(w).Encode(g.Health()) })
 	default:
 		if h := g.endpoint(strings.TrimPrefix(r.URL.Path, "/outlast/")); h != nil {
 			h.ServeHTTP(w, r)

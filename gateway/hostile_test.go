@@ -652,6 +652,9 @@ func TestCallerThatStopsReading(t *testing.T) {
 // that finds them full is bounded as a large answer's is, and the
 // connection closes, rather than holding its handler, a held answer and
 // its place under --max-conns for as long as the caller keeps it open.
+// (Loopback TCP may instead stall the caller's requests, where the
+// server's header timeout ends the connection: a case whose write is
+// unbounded then passes in some runs, and fails in the others.)
 func TestPipelinerThatStopsReading(t *testing.T) {
 	for _, c := range []struct {
 		name, request string
@@ -660,6 +663,7 @@ func TestPipelinerThatStopsReading(t *testing.T) {
 		{"whole answers", "POST /v1/chat/big HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 400},
 		{"not found", "GET /elsewhere HTTP/1.1\r\nHost: x\r\n\r\n", 100_000},
 		{"status path", "GET /v1/health/big HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"the gateway's health", "GET /outlast/health HTTP/1.1\r\nHost: x\r\n\r\n", 100_000},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

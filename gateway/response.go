@@ -694,9 +694,16 @@ func readSnippet(r io.Reader) []byte {
 // handler as long as it keeps it open.
 func writeError(w http.ResponseWriter, r *http.Request, status int, kind, msg string) {
 	unread(w, r)
+	within(w, errorWriteBound, func() { apierr.Write(w, status, kind, msg) })
+}
+
+// within runs write, which writes a small answer to w, and flushes it,
+// all within d; the connection's write deadline is cleared after, for its
+// next request.
+func within(w http.ResponseWriter, d time.Duration, write func()) {
 	rc := http.NewResponseController(w)
-	rc.SetWriteDeadline(time.Now().Add(errorWriteBound))
-	apierr.Write(w, status, kind, msg)
+	rc.SetWriteDeadline(time.Now().Add(d))
+	write()
 	rc.Flush()
 	rc.SetWriteDeadline(time.Time{})
 }
@@ -714,6 +721,7 @@ func unread(w http.ResponseWriter, r *http.Request) {
 }
 
 // errorWriteBound bounds the write of an error answered before a request
-// is an upstream's, whose idle timeout would bound it: a few hundred
-// bytes, which a caller that reads takes at once.
+// is an upstream's, whose idle timeout would bound it, and of the
+// gateway's health: a few hundred bytes, which a caller that reads takes
+// at once.
 const errorWriteBound = 10 * time.Second
