@@ -634,6 +634,30 @@ func sseOnce(events string) http.HandlerFunc {
 	}
 }
 
+// heldOpen returns the URL of an upstream that answers every request with
+// the event stream events, flushed, and then holds the response open
+// until the gateway leaves.
+func heldOpen(t *testing.T, events string) string {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, events)
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(up.Close)
+	return up.URL
+}
+
+// offIf returns continuing's names of the upstreams with continuation
+// off: "primary" if off.
+func offIf(off bool) []string {
+	if off {
+		return []string{"primary"}
+	}
+	return nil
+}
+
 // A stream ends for the caller at its last event, [DONE], though the
 // upstream keeps its connection open after it: with the stream carried
 // on if it breaks (a splice follows it) and without (a watch does).
@@ -642,19 +666,8 @@ func TestStreamEndsAtItsLastEvent(t *testing.T) {
 	for _, off := range []bool{false, true} {
 		t.Run(fmt.Sprintf("continuation off %v", off), func(t *testing.T) {
 			t.Parallel()
-			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				io.Copy(io.Discard, r.Body)
-				w.Header().Set("Content-Type", "text/event-stream")
-				io.WriteString(w, chunkEvent("Hello", "")+"\n\n"+chunkEvent("", "stop")+"\n\ndata: [DONE]\n\n")
-				http.NewResponseController(w).Flush()
-				<-r.Context().Done() // and holds the connection open
-			}))
-			t.Cleanup(up.Close)
-			var offs []string
-			if off {
-				offs = []string{"primary"}
-			}
-			base, _, records := continuing(t, time.Hour, offs, [2]string{"primary", up.URL})
+			up := heldOpen(t, chunkEvent("Hello", "")+"\n\n"+chunkEvent("", "stop")+"\n\ndata: [DONE]\n\n")
+			base, _, records := continuing(t, time.Hour, offIf(off), [2]string{"primary", up})
 			resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(openAIStream))
 			if err != nil {
 				t.Fatal(err)
@@ -692,19 +705,7 @@ func TestStreamEndKeepsCRLF(t *testing.T) {
 	for _, off := range []bool{false, true} {
 		t.Run(fmt.Sprintf("continuation off %v", off), func(t *testing.T) {
 			t.Parallel()
-			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				io.Copy(io.Discard, r.Body)
-				w.Header().Set("Content-Type", "text/event-stream")
-				io.WriteString(w, events)
-				http.NewResponseController(w).Flush()
-				<-r.Context().Done() // and holds the connection open
-			}))
-			t.Cleanup(up.Close)
-			var offs []string
-			if off {
-				offs = []string{"primary"}
-			}
-			base, _, _ := continuing(t, time.Hour, offs, [2]string{"primary", up.URL})
+			base, _, _ := continuing(t, time.Hour, offIf(off), [2]string{"primary", heldOpen(t, events)})
 			resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(openAIStream))
 			if err != nil {
 				t.Fatal(err)

@@ -134,6 +134,21 @@ func (h *hostile) exchange(t *testing.T, text string) (resp *http.Response, body
 	return resp, string(b), closed
 }
 
+// clientClosed checks that the gateway recorded the request that h's
+// caller left as 499 client-closed, and returns the row's answer.
+func (h *hostile) clientClosed(t *testing.T) string {
+	t.Helper()
+	select {
+	case r := <-h.records:
+		if r.Status != 499 || r.Error != record.ErrorClientClosed {
+			t.Errorf("recorded %d %s, want 499 %s", r.Status, r.Error, record.ErrorClientClosed)
+		}
+	case <-time.After(10 * time.Second): // a bound on a hang, not a timing
+		t.Error("no record")
+	}
+	return "no answer, connection closed; recorded 499 client-closed"
+}
+
 // halfClosed sends text, a request the upstream never answers, and
 // closes the connection's sending side; it fails t if the gateway answers
 // anything before it closes the connection.
@@ -430,27 +445,11 @@ func TestHostileClients(t *testing.T) {
 		// success for a request never served.
 		{"a request, then the caller closes its sending side", nil, func(t *testing.T, h *hostile) string {
 			halfClosed(t, h, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Wait: 1\r\nContent-Length: 2\r\n\r\n{}")
-			select {
-			case r := <-h.records:
-				if r.Status != 499 || r.Error != record.ErrorClientClosed {
-					t.Errorf("recorded %d %s, want 499 %s", r.Status, r.Error, record.ErrorClientClosed)
-				}
-			case <-time.After(10 * time.Second): // a bound on a hang, not a timing
-				t.Error("no record")
-			}
-			return "no answer, connection closed; recorded 499 client-closed"
+			return h.clientClosed(t)
 		}, 1},
 		{"a body cut short, then the caller closes its sending side", nil, func(t *testing.T, h *hostile) string {
 			halfClosed(t, h, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n{}")
-			select {
-			case r := <-h.records:
-				if r.Status != 499 || r.Error != record.ErrorClientClosed {
-					t.Errorf("recorded %d %s, want 499 %s", r.Status, r.Error, record.ErrorClientClosed)
-				}
-			case <-time.After(10 * time.Second): // a bound on a hang, not a timing
-				t.Error("no record")
-			}
-			return "no answer, connection closed; recorded 499 client-closed"
+			return h.clientClosed(t)
 		}, 0},
 		{"a status request, then the caller closes its sending side", nil, func(t *testing.T, h *hostile) string {
 			halfClosed(t, h, "GET /health HTTP/1.1\r\nHost: x\r\nX-Wait: 1\r\n\r\n")

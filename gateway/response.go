@@ -697,15 +697,17 @@ func writeError(w http.ResponseWriter, r *http.Request, status int, kind, msg st
 	within(w, errorWriteBound, func() { apierr.Write(w, status, kind, msg) })
 }
 
-// within runs write, which writes a small answer to w, and flushes it,
-// all within d; the connection's write deadline is cleared after, for its
-// next request.
+// within runs write, which writes an answer to w, and flushes it, all
+// within d (no bound if d is not positive); the connection's write
+// deadline is cleared after, for its next request.
 func within(w http.ResponseWriter, d time.Duration, write func()) {
 	rc := http.NewResponseController(w)
-	rc.SetWriteDeadline(time.Now().Add(d))
+	if d > 0 {
+		rc.SetWriteDeadline(time.Now().Add(d))
+		defer rc.SetWriteDeadline(time.Time{})
+	}
 	write()
 	rc.Flush()
-	rc.SetWriteDeadline(time.Time{})
 }
 
 // unread closes the connection after the answer to r, whose body the

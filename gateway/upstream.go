@@ -267,19 +267,13 @@ func (u *upstream) passThrough(w http.ResponseWriter, r *http.Request, path stri
 	defer resp.Body.Close()
 	copyHeader(w.Header(), resp.Header)
 	unread(w, r)
-	if d := u.IdleTimeout; d > 0 {
-		// The caller takes the answer within the idle timeout, or is
-		// gone: one that pipelines requests and reads nothing must not
-		// hold the connection's handler.
-		rc := http.NewResponseController(w)
-		rc.SetWriteDeadline(time.Now().Add(d))
-		defer func() {
-			rc.Flush()
-			rc.SetWriteDeadline(time.Time{})
-		}()
-	}
-	w.WriteHeader(resp.StatusCode)
-	io.Copy(w, resp.Body)
+	// The caller takes the answer within the idle timeout, or is gone:
+	// one that pipelines requests and reads nothing must not hold the
+	// connection's handler.
+	within(w, u.IdleTimeout, func() {
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+	})
 }
 
 // slot checks v, a slot a client named (Outlast-Slot, or llama.cpp's
