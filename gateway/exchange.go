@@ -481,12 +481,17 @@ func (x *exchange) move(from, to *upstream, reason outlast.FallbackReason, err e
 // plainStream asks for a stream without a content coding: the gateway
 // reads every event (for the commit, an error, a continuation), which it
 // cannot in a compressed stream, and SDKs offer gzip for every request.
-// An answer that is not a stream passes as it came, coded or not.
+// It asks in so many words: a request with no Accept-Encoding accepts
+// any coding (RFC 9110, section 12.5.3), which a compressing server or
+// CDN in front of the upstream may take it at. An answer that is not a
+// stream passes as it came, coded or not.
 func (x *exchange) plainStream(h http.Header) {
 	if x.rec.Stream {
-		delete(h, "Accept-Encoding")
+		h["Accept-Encoding"] = identity
 	}
 }
+
+var identity = []string{"identity"}
 
 // request is the request that roundTripper sends: the upstream's, or for
 // a pool, one that its members' requests are made from.
