@@ -719,6 +719,44 @@ func TestStreamEndKeepsCRLF(t *testing.T) {
 	}
 }
 
+// Nothing after a stream's last event reaches the caller, though it came
+// in the same read: not another chunk after [DONE], and not an error
+// event after message_stop, which would make a whole answer a failure,
+// for the caller and in the record.
+func TestNothingAfterTheLastEvent(t *testing.T) {
+	t.Parallel()
+	openAI := chunkEvent("Hello", "stop") + "\n\ndata: [DONE]\n\n"
+	anthropic := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"content\":[]}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	for _, c := range []struct {
+		name, whole, after string
+	}{
+		{"openai", openAI, chunkEvent(" again", "") + "\n\n"},
+		{"anthropic", anthropic, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"},
+	} {
+		for _, off := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/continuation off %v", c.name, off), func(t *testing.T) {
+				t.Parallel()
+				base, _, records := continuing(t, time.Hour, offIf(off), [2]string{"primary", heldOpen(t, c.whole+c.after)})
+				resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(openAIStream))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || string(got) != c.whole {
+					t.Errorf("the caller got %q, %v; want the stream to its last event, %q", got, err, c.whole)
+				}
+				if r := <-records; r.Error != "" {
+					t.Errorf("recorded error %q, want none", r.Error)
+				}
+			})
+		}
+	}
+}
+
 // With continuation off, a stream that ends cleanly before its last event
 // is broken, not whole, when its API ends with an event of its own: the
 // caller gets an error event after what came, as it would for a reset,

@@ -248,7 +248,7 @@ func (w *watch) event(raw []byte, ev sse.Event) ([]byte, error) {
 }
 
 func (w *watch) passed(ev sse.Event) {
-	if !ev.HasData || w.failed {
+	if !ev.HasData || w.failed || w.done {
 		return
 	}
 	if !w.seen {
@@ -257,7 +257,6 @@ func (w *watch) passed(ev sse.Event) {
 	switch {
 	case sse.IsFailure(&ev):
 		w.failed = true
-	case w.done:
 	case sse.IsEnd(&ev):
 		w.done = true
 	case w.ends && !w.finished:

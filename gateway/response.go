@@ -502,6 +502,9 @@ func (c *eventCopy) take(p []byte) error {
 			if err := c.write(out); err != nil {
 				return err
 			}
+			if e, ok := c.f.(ender); ok && e.over() {
+				return nil // the stream's last event: what follows it in p never reaches the caller
+			}
 		}
 	}
 	return nil
