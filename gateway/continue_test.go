@@ -572,6 +572,58 @@ func TestContinuationAfterErrorThenDone(t *testing.T) {
 	}
 }
 
+// An error event known by its name, whose data is not an error chunk
+// or Anthropic's error (some OpenAI-compatible servers send the error
+// object alone), is held back as either would be: the caller gets one
+// stream, continued, with no error in it.
+func TestContinuationAfterNamedErrorEvent(t *testing.T) {
+	t.Parallel()
+	named := "event: error\ndata: {\"message\":\"boom\",\"code\":\"server_error\"}\n\n"
+	t.Run("openai", func(t *testing.T) {
+		t.Parallel()
+		up := newUpstream(t,
+			sseOnce(chunkEvent("Hello", "")+"\n\n"+named),
+			sseOnce(chunkEvent(" world", "stop")+"\n\ndata: [DONE]\n\n"))
+		base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", up.URL})
+		s := postStream(t, base+"/v1/chat/completions", openAIStream, nil)
+		if text, _, _, done, errs := s.openAIText(); text != "Hello world" || done != 1 || errs != 0 {
+			t.Errorf("got %q, %d [DONE], %d error events; want \"Hello world\" continued, one [DONE], no error", text, done, errs)
+		}
+		if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationOK || r.Error != "" {
+			t.Errorf("recorded continuations %+v, error %q; want one, continued, and no error", r.Continuations, r.Error)
+		}
+	})
+	t.Run("anthropic", func(t *testing.T) {
+		t.Parallel()
+		start := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"content\":[]}}\n\n" +
+			"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+		delta := func(text string) string {
+			return "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"" + text + "\"}}\n\n"
+		}
+		end := "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\n" +
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+		up := newUpstream(t, sseOnce(start+delta("Hello")+named), sseOnce(start+delta(" world")+end))
+		base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", up.URL})
+		s := postStream(t, base+"/v1/messages", `{"model":"claude","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"say it"}]}`, nil)
+		var text strings.Builder
+		count := map[string]int{}
+		for _, e := range s.events {
+			count[e.name]++
+			var d struct{ Delta struct{ Text string } }
+			if e.name == "content_block_delta" && json.Unmarshal([]byte(e.data), &d) == nil {
+				text.WriteString(d.Delta.Text)
+			}
+		}
+		if text.String() != "Hello world" || count["error"] != 0 || count["message_stop"] != 1 {
+			t.Errorf("got %q with events %v; want \"Hello world\" continued, one message_stop, no error", text.String(), count)
+		}
+		if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationOK || r.Error != "" {
+			t.Errorf("recorded continuations %+v, error %q; want one, continued, and no error", r.Continuations, r.Error)
+		}
+	})
+}
+
 // A stream whose last event the upstream cuts off, by its clean end
 // without the blank line, or by a break inside an event too long to hold:
 // what the gateway sends after it (the continuation, or its error event)

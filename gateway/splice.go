@@ -152,10 +152,14 @@ func (s *splice) event(raw []byte, ev sse.Event) ([]byte, error) {
 	}
 	var out []byte
 	text := ""
-	switch s.api {
-	case apiOpenAI:
+	switch {
+	case s.api != apiUnknown && sse.IsFailureName(ev.Name):
+		// An error event by its name, whatever its data: some
+		// OpenAI-compatible servers send the error object alone.
+		s.broke = bytes.Clone(ev.Data) // kept from the caller, who may yet get the answer
+	case s.api == apiOpenAI:
 		out, text = s.openAI(raw, ev.Data, read)
-	case apiAnthropic:
+	case s.api == apiAnthropic:
 		out, text = s.anthropic(raw, string(ev.Name), ev.Data)
 	default:
 		out = raw

@@ -227,6 +227,10 @@ func KindOf(ev *Event) Kind {
 
 // failureType reports whether typ, an event's name or its data's type,
 // is a failure's: an error, or the Responses API's response.failed.
+// IsFailureName reports whether name, an event's, names a failure
+// whatever its data holds: "error" or "response.failed".
+func IsFailureName(name []byte) bool { return failureType(name) }
+
 func failureType(typ []byte) bool {
 	switch string(typ) {
 	case "error", "response.failed":

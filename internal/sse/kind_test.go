@@ -102,6 +102,9 @@ func FuzzKind(f *testing.F) {
 		if IsFailure(ev) != (k == Failure) {
 			t.Fatalf("event %q %q: KindOf %v, IsFailure %v", name, data, k, IsFailure(ev))
 		}
+		if IsFailureName(ev.Name) && k != Failure {
+			t.Fatalf("event %q %q: IsFailureName, but KindOf %v", name, data, k)
+		}
 		if IsEnd(ev) != (k == End) {
 			t.Fatalf("event %q %q: KindOf %v, IsEnd %v", name, data, k, IsEnd(ev))
 		}
