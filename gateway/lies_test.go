@@ -98,6 +98,24 @@ func TestProgressThenWholeAnswer(t *testing.T) {
 	}
 }
 
+// A status path goes with the upstream's held credential in place of the
+// caller's, as a model request does: a caller's key for another provider
+// never reaches this upstream, and /v1/models is answered with the key
+// the gateway holds.
+func TestStatusPathTakesHeldCredential(t *testing.T) {
+	up := newUpstream(t, status(200, `{"data":[]}`))
+	base, _ := gw(t, up, func(u *gateway.Upstream) { u.Auth = gateway.NewCredential("api-key", "held-key") })
+	resp, _ := send(t, http.MethodGet, base+"/v1/models", "", map[string]string{"Authorization": "Bearer caller-key", "X-Api-Key": "caller-key"})
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/models: %d", resp.StatusCode)
+	}
+	h := up.request(0).Header
+	if h.Get("Api-Key") != "held-key" || h.Get("Authorization") != "" || h.Get("X-Api-Key") != "" {
+		t.Errorf("the upstream got api-key %q, Authorization %q, x-api-key %q; want the held key alone",
+			h.Get("Api-Key"), h.Get("Authorization"), h.Get("X-Api-Key"))
+	}
+}
+
 // A streaming request asks for no coding, whatever the caller's
 // Accept-Encoding, which SDKs send with every request: the gateway reads
 // each event, which it could not in a compressed stream. Without the

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -316,4 +317,28 @@ func TestGatewayPoolConfig(t *testing.T) {
 			t.Errorf("%s: err = %v, want one that says %q", c.name, err, c.want)
 		}
 	}
+}
+
+// A pool's status paths (/v1/models, llama.cpp's /health) go to its
+// first member, with that member's credential in place of the caller's,
+// as a model request does: the pool has no URL of its own.
+func TestGatewayPoolStatusPaths(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newKeyed(100)
+		g := poolGateway(t, k, record.Observer{})
+		for _, path := range []string{"/v1/models", "/health"} {
+			req := httptest.NewRequest(http.MethodGet, path, nil)
+			req.Header.Set("Authorization", "Bearer caller")
+			w := httptest.NewRecorder()
+			g.ServeHTTP(w, req)
+			if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "a.test") {
+				t.Errorf("GET %s: got %d %q, want the first member's answer", path, w.Code, w.Body)
+			}
+		}
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if got := k.auth["a.test"]; len(got) != 2 || got[0] != "Bearer key-a" || got[1] != "Bearer key-a" {
+			t.Errorf("the first member got Authorization %q, want its own key twice", got)
+		}
+	})
 }

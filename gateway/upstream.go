@@ -246,6 +246,11 @@ func (u *upstream) isStatus(method, path string) bool {
 // a body: a GET's or HEAD's means nothing to a status endpoint, and one
 // forwarded would escape --max-body and the body's timeout.
 func (u *upstream) passThrough(w http.ResponseWriter, r *http.Request, path string) {
+	if len(u.members) > 0 {
+		// A pool has no URL of its own: its status paths are its first
+		// member's, as the pool's members serve one model alike.
+		u = u.members[0]
+	}
 	ctx := r.Context()
 	if d := u.FirstByteTimeout; d > 0 {
 		var cancel context.CancelFunc
@@ -253,6 +258,9 @@ func (u *upstream) passThrough(w http.ResponseWriter, r *http.Request, path stri
 		defer cancel()
 	}
 	out := u.outbound(ctx, r, path, true)
+	if u.Auth != nil {
+		u.Auth.apply(out.Header) // the held credential, never the caller's, as for a model request
+	}
 	out.Body, out.ContentLength, out.TransferEncoding, out.GetBody = http.NoBody, 0, nil, nil
 	resp, err := u.transport.Base.RoundTrip(out)
 	if err != nil {
