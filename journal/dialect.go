@@ -198,8 +198,9 @@ func isBusy(err error) bool {
 func openPostgres(ctx context.Context, spec string, create bool) (Store, error) {
 	cfg, err := pgxpool.ParseConfig(spec)
 	if err != nil {
-		// pgx's parse errors hide the password themselves.
-		return nil, fmt.Errorf("journal: %w", err)
+		// pgx's parse errors hide the user info's password, not a
+		// parameter's (CheckSpec, which Open calls first, hides both).
+		return nil, fmt.Errorf("journal: %s", passwordParam.ReplaceAllString(err.Error(), "${1}xxxxx"))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -190,10 +191,11 @@ func CheckSpec(spec string) error {
 				if strings.ContainsAny(reason, "\r\n") {
 					reason = strconv.Quote(reason)
 				}
-				return fmt.Errorf("journal: cannot parse %q: %s", shown, reason)
+				return fmt.Errorf("journal: cannot parse %q: %s", passwordParam.ReplaceAllString(shown, "${1}xxxxx"), reason)
 			}
 		}
-		return fmt.Errorf("journal: %q", err.Error()) // pgx's message of another shape, quoted whole
+		// pgx's message of another shape, quoted whole.
+		return fmt.Errorf("journal: %q", passwordParam.ReplaceAllString(err.Error(), "${1}xxxxx"))
 	}
 	return fmt.Errorf("journal: spec %q: want off, sqlite:PATH or postgres://…", redactSpec(spec))
 }
@@ -214,10 +216,30 @@ func open(ctx context.Context, spec string, create bool) (Store, error) {
 	return openPostgres(ctx, spec, create)
 }
 
-// redactSpec hides a password in spec, for error messages.
+// redactSpec hides the passwords in spec, for error messages: the user
+// info's, and a parameter's whose name holds "password" (libpq's and
+// pgx's password and sslpassword).
 func redactSpec(spec string) string {
-	if u, err := url.Parse(spec); err == nil && u.User != nil {
-		return u.Redacted()
+	u, err := url.Parse(spec)
+	if err != nil {
+		return passwordParam.ReplaceAllString(spec, "${1}xxxxx")
 	}
-	return spec
+	if q := u.Query(); len(q) > 0 {
+		hidden := false
+		for k, vs := range q {
+			if strings.Contains(strings.ToLower(k), "password") {
+				for i := range vs {
+					vs[i] = "xxxxx"
+				}
+				hidden = true
+			}
+		}
+		if hidden {
+			u.RawQuery = q.Encode()
+		}
+	}
+	return u.Redacted()
 }
+
+// passwordParam is a password parameter in a spec url.Parse refuses.
+var passwordParam = regexp.MustCompile(`(?i)(password=)[^&\s'"` + "`" + `]*`)

@@ -621,6 +621,11 @@ func TestOpen(t *testing.T) {
 		{"query in path", "sqlite:a.db?mode=ro", false, true},
 		// A server that is not there fails Open, not the first write.
 		{"no server", "postgres://u:pw-secret@127.0.0.1:1/x?connect_timeout=5", false, true},
+		// libpq and pgx take the password as a parameter too.
+		{"password parameter", "postgres://u@127.0.0.1:1/x?connect_timeout=5&password=pw-secret", false, true},
+		{"ssl password parameter", "postgres://u@127.0.0.1:1/x?sslpassword=pw-secret&connect_timeout=5", false, true},
+		{"password parameter, bad port", "postgres://u@127.0.0.1:99999/x?password=pw-secret", false, true},
+		{"password parameter, unknown scheme", "mysql://u@h/x?password=pw-secret", false, true},
 	}
 	for _, c := range tests {
 		s, err := journal.Open(context.Background(), c.spec)
