@@ -40,7 +40,9 @@ import (
 // Errors are the gateway's own, in one shape: an Outlast-Error header
 // naming the kind and {"type":"error","error":{"type":"outlast_KIND",
 // "message":"…"}}. A bad query parameter or cursor gets 400, kind invalid,
-// naming it; an unknown request or run gets 404, kind not-found; a method
+// naming it, as does a run too long to return at once (more than
+// MaxRun requests, to be paged through with the list's run parameter);
+// an unknown request or run gets 404, kind not-found; a method
 // other than GET or HEAD gets 405, kind method; a journal that cannot be
 // read gets 500, kind internal. With no store (the journal is off), every
 // endpoint answers 404, kind not-found, saying so.
@@ -165,7 +167,7 @@ func (a *API) storeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		apierr.Write(w, http.StatusNotFound, apierr.NotFound, err.Error())
-	case errors.Is(err, ErrBadCursor), errors.Is(err, ErrInvalid):
+	case errors.Is(err, ErrBadCursor), errors.Is(err, ErrInvalid), errors.Is(err, ErrRunTooLong):
 		apierr.Write(w, http.StatusBadRequest, apierr.Invalid, err.Error())
 	default:
 		apierr.Write(w, http.StatusInternalServerError, apierr.Internal, "outlast: reading the journal: "+err.Error())

@@ -6,6 +6,9 @@ import (
 	"fmt"
 )
 
+// SetMaxRun sets s's bound on Run, s being a Store that Open returned.
+func SetMaxRun(s Store, n int) { s.(*sqlStore).maxRun = n }
+
 // MaxBatch is the most records a Writer writes in one batch.
 const MaxBatch = maxBatch
 

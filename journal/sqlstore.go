@@ -23,10 +23,11 @@ import (
 
 // sqlStore is the Store of both databases, through database/sql.
 type sqlStore struct {
-	d    *dialect
-	w    *sql.DB       // for writes
-	r    *sql.DB       // for reads; w itself on PostgreSQL
-	pool *pgxpool.Pool // under w and r on PostgreSQL, else nil
+	maxRun int // Run's bound, if not MaxRun: for a test
+	d      *dialect
+	w      *sql.DB       // for writes
+	r      *sql.DB       // for reads; w itself on PostgreSQL
+	pool   *pgxpool.Pool // under w and r on PostgreSQL, else nil
 
 	// stmts are the write statements, prepared on w once, before the
 	// first write's transaction takes SQLite's one connection, because
@@ -463,10 +464,15 @@ func (s *sqlStore) Run(ctx context.Context, run string) ([]record.Request, error
 	if run == "" {
 		return nil, errors.New("journal: run: the run's name is empty")
 	}
+	limit := s.maxRun
+	if limit == 0 {
+		limit = MaxRun
+	}
 	var recs []record.Request
 	err := s.read(ctx, func(tx *sql.Tx) (err error) {
-		recs, err = s.requests(ctx, tx, "WHERE run = "+s.d.ph(1)+" ORDER BY started_at, id", run)
-		if err != nil {
+		// One more than the bound says whether the run is longer.
+		recs, err = s.requests(ctx, tx, "WHERE run = "+s.d.ph(1)+" ORDER BY started_at, id LIMIT "+s.d.ph(2), run, limit+1)
+		if err != nil || len(recs) > limit {
 			return err
 		}
 		return s.attach(ctx, tx, recs)
@@ -476,6 +482,8 @@ func (s *sqlStore) Run(ctx context.Context, run string) ([]record.Request, error
 		return nil, fmt.Errorf("journal: run %q: %w", run, err)
 	case len(recs) == 0:
 		return nil, fmt.Errorf("%w: run %q", ErrNotFound, run)
+	case len(recs) > limit:
+		return nil, fmt.Errorf("%w: run %q has more than %d requests: page through them with a list of the run's (GET /outlast/requests?run=…)", ErrRunTooLong, run, limit)
 	}
 	return recs, nil
 }

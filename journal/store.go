@@ -26,6 +26,11 @@ const (
 	MaxLimit     = 1000
 )
 
+// MaxRun is the most requests [Store.Run] returns: a longer run is
+// ErrRunTooLong, to be paged through with List's Query.Run, so that one
+// read cannot take the gateway's memory.
+const MaxRun = 10_000
+
 // Errors a Store returns; match them with errors.Is.
 var (
 	// ErrNotFound is returned by Get for an unknown request, and by Run
@@ -34,6 +39,10 @@ var (
 
 	// ErrBadCursor is returned by List for a cursor it did not make.
 	ErrBadCursor = errors.New("journal: bad cursor")
+
+	// ErrRunTooLong is returned by Run for a run of more than MaxRun
+	// requests.
+	ErrRunTooLong = errors.New("journal: run too long to return at once")
 
 	// ErrNoJournal is wrapped by OpenExisting's error when its spec names
 	// no journal: a SQLite file that does not exist, or a database
@@ -59,7 +68,8 @@ type Store interface {
 	List(ctx context.Context, q Query) (Page, error)
 
 	// Run returns the requests of a run, oldest first, or an error
-	// wrapping ErrNotFound if it has none.
+	// wrapping ErrNotFound if it has none, or ErrRunTooLong if it has
+	// more than MaxRun.
 	Run(ctx context.Context, run string) ([]record.Request, error)
 
 	// Ended returns up to limit requests (as Query.Limit bounds it) that

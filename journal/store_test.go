@@ -490,6 +490,15 @@ func testRun(t *testing.T, b backend) {
 	if _, err := s.Run(context.Background(), ""); err == nil {
 		t.Errorf("Run(\"\"): got no error, want one")
 	}
+	// A run longer than the bound is refused whole, never cut short.
+	journal.SetMaxRun(s, 3)
+	if recs, err := s.Run(context.Background(), "x"); err != nil || len(recs) != 3 {
+		t.Errorf("Run of 3 within a bound of 3: got %d, %v; want them all", len(recs), err)
+	}
+	write(t, s, request("x4", "x", t0.Add(4*time.Second), 200, 1))
+	if recs, err := s.Run(context.Background(), "x"); !errors.Is(err, journal.ErrRunTooLong) || recs != nil {
+		t.Errorf("Run of 4 within a bound of 3: got %d, %v; want none and ErrRunTooLong", len(recs), err)
+	}
 }
 
 func testPrune(t *testing.T, b backend) {
