@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,11 +17,30 @@ import (
 	"github.com/outlast-llm/outlast"
 	"github.com/outlast-llm/outlast/gate"
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/internal/redact"
 	"github.com/outlast-llm/outlast/redisgate"
 )
 
 // redisTimeout bounds every call the gateway makes to Redis.
 const redisTimeout = 500 * time.Millisecond
+
+// go-redis logs through one logger for the process, in plain text to
+// stderr by default: a line a second while Redis is down, in the middle
+// of serve's JSON. redisLogger sends its lines to the latest server's
+// logger instead, at debug level: the Monitor's warning says the same to
+// the operator, once.
+var (
+	redisLog     atomic.Pointer[slog.Logger]
+	redisLogOnce sync.Once
+)
+
+type redisLogger struct{}
+
+func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if l := redisLog.Load(); l != nil {
+		l.DebugContext(ctx, "outlast: redis: "+redact.Text(fmt.Sprintf(format, v...)))
+	}
+}
 
 // shared is what the gateway keeps in Redis, with Config.Redis: each
 // upstream's gates (redisgate.Gate, with this process's own in their place
@@ -44,6 +65,8 @@ func openShared(url string, gc *gateway.Config, logger *slog.Logger) (*shared, e
 	opts.ContextTimeoutEnabled = true
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = redisTimeout, redisTimeout, redisTimeout
 	opts.MaxRetries = -1 // a retry would double the time to learn that Redis is gone
+	redisLog.Store(logger)
+	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{}) })
 	s := &shared{client: redis.NewClient(opts), replica: replicaName()}
 	s.mon = redisgate.NewMonitor(s.client, time.Second, redisTimeout, func(degraded bool, err error) {
 		if degraded {

@@ -394,6 +394,13 @@ func TestReplicasRedisRestart(t *testing.T) {
 			return strings.Contains(p.log.String(), "redis is unreachable") && strings.Contains(p.log.String(), "redis is back")
 		}
 		waitUntil(t, 10*time.Second, fmt.Sprintf("replica %d's log to say that redis went and came back", i), said)
+		// Its log is JSON lines throughout, the Redis client's included,
+		// which it writes while Redis is down.
+		for line := range strings.Lines(p.log.String()) {
+			if !json.Valid([]byte(line)) {
+				t.Errorf("replica %d's log has a line that is not JSON: %q", i, line)
+			}
+		}
 	}
 }
 
