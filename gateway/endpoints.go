@@ -200,9 +200,6 @@ func admissionHealth(a *outlast.Admission) *AdmissionHealth {
 func (g *Gateway) Health() Health {
 	h := Health{Version: outlast.Version, Upstreams: []UpstreamHealth{}, Goroutines: runtime.NumGoroutine(), Connections: -1,
 		Gate: GateHealth{Backend: "process", State: "ok"}}
-	if f := g.cfg.GateHealth; f != nil {
-		h.Gate = f()
-	}
 	if c := g.conns.Load(); c != nil {
 		h.Connections = c.open.Load()
 	}
@@ -231,6 +228,11 @@ func (g *Gateway) Health() Health {
 	if f := g.cfg.JournalStats; f != nil {
 		d, fl := f()
 		h.Journal = &JournalHealth{Dropped: d, Failed: fl}
+	}
+	if f := g.cfg.GateHealth; f != nil {
+		// After the gates' loads, which may be what finds a shared
+		// store gone: the state is then this call's, not the last one's.
+		h.Gate = f()
 	}
 	return h
 }

@@ -72,3 +72,22 @@ func TestRedisLoad(t *testing.T) {
 		})
 	}
 }
+
+// The first health read of a gateway whose Redis cannot be reached says
+// degraded, before any request has found it gone: health's own reads of
+// the gates find it.
+func TestRedisHealthFirstRead(t *testing.T) {
+	u, _ := url.Parse("http://127.0.0.1:1")
+	srv, err := server.New(t.Context(), server.Config{
+		Gateway: gateway.Config{Upstreams: []gateway.Upstream{{URL: u, Slots: 2}}, Logger: slog.New(slog.DiscardHandler)},
+		Journal: "off",
+		Redis:   "redis://" + closedAddr(t) + "/0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close(context.Background()) })
+	if got := srv.Gateway.Health().Gate.State; got != "degraded" {
+		t.Errorf("the gate's state at the first read: got %q, want degraded", got)
+	}
+}
