@@ -33,6 +33,7 @@
 //	outlast_pool_member_remaining{upstream,limit}   gauge: what is left of a pool member's rate limit (requests, tokens), as its pool counts it now
 //	outlast_pool_member_limit{upstream,limit}       gauge: a pool member's rate limit a window, as its answers state it
 //	outlast_journal_dropped_total                   records the journal dropped because its queue was full
+//	outlast_journal_failed_total                    records the journal gave up because its store refused them (a database gone, a disk full)
 //
 // An outcome, and a retry's reason, is the attempt's outlast.Class, as the
 // record carries it: rate_limited (429), overloaded (529), status_4xx,

@@ -68,6 +68,7 @@ type Metrics struct {
 
 	loads    atomic.Pointer[func() []record.Load]
 	dropped  atomic.Pointer[func() uint64]
+	failed   atomic.Pointer[func() uint64]
 	degraded atomic.Pointer[func() bool]
 }
 
@@ -130,12 +131,16 @@ func (m *Metrics) register() {
 		Name: "outlast_journal_dropped_total",
 		Help: "Records the journal dropped because its queue was full.",
 	}, m.journalDropped)
+	failed := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "outlast_journal_failed_total",
+		Help: "Records the journal gave up because its store refused them three times (a database gone, a disk full), or because shutdown's flush ran out of time.",
+	}, m.journalFailed)
 	degraded := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "outlast_gate_degraded",
 		Help: "1 while the gates and admission state shared through Redis cannot be reached and this gateway's own stand in, else 0.",
 	}, m.gateDegraded)
 	m.reg.MustRegister(m.requests, m.attempts, m.retries, m.retryWait, m.busy,
-		m.latency, m.gateWait, m.admWait, m.probes, m.fallbacks, m.conts, m.hedges, dropped, degraded, queueDepth{m}, admissionState{m}, memberHeadroom{m})
+		m.latency, m.gateWait, m.admWait, m.probes, m.fallbacks, m.conts, m.hedges, dropped, failed, degraded, queueDepth{m}, admissionState{m}, memberHeadroom{m})
 }
 
 func (m *Metrics) newSeries(label string) *series {
@@ -312,6 +317,17 @@ func (m *Metrics) SetJournalDropped(f func() uint64) {
 	m.dropped.Store(&f)
 }
 
+// SetJournalFailed sets the func that each scrape reads
+// outlast_journal_failed_total from, such as journal.Writer's Failed.
+// Until it is set, or if f is nil, the counter is 0.
+func (m *Metrics) SetJournalFailed(f func() uint64) {
+	if f == nil {
+		m.failed.Store(nil)
+		return
+	}
+	m.failed.Store(&f)
+}
+
 // SetGateDegraded sets the func that each scrape reads
 // outlast_gate_degraded from: whether the gates and admission state shared
 // through Redis are unreachable, and this process's own stand in. Until it
@@ -331,8 +347,13 @@ func (m *Metrics) gateDegraded() float64 {
 	return 0
 }
 
-func (m *Metrics) journalDropped() float64 {
-	if f := m.dropped.Load(); f != nil {
+func (m *Metrics) journalDropped() float64 { return readCount(&m.dropped) }
+
+func (m *Metrics) journalFailed() float64 { return readCount(&m.failed) }
+
+// readCount reads a counter from the func p holds, or 0 without one.
+func readCount(p *atomic.Pointer[func() uint64]) float64 {
+	if f := p.Load(); f != nil {
 		return float64((*f)())
 	}
 	return 0

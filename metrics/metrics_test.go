@@ -35,7 +35,7 @@ var (
 // zeroSeries returns every series New must export for the upstreams, each
 // at zero.
 func zeroSeries(upstreams ...string) map[string]float64 {
-	want := map[string]float64{"outlast_journal_dropped_total": 0, "outlast_gate_degraded": 0}
+	want := map[string]float64{"outlast_journal_dropped_total": 0, "outlast_journal_failed_total": 0, "outlast_gate_degraded": 0}
 	for _, u := range upstreams {
 		for _, c := range codes {
 			want[fmt.Sprintf(`outlast_requests_total{code=%q,upstream=%q}`, c, u)] = 0
@@ -456,22 +456,29 @@ func TestSetLoadsNil(t *testing.T) {
 	}
 }
 
-func TestJournalDropped(t *testing.T) {
+// The journal's losses, records dropped from a full queue and records
+// its store refused, each follow the func they are given, read at each
+// scrape.
+func TestJournalLosses(t *testing.T) {
 	t.Parallel()
-	const k = "outlast_journal_dropped_total"
-	m := metrics.New(nil)
-	var dropped uint64 = 7
-	m.SetJournalDropped(func() uint64 { return dropped })
-	if got := scrape(t, m.Handler())[k]; got != 7 {
-		t.Errorf("%s: got %v, want 7", k, got)
-	}
-	dropped = 9 // read at each scrape, not copied
-	if got := scrape(t, m.Handler())[k]; got != 9 {
-		t.Errorf("%s after the journal dropped more: got %v, want 9", k, got)
-	}
-	m.SetJournalDropped(nil)
-	if got := scrape(t, m.Handler())[k]; got != 0 {
-		t.Errorf("%s after SetJournalDropped(nil): got %v, want 0", k, got)
+	for k, set := range map[string]func(*metrics.Metrics, func() uint64){
+		"outlast_journal_dropped_total": (*metrics.Metrics).SetJournalDropped,
+		"outlast_journal_failed_total":  (*metrics.Metrics).SetJournalFailed,
+	} {
+		m := metrics.New(nil)
+		var n uint64 = 7
+		set(m, func() uint64 { return n })
+		if got := scrape(t, m.Handler())[k]; got != 7 {
+			t.Errorf("%s: got %v, want 7", k, got)
+		}
+		n = 9 // read at each scrape, not copied
+		if got := scrape(t, m.Handler())[k]; got != 9 {
+			t.Errorf("%s after the journal lost more: got %v, want 9", k, got)
+		}
+		set(m, nil)
+		if got := scrape(t, m.Handler())[k]; got != 0 {
+			t.Errorf("%s after setting nil: got %v, want 0", k, got)
+		}
 	}
 }
 

@@ -272,6 +272,7 @@ func (s *Server) newGateway(logger *slog.Logger) (*gateway.Gateway, error) {
 	if w := s.Writer; w != nil {
 		obs = append(obs, journal.Observer(w, journal.ObserverConfig{Headers: s.cfg.JournalHeaders}))
 		s.Metrics.SetJournalDropped(w.Dropped)
+		s.Metrics.SetJournalFailed(w.Failed)
 		gc.JournalStats = func() (uint64, uint64) { return w.Dropped(), w.Failed() }
 	}
 	gc.Observer = record.Observers(append(obs, s.cfg.Observer)...)
