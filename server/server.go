@@ -367,7 +367,7 @@ func (s *Server) Close(ctx context.Context) error {
 		}
 	}
 	if s.Store != nil {
-		if err := s.Store.Close(); err != nil {
+		if err := closeStore(ctx, s.Store); err != nil {
 			errs = append(errs, fmt.Errorf("the journal: %w", err))
 		}
 	}
@@ -375,6 +375,33 @@ func (s *Server) Close(ctx context.Context) error {
 		s.shared.close()
 	}
 	return errors.Join(errs...)
+}
+
+// storeCloseGrace is what closeStore gives a store past ctx's deadline:
+// one that closes at once (SQLite's) closes, whatever the flush before it
+// took.
+const storeCloseGrace = time.Second
+
+// closeStore closes st, waiting for it until ctx's deadline, or
+// storeCloseGrace if that is sooner. A store that takes longer (PostgreSQL
+// behind a network that stopped answering, whose pool's close waits on its
+// connections) is left to close as the process exits, rather than holding
+// a shutdown past its time. With no deadline, it waits as long as it takes.
+func closeStore(ctx context.Context, st journal.Store) error {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return st.Close()
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- st.Close() }()
+	t := time.NewTimer(max(time.Until(d), storeCloseGrace))
+	defer t.Stop()
+	select {
+	case err := <-closed:
+		return err
+	case <-t.C:
+		return errors.New("its store did not close in time, and is left to close as the process ends")
+	}
 }
 
 // RunJournalWriter returns at once, unless New started this process as a

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/outlast-llm/outlast/gateway"
@@ -156,4 +157,41 @@ func TestPageStartsWithTheJournal(t *testing.T) {
 	if got := strings.Join(ids, " "); got != "r1 r2 r3" {
 		t.Errorf("the page's requests: got %q, want r1 r2 r3", got)
 	}
+}
+
+// stuckStore is a journal whose Close waits for release.
+type stuckStore struct {
+	journal.Store
+	release chan struct{}
+	closed  bool
+}
+
+func (s *stuckStore) Close() error {
+	<-s.release
+	s.closed = true
+	return nil
+}
+
+// Closing the journal's store waits until the shutdown's deadline, not
+// past it: a PostgreSQL behind a network that stopped answering is left
+// to close as the process ends. A store that closes at once closes, even
+// after the flush before it spent the time.
+func TestCloseStoreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		stuck := &stuckStore{release: make(chan struct{})}
+		start := time.Now()
+		if err := server.CloseStore(ctx, stuck); err == nil || time.Since(start) != 10*time.Second {
+			t.Errorf("a store that does not close: got %v after %v, want an error at the deadline, 10s", err, time.Since(start))
+		}
+		close(stuck.release)
+		synctest.Wait()
+
+		quick := &stuckStore{release: make(chan struct{})}
+		close(quick.release)
+		if err := server.CloseStore(ctx, quick); err != nil || !quick.closed {
+			t.Errorf("a store that closes at once, past the deadline: got %v, closed %v; want it closed", err, quick.closed)
+		}
+	})
 }

@@ -1,0 +1,4 @@
+package server
+
+// CloseStore is closeStore, for its test.
+var CloseStore = closeStore
