@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,7 +45,8 @@ import (
 // MaxRun requests, to be paged through with the list's run parameter);
 // an unknown request or run gets 404, kind not-found; a method
 // other than GET or HEAD gets 405, kind method; a journal that cannot be
-// read gets 500, kind internal. With no store (the journal is off), every
+// read gets 500, kind internal, and one that does not answer within
+// ReadTimeout 504, kind timeout. With no store (the journal is off), every
 // endpoint answers 404, kind not-found, saying so.
 type API struct {
 	// Store is where the record is read. Nil means the journal is off.
@@ -54,12 +56,26 @@ type API struct {
 // Endpoints returns the API's handlers, keyed for gateway.Config.Endpoints.
 func (a *API) Endpoints() map[string]http.Handler {
 	return map[string]http.Handler{
-		"requests":  http.HandlerFunc(a.list),
-		"requests/": http.HandlerFunc(a.get),
-		"runs/":     http.HandlerFunc(a.run),
+		"requests":  bounded(a.list),
+		"requests/": bounded(a.get),
+		"runs/":     bounded(a.run),
 		// Under upstreams/, which leaves room for more of an upstream.
-		"upstreams/states": http.HandlerFunc(a.states),
+		"upstreams/states": bounded(a.states),
 	}
+}
+
+// ReadTimeout bounds a read of the API's store: a database that stopped
+// answering gets the reader a 504, and does not hold a connection's
+// handler (or the gateway's shutdown, which waits for handlers) for as
+// long as it does not answer.
+const ReadTimeout = 10 * time.Second
+
+func bounded(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), ReadTimeout)
+		defer cancel()
+		h(w, r.WithContext(ctx))
+	})
 }
 
 func (a *API) list(w http.ResponseWriter, r *http.Request) {
@@ -169,6 +185,8 @@ func (a *API) storeError(w http.ResponseWriter, err error) {
 		apierr.Write(w, http.StatusNotFound, apierr.NotFound, err.Error())
 	case errors.Is(err, ErrBadCursor), errors.Is(err, ErrInvalid), errors.Is(err, ErrRunTooLong):
 		apierr.Write(w, http.StatusBadRequest, apierr.Invalid, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		apierr.Write(w, http.StatusGatewayTimeout, apierr.Timeout, fmt.Sprintf("outlast: the journal did not answer within %v", ReadTimeout))
 	default:
 		apierr.Write(w, http.StatusInternalServerError, apierr.Internal, "outlast: reading the journal: "+err.Error())
 	}

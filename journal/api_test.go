@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/outlast-llm/outlast"
@@ -419,4 +420,28 @@ func TestAPIAdmissionThroughGateway(t *testing.T) {
 	if p := rec.Attempts[3]; !p.Probe || p.AdmissionWait <= 0 || p.Status != 200 {
 		t.Errorf("attempt 4: got probe %v, wait %v, status %d; want the probe, after a wait, answered 200", p.Probe, p.AdmissionWait, p.Status)
 	}
+}
+
+// stalledStore is a journal whose reads wait for their context to end, as
+// a database that stopped answering does.
+type stalledStore struct{ journal.Store }
+
+func (stalledStore) List(ctx context.Context, _ journal.Query) (journal.Page, error) {
+	<-ctx.Done()
+	return journal.Page{}, ctx.Err()
+}
+
+// A read of a store that does not answer ends at ReadTimeout with a 504,
+// rather than holding the caller and the handler for as long as the
+// database is silent.
+func TestAPIReadTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := (&journal.API{Store: stalledStore{}}).Endpoints()["requests"]
+		rec := httptest.NewRecorder()
+		start := time.Now()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/outlast/requests", nil))
+		if rec.Code != http.StatusGatewayTimeout || rec.Header().Get("Outlast-Error") != "timeout" || time.Since(start) != journal.ReadTimeout {
+			t.Errorf("got %d %s after %v, want 504 timeout after %v", rec.Code, rec.Header().Get("Outlast-Error"), time.Since(start), journal.ReadTimeout)
+		}
+	})
 }
