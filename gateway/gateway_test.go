@@ -390,6 +390,14 @@ func TestUnreachableAndTimeout(t *testing.T) {
 	if resp.StatusCode != 504 || resp.Header.Get("Outlast-Error") != "timeout" || stall.attempts() != 3 {
 		t.Errorf("got %d %q after %d attempts, want 504 timeout after 3", resp.StatusCode, resp.Header.Get("Outlast-Error"), stall.attempts())
 	}
+	// A status path that gets no answer within the first-byte timeout is
+	// a timeout too, not an unreachable upstream.
+	silent := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	base, _ = gw(t, silent, func(u *gateway.Upstream) { u.FirstByteTimeout = 50 * time.Millisecond })
+	resp, _ = send(t, http.MethodGet, base+"/health", "", nil)
+	if resp.StatusCode != 504 || resp.Header.Get("Outlast-Error") != "timeout" {
+		t.Errorf("GET /health of a silent upstream: got %d %q, want 504 timeout", resp.StatusCode, resp.Header.Get("Outlast-Error"))
+	}
 }
 
 // A stream that fails before its first byte is retried; the caller gets

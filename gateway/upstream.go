@@ -268,6 +268,11 @@ func (u *upstream) passThrough(w http.ResponseWriter, r *http.Request, path stri
 			abandon(w) // the caller left: no answer, not net/http's empty 200
 			return
 		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			writeError(w, r, http.StatusGatewayTimeout, apierr.Timeout,
+				fmt.Sprintf("outlast: upstream %s did not answer within %v (the first-byte timeout)", u.Name, u.FirstByteTimeout))
+			return
+		}
 		writeError(w, r, http.StatusBadGateway, apierr.Unreachable,
 			fmt.Sprintf("outlast: upstream %s is unreachable: %s", u.Name, redact.Text(err.Error())))
 		return
