@@ -40,6 +40,16 @@ type Headroom struct {
 	OutputTokens Quota
 }
 
+// resetBy returns h with every reset after latest moved to latest.
+func (h Headroom) resetBy(latest time.Time) Headroom {
+	for _, q := range []*Quota{&h.Requests, &h.Tokens, &h.InputTokens, &h.OutputTokens} {
+		if q.Reset.After(latest) {
+			q.Reset = latest
+		}
+	}
+	return h
+}
+
 // unknownQuota is a Quota the headers said nothing of.
 var unknownQuota = Quota{Limit: -1, Remaining: -1}
 

@@ -524,11 +524,9 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		failed[t.i] = true
 		from = t.i
-		if se, ok := errors.AsType[*StatusError](fail); p.canTakeNow(req, tokens, failed) || ok && se.StatusCode == http.StatusTooManyRequests {
+		if p.canTakeNow(req, tokens, failed) {
 			// Another member can take it now: no wait, whatever this
-			// member's delay, which holds this member alone. Or a member
-			// is out of quota: its delay holds it, and the wait for room
-			// that follows waits for the first member that has some.
+			// member's delay, which holds this member alone.
 			if s.n == 0 {
 				s.first = start
 			}
@@ -548,6 +546,13 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 			clear(failed)
 		}
 		news := keyNews{}
+		if p.paced(fail, start) {
+			// A member out of quota said when it has room: its delay
+			// holds it, and the wait for room that follows waits for the
+			// first member that has some, within the policy's bounds. A
+			// 429 that says nothing waits as the policy says.
+			news = keyNews{spaced: true, held: true}
+		}
 		wait, retry, derr := s.decide(ctx, fail, start, false, news)
 		if derr != nil {
 			discard(resp)
@@ -561,6 +566,21 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, waitErr(serr, wait, fail)
 		}
 	}
+}
+
+// paced reports whether fail, an attempt's failure that was sent at
+// start, is a 429 that says when its member has room: a Retry-After, or
+// a limit its headers say is spent until a reset.
+func (p *Pool) paced(fail error, start time.Time) bool {
+	se, ok := errors.AsType[*StatusError](fail)
+	if !ok || se.StatusCode != http.StatusTooManyRequests {
+		return false
+	}
+	if d, ok := RetryAfter(se.Header, start); ok && d > 0 {
+		return true
+	}
+	d, ok := spentUntil(ReadHeadroom(se.Header, start), start)
+	return ok && d > 0
 }
 
 // estimate returns r's tokens as Estimate or EstimateTokens counts them,
@@ -1071,6 +1091,11 @@ func (p *Pool) answered(t poolTicket, resp *http.Response, err error) error {
 		}
 	}
 	hr := ReadHeadroom(h, now)
+	if limit := p.Members[t.i].maxRetryAfter(); limit > 0 {
+		// A reset is a server's delay as a Retry-After is: one far off,
+		// from a server that lies or a limit of the day, is cut as one.
+		hr = hr.resetBy(now.Add(limit))
+	}
 	stated := hr.Requests.Known() || hr.Tokens.Known() || hr.InputTokens.Known()
 	if p.Share != nil && t.shareID != "" && stated {
 		// Not on the caller's time; an error leaves the shared count to

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -970,4 +971,57 @@ func TestPoolWaitLeavesTimeForTheAnswer(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A 429 that says nothing of when the member has room (no Retry-After,
+// no spent limit: OpenAI's insufficient_quota, say) is retried as the
+// policy says, its waits and its window, and not once a second for as
+// long as the deadline allows.
+func TestPool429WithoutDelayFollowsThePolicy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var at []time.Duration
+		start := time.Now()
+		quota := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			at = append(at, time.Since(start))
+			return &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{},
+				Body: io.NopCloser(strings.NewReader(`{"error":{"code":"insufficient_quota"}}`)), Request: r}, nil
+		})
+		pool := poolOf(&outlast.Policy{Waits: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}, Window: 10 * time.Second, Reserve: time.Second}, quota)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		resp, err := pool.RoundTrip(chat(t, ctx, "x", 10))
+		if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("got %v, %v; want the member's 429", resp, err)
+		}
+		resp.Body.Close()
+		want := []time.Duration{0, time.Second, 3 * time.Second, 7 * time.Second} // the next, at 11 s, is past the window
+		if !slices.Equal(at, want) {
+			t.Errorf("attempts at %v, want %v", at, want)
+		}
+	})
+}
+
+// A limit's reset far off (a server that lies, or a limit of the day) is
+// cut to the member's MaxRetryAfter, as a Retry-After is: the member has
+// room again by then, and is not shut out until the stated time.
+func TestPoolResetCutToMaxRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := http.Header{}
+		h.Set("x-ratelimit-limit-requests", "50")
+		h.Set("x-ratelimit-remaining-requests", "0")
+		h.Set("x-ratelimit-reset-requests", "100h")
+		pool := &outlast.Pool{Policy: poolPolicy, Members: []*outlast.Transport{{Name: "a", Base: &headerRT{h: h}, MaxRetryAfter: 30 * time.Second}}}
+		if _, err := served(pool, chat(t, context.Background(), "first", 10)); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		if _, err := served(pool, chat(t, ctx, "next", 10)); err != nil {
+			t.Fatalf("the next request: %v; want it served once the member has room, within 30s", err)
+		}
+		if took := time.Since(start); took > 30*time.Second {
+			t.Errorf("the next request took %v, want at most 30s", took)
+		}
+	})
 }
