@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -168,10 +170,13 @@ func poolEstimate(r *http.Request) int {
 // poolOutbound is the request a pool's exchange gives its outlast.Pool:
 // the caller's, with ctx, which carries the exchange, for the pool's
 // choice; the pool's Rewrite makes each member's request from the
-// exchange.
+// exchange. Its GetBody gives the caller's body, from which the pool
+// reads the bound of the answer (max_tokens), to judge how long it takes.
 func (x *exchange) poolOutbound(ctx context.Context) *http.Request {
 	out := x.r.WithContext(context.WithValue(ctx, exchangeKey{}, x))
-	out.Body, out.GetBody = http.NoBody, nil
+	body := x.callerBody
+	out.Body = http.NoBody
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	return out
 }
 

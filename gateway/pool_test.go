@@ -342,3 +342,65 @@ func TestGatewayPoolStatusPaths(t *testing.T) {
 		}
 	})
 }
+
+// The pool judges how long an answer takes by the request's max_tokens,
+// through the gateway as in the library: after slow answers to requests
+// of a large bound, a request of a small one still waits for room that
+// comes within its deadline, rather than being refused as if its answer
+// were as long as theirs.
+func TestGatewayPoolReadsMaxTokens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var delay time.Duration
+		spent := false
+		var mu sync.Mutex
+		up := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			io.Copy(io.Discard, r.Body)
+			mu.Lock()
+			d, s := delay, spent
+			mu.Unlock()
+			time.Sleep(d)
+			h := http.Header{"Content-Type": {"application/json"}}
+			if s {
+				h.Set("X-Ratelimit-Limit-Requests", "2")
+				h.Set("X-Ratelimit-Remaining-Requests", "0")
+				h.Set("X-Ratelimit-Reset-Requests", "2s")
+			} else {
+				h.Set("X-Ratelimit-Limit-Requests", "60")
+				h.Set("X-Ratelimit-Remaining-Requests", "59")
+				h.Set("X-Ratelimit-Reset-Requests", "1s")
+			}
+			return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader(`{}`)), Request: r}, nil
+		})
+		g, err := gateway.New(gateway.Config{
+			Upstreams: []gateway.Upstream{{Name: "keys", Members: []gateway.Member{{Name: "a", URL: mustURL("http://a.test/v1"), Admission: &outlast.Admission{}}},
+				FirstByteTimeout: time.Minute, Policy: &outlast.Policy{Waits: []time.Duration{time.Second}, Reserve: time.Second}}},
+			Transport: up,
+			Logger:    slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := func(maxTokens int) string {
+			return `{"model":"gpt","max_tokens":` + strconv.Itoa(maxTokens) + `,"messages":[]}`
+		}
+		for range 10 {
+			serve(g, body(10), nil)
+		}
+		mu.Lock()
+		delay = 3 * time.Second
+		mu.Unlock()
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() { serve(g, body(4000), nil) })
+		}
+		wg.Wait()
+		mu.Lock()
+		delay, spent = 0, true
+		mu.Unlock()
+		serve(g, body(10), nil) // the member has no request left, for 2 s
+		start := time.Now()
+		if w := serve(g, body(10), map[string]string{"Outlast-Timeout": "4"}); w.Code != http.StatusOK {
+			t.Errorf("a request of max_tokens 10 with 4 s: got %d %s after %v, want 200 once the member has room", w.Code, w.Body, time.Since(start))
+		}
+	})
+}
