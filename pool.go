@@ -12,6 +12,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/outlast-llm/outlast/internal/owned"
 )
 
 // ErrPoolSpent is what a [Pool] returns, wrapped in a *StatusError of 429
@@ -482,10 +484,18 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	var err error
 	from := -1
 	var last error // the last attempt's failure
+	// held keeps the latest attempt's end from the request's hooks until
+	// the wait before its retry is known; whatever else ends the request,
+	// the end is told then, with none.
+	var held *heldEnd
+	defer func() { held.tell(0) }()
 	for n := 1; ; n++ {
 		if m != nil {
 			m.n.Store(int32(min(n, math.MaxInt32)))
 		}
+		// The last attempt's end is told already, unless a path above
+		// forgot it.
+		held.tell(0)
 		t, werr := p.take(ctx, req, tokens, failed, p.waitBound(ctx, bound, answer), n > 1) // a retry keeps its place ahead of later arrivals
 		if werr != nil {
 			if n > 1 && !errors.Is(werr, ErrPoolSpent) {
@@ -503,7 +513,8 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 				p.OnMove(req, from, t.i, last)
 			}
 		}
-		r, rerr := p.request(req, ctx, t.i, n)
+		held = holdEnd(ctx)
+		r, rerr := p.request(req, held.into(ctx), t.i, n)
 		if rerr != nil {
 			p.answered(t, nil, rerr)
 			closeBody(req)
@@ -527,6 +538,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		if p.canTakeNow(req, tokens, failed) {
 			// Another member can take it now: no wait, whatever this
 			// member's delay, which holds this member alone.
+			held.tell(0)
 			if s.n == 0 {
 				s.first = start
 			}
@@ -554,6 +566,9 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 			news = keyNews{spaced: true, held: true}
 		}
 		wait, retry, derr := s.decide(ctx, fail, start, false, news)
+		if retry && derr == nil {
+			held.tell(wait)
+		}
 		if derr != nil {
 			discard(resp)
 			return nil, derr
@@ -565,6 +580,72 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 			discard(resp)
 			return nil, waitErr(serr, wait, fail)
 		}
+	}
+}
+
+// heldEnd stands in for a request's hooks while a member makes an
+// attempt of it: the attempt's start and queue go through at once, its
+// end is held until tell, which gives it the wait before the pool's retry
+// (Attempt.RetryIn), as a Transport's own retries report theirs.
+type heldEnd struct {
+	next callHooks
+
+	mu       sync.Mutex
+	at       Attempt
+	ended    bool // the attempt's end came, and is held
+	released bool // tell was called: an end that comes now goes at once
+}
+
+// holdEnd returns a heldEnd for the hooks ctx carries, or nil if it
+// carries none.
+func holdEnd(ctx context.Context) *heldEnd {
+	next := hooksOf(nil, ctx)
+	if !next.active() {
+		return nil
+	}
+	return &heldEnd{next: next}
+}
+
+// into returns ctx with h in place of its hooks; ctx itself for a nil h.
+func (h *heldEnd) into(ctx context.Context) context.Context {
+	if h == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, owned.HooksKey{}, methodHooks(h))
+}
+
+func (h *heldEnd) AttemptStart(at Attempt)      { h.next.start(at) }
+func (h *heldEnd) Queued(key string, ahead int) { h.next.queued(key, ahead) }
+
+func (h *heldEnd) AttemptEnd(at Attempt) {
+	h.mu.Lock()
+	if !h.released {
+		h.at, h.ended = at, true
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	h.next.end(at)
+}
+
+// tell tells the held end, if any, with retryIn as the wait before the
+// next attempt, and lets any later end through at once. Only its first
+// call counts; a nil h has nothing to tell.
+func (h *heldEnd) tell(retryIn time.Duration) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	if h.released {
+		h.mu.Unlock()
+		return
+	}
+	h.released = true
+	at, ended := h.at, h.ended
+	h.mu.Unlock()
+	if ended {
+		at.RetryIn = retryIn
+		h.next.end(at)
 	}
 }
 

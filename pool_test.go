@@ -1025,3 +1025,33 @@ func TestPoolResetCutToMaxRetryAfter(t *testing.T) {
 		}
 	})
 }
+
+// A pool's retries are told to the request's hooks as a Transport's are:
+// each attempt's RetryIn is the wait the pool took before the next, so
+// that a record and the retry metrics see a key being retried.
+func TestPoolRetryInTold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		quota := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{},
+				Body: io.NopCloser(strings.NewReader(`{}`)), Request: r}, nil
+		})
+		pool := poolOf(&outlast.Policy{Waits: []time.Duration{time.Second, 2 * time.Second}, Reserve: time.Second}, quota)
+		var mu sync.Mutex
+		var retryIn []time.Duration
+		ctx := outlast.WithHooks(context.Background(), outlast.Hooks{AttemptEnd: func(a outlast.Attempt) {
+			mu.Lock()
+			retryIn = append(retryIn, a.RetryIn)
+			mu.Unlock()
+		}})
+		resp, err := pool.RoundTrip(chat(t, ctx, "x", 10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []time.Duration{time.Second, 2 * time.Second, 0}; !slices.Equal(retryIn, want) {
+			t.Errorf("attempts told with RetryIn %v, want %v", retryIn, want)
+		}
+	})
+}
