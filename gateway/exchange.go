@@ -297,8 +297,10 @@ const wholeRead = 16 << 10
 func (x *exchange) inspect(body []byte) error {
 	x.rec.Stream = strings.Contains(header(x.r.Header, "Accept"), "text/event-stream")
 	// JSON may start with white space (RFC 8259), and the upstream reads
-	// such a body's id_slot and stream as any other's.
-	body = bytes.TrimLeft(body, " \t\r\n")
+	// such a body's id_slot and stream as any other's; so do Python's
+	// json and llama.cpp's reader one that starts with a byte order mark,
+	// which RFC 8259 forbids.
+	body = bytes.TrimLeft(bytes.TrimPrefix(body, byteOrderMark), " \t\r\n")
 	if len(body) == 0 || body[0] != '{' {
 		return nil
 	}
@@ -492,6 +494,8 @@ func (x *exchange) plainStream(h http.Header) {
 }
 
 var identity = []string{"identity"}
+
+var byteOrderMark = []byte("\ufeff")
 
 // request is the request that roundTripper sends: the upstream's, or for
 // a pool, one that its members' requests are made from.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast/gateway"
+	"github.com/outlast-llm/outlast/record"
 )
 
 // An upstream that answers 101 Switching Protocols to a plain request,
@@ -113,6 +114,24 @@ func TestStatusPathTakesHeldCredential(t *testing.T) {
 	if h.Get("Api-Key") != "held-key" || h.Get("Authorization") != "" || h.Get("X-Api-Key") != "" {
 		t.Errorf("the upstream got api-key %q, Authorization %q, x-api-key %q; want the held key alone",
 			h.Get("Api-Key"), h.Get("Authorization"), h.Get("X-Api-Key"))
+	}
+}
+
+// A body that starts with a UTF-8 byte order mark is read as any other
+// (JSON forbids one, but Python's json and nlohmann's, llama.cpp's, skip
+// it, so the upstream streams): its "stream": true makes it a stream.
+func TestBodyWithByteOrderMark(t *testing.T) {
+	up := newUpstream(t, sse("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n", "data: [DONE]\n\n"))
+	done := make(chan record.Request, 1)
+	base, _ := gwObserved(t, up, nil, record.Observer{Done: func(r *record.Request) { done <- *r }})
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader("\ufeff"+`{"model":"m","stream":true,"messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if r := <-done; !r.Stream || r.Model != "m" {
+		t.Errorf("recorded stream %v, model %q; want a stream of m", r.Stream, r.Model)
 	}
 }
 
