@@ -1,6 +1,7 @@
 package outlast
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -76,6 +77,12 @@ func firstByte(resp *http.Response, timer *time.Timer, ctx, parent context.Conte
 	case failure != nil:
 		resp.Body = b
 		return resp, errorEvent(failure, resp.Header)
+	case stream && err == io.EOF && len(bytes.TrimSpace(b.head)) > 0 && !sse.HasField(b.head):
+		// Something came, no line of an event stream in it, and the body
+		// ended cleanly: it is a body under the stream's label (a whole
+		// JSON answer, say), which the caller gets as it came.
+		resp.Body = b
+		return resp, nil
 	case stream && err != nil && len(b.head) > 0:
 		// The stream ended, or broke, before its answer began.
 		return nil, b.abandon(stallCause(ctx, parent, closedEarly(err)))

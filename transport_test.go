@@ -858,6 +858,9 @@ func TestTransportFirstEventError(t *testing.T) {
 		{"openai error after the role chunk", roleOnly + openaiErr, 500, 2, "data: ok\n\n"},
 		// A stream that ends with its preamble alone closed early.
 		{"the preamble, then the end", messageStart, 0, 2, "data: ok\n\n"},
+		// A whole body under the stream's label, with no line of an
+		// event stream: the caller gets it as it came, not a retry.
+		{"a JSON answer labelled a stream", `{"id":"chatcmpl-1","object":"chat.completion","choices":[]}`, 200, 1, `{"id":"chatcmpl-1","object":"chat.completion","choices":[]}`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

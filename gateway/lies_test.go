@@ -135,6 +135,22 @@ func TestBodyWithByteOrderMark(t *testing.T) {
 	}
 }
 
+// An upstream that labels a whole JSON answer as an event stream: the
+// caller gets the answer, after one attempt, where it got a 502 "closed
+// before its first byte" after three.
+func TestJSONLabelledAStream(t *testing.T) {
+	const answer = `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, answer)
+	})
+	base, _ := gw(t, up, nil)
+	resp, body := send(t, http.MethodPost, base+"/v1/chat/completions", `{"model":"m","messages":[]}`, nil)
+	if resp.StatusCode != 200 || strings.TrimSpace(body) != answer || up.attempts() != 1 {
+		t.Errorf("got %d %q after %d attempts, want 200 with the answer after 1", resp.StatusCode, body, up.attempts())
+	}
+}
+
 // A streaming request asks for no coding, whatever the caller's
 // Accept-Encoding, which SDKs send with every request: the gateway reads
 // each event, which it could not in a compressed stream. Without the

@@ -241,6 +241,12 @@ func FuzzScanner(f *testing.F) {
 		}
 		// Re-parse: Append's stream of the events gives the same events.
 		blocks, _ := Split(b)
+		// A stream with an event, or a name, holds a field HasField sees.
+		for _, bl := range blocks {
+			if (bl.HasData || len(bl.Name) > 0) && !HasField(b) {
+				t.Fatalf("%q: event %+v, but HasField is false", b, bl.Event)
+			}
+		}
 		var out []byte
 		var events []Block
 		for _, bl := range blocks {

@@ -5,6 +5,7 @@
 package sse
 
 import (
+	"bytes"
 	"mime"
 	"net/http"
 )
@@ -25,4 +26,34 @@ func IsStream(h http.Header) bool {
 	}
 	mt, _, _ := mime.ParseMediaType(ct)
 	return mt == "text/event-stream"
+}
+
+// HasField reports whether p, a stream's start, holds a line of an event
+// stream: a comment (":…"), or a field that WHATWG's reader acts on
+// (data, event, id, retry). A body that holds none of them, such as a
+// JSON answer labelled as a stream, has nothing a client reads as one.
+// A leading byte order mark is skipped, as the reader skips it.
+func HasField(p []byte) bool {
+	p = bytes.TrimPrefix(p, []byte("\ufeff"))
+	for len(p) > 0 {
+		end := bytes.IndexAny(p, "\r\n")
+		line := p
+		if end >= 0 {
+			line, p = p[:end], p[end+1:]
+		} else {
+			p = nil
+		}
+		if len(line) == 0 {
+			continue
+		}
+		if line[0] == ':' {
+			return true
+		}
+		name, _, _ := bytes.Cut(line, []byte(":"))
+		switch string(name) {
+		case "data", "event", "id", "retry":
+			return true
+		}
+	}
+	return false
 }

@@ -52,3 +52,29 @@ func FuzzIsStream(f *testing.F) {
 		}
 	})
 }
+
+// HasField tells a stream's start from a body that holds no line of an
+// event stream.
+func TestHasField(t *testing.T) {
+	for _, c := range []struct {
+		p    string
+		want bool
+	}{
+		{"data: {\"x\":1}", true},
+		{"\ufeffevent: message_start\n", true},
+		{": ping\n\n", true},
+		{"\r\nid: 7\r\n", true},
+		{"retry: 10\n", true},
+		{"data\n", true},
+		{`{"id":"chatcmpl-1","object":"chat.completion","choices":[]}`, false},
+		{"[1, 2]\n", false},
+		{"<html><body>502 Bad Gateway</body></html>", false},
+		{"", false},
+		{"\n\n", false},
+		{"datum: 1\n", false},
+	} {
+		if got := HasField([]byte(c.p)); got != c.want {
+			t.Errorf("HasField(%q) = %v, want %v", c.p, got, c.want)
+		}
+	}
+}
