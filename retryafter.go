@@ -21,9 +21,10 @@ const maxDelay = 100 * 365 * 24 * time.Hour
 
 // RetryAfter returns the delay a response's header asks for, and whether
 // it asks for one. It reads retry-after-ms (milliseconds, as the OpenAI and
-// Anthropic APIs send it) and Retry-After (RFC 9110 §10.2.3: delay-seconds
-// or an HTTP-date, measured from now). When both are valid, retry-after-ms
-// wins, because it is the more precise. A date in the past is a delay of 0.
+// Anthropic APIs send it; x-ms-retry-after-ms, Azure's, in its place) and
+// Retry-After (RFC 9110 §10.2.3: delay-seconds or an HTTP-date, measured
+// from now). When both are valid, the milliseconds win, because they are
+// the more precise. A date in the past is a delay of 0.
 // A value that is neither is ignored, never an error: a malformed header
 // must not turn a retryable failure into a permanent one.
 //
@@ -34,6 +35,9 @@ func RetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	if d, ok := parseDelay(h.Get("Retry-After-Ms"), time.Millisecond); ok {
+		return d, true
+	}
+	if d, ok := parseDelay(h.Get("X-Ms-Retry-After-Ms"), time.Millisecond); ok {
 		return d, true
 	}
 	v := h.Get("Retry-After")

@@ -120,6 +120,16 @@ func TestRetryAfter(t *testing.T) {
 	}
 }
 
+// Azure OpenAI's 429 says its delay in x-ms-retry-after-ms too, which
+// wins over Retry-After as retry-after-ms does.
+func TestRetryAfterAzure(t *testing.T) {
+	t.Parallel()
+	h := http.Header{"Retry-After": {"2"}, "X-Ms-Retry-After-Ms": {"1500"}}
+	if got, ok := outlast.RetryAfter(h, raNow); got != 1500*time.Millisecond || !ok {
+		t.Fatalf("got (%v, %v), want (1.5s, true)", got, ok)
+	}
+}
+
 // TestRetryAfterNilHeader: a response may carry no header map at all.
 func TestRetryAfterNilHeader(t *testing.T) {
 	t.Parallel()
@@ -150,6 +160,14 @@ func FuzzRetryAfter(f *testing.F) {
 		d2, ok2 := outlast.RetryAfter(h, raNow)
 		if d2 != d || ok2 != ok {
 			t.Fatalf("RetryAfter(%q, %q): got (%v, %v) then (%v, %v), want the same twice", retryAfter, msValue, d, ok, d2, ok2)
+		}
+		// Azure's name for the milliseconds reads the same.
+		az := raHeader(retryAfter, "")
+		if msValue != "" {
+			az.Set("X-Ms-Retry-After-Ms", msValue)
+		}
+		if d3, ok3 := outlast.RetryAfter(az, raNow); d3 != d || ok3 != ok {
+			t.Fatalf("RetryAfter(%q, x-ms-retry-after-ms %q): got (%v, %v), want (%v, %v) as with retry-after-ms", retryAfter, msValue, d3, ok3, d, ok)
 		}
 		// A plain count of milliseconds, whatever Retry-After says, is
 		// exactly that many milliseconds: it wins and needs no rounding.
