@@ -261,7 +261,7 @@ var settings = []setting{
 			return errors.New("want at-least, exact or ignore")
 		}},
 	{flag: "max-retry-after", key: "max_retry_after", scope: upstream, def: "5m", arg: "DURATION", example: "1m",
-		help: "caps a server's delay (Retry-After, retry-after-ms, a rate limit's reset): a longer one is taken as this, the upstream is probed after it, and the record and the log say it was cut. 0 means no cap",
+		help: "caps a server's delay (Retry-After, retry-after-ms or x-ms-retry-after-ms, a rate limit's reset): a longer one is taken as this, the upstream is probed after it, and the record and the log say it was cut. 0 means no cap",
 		set: duration(func(t target, d time.Duration) {
 			t.up.MaxRetryAfter = d
 			if d == 0 {
