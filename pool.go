@@ -493,9 +493,6 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		if m != nil {
 			m.n.Store(int32(min(n, math.MaxInt32)))
 		}
-		// The last attempt's end is told already, unless a path above
-		// forgot it.
-		held.tell(0)
 		t, werr := p.take(ctx, req, tokens, failed, p.waitBound(ctx, bound, answer), n > 1) // a retry keeps its place ahead of later arrivals
 		if werr != nil {
 			if n > 1 && !errors.Is(werr, ErrPoolSpent) {
@@ -525,7 +522,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		start := time.Now()
 		resp, err = p.Members[t.i].RoundTrip(r)
-		fail := p.answered(t, resp, err)
+		fail, paced := p.answered(t, resp, err)
 		last = fail
 		if fail == nil {
 			return p.timeAnswer(resp, answer, start), nil
@@ -558,7 +555,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 			clear(failed)
 		}
 		news := keyNews{}
-		if p.paced(fail, start) {
+		if paced {
 			// A member out of quota said when it has room: its delay
 			// holds it, and the wait for room that follows waits for the
 			// first member that has some, within the policy's bounds. A
@@ -647,21 +644,6 @@ func (h *heldEnd) tell(retryIn time.Duration) {
 		at.RetryIn = retryIn
 		h.next.end(at)
 	}
-}
-
-// paced reports whether fail, an attempt's failure that was sent at
-// start, is a 429 that says when its member has room: a Retry-After, or
-// a limit its headers say is spent until a reset.
-func (p *Pool) paced(fail error, start time.Time) bool {
-	se, ok := errors.AsType[*StatusError](fail)
-	if !ok || se.StatusCode != http.StatusTooManyRequests {
-		return false
-	}
-	if d, ok := RetryAfter(se.Header, start); ok && d > 0 {
-		return true
-	}
-	d, ok := spentUntil(ReadHeadroom(se.Header, start), start)
-	return ok && d > 0
 }
 
 // estimate returns r's tokens as Estimate or EstimateTokens counts them,
@@ -1149,12 +1131,13 @@ func (p *Pool) takeLocked(now time.Time, i int, tokens float64) poolTicket {
 
 // answered ends t's attempt with its result: the answer's headers count
 // the member's limits afresh, and a 429 holds the member for its delay.
-// It returns the attempt's failure, nil for a response to return.
-func (p *Pool) answered(t poolTicket, resp *http.Response, err error) error {
+// It returns the attempt's failure, nil for a response to return, and
+// whether it is a 429 that said when its member has room: a Retry-After,
+// or a limit its headers say is spent until a reset.
+func (p *Pool) answered(t poolTicket, resp *http.Response, err error) (fail error, paced bool) {
 	now := time.Now()
 	var h http.Header
 	status := 0
-	var fail error
 	switch {
 	case err != nil:
 		fail = err
@@ -1218,8 +1201,10 @@ func (p *Pool) answered(t poolTicket, resp *http.Response, err error) error {
 	}
 	if status == http.StatusTooManyRequests {
 		d, ok := RetryAfter(h, now)
+		until, spent := spentUntil(hr, now)
+		paced = ok && d > 0 || spent && until > 0
 		if !ok {
-			d, ok = spentUntil(hr, now)
+			d, ok = until, spent
 		}
 		if !ok || d <= 0 {
 			d = poolCooldown
@@ -1230,7 +1215,7 @@ func (p *Pool) answered(t poolTicket, resp *http.Response, err error) error {
 		m.notBefore = later(m.notBefore, now.Add(d))
 	}
 	p.dispatchLocked(now)
-	return fail
+	return fail, paced
 }
 
 // spentUntil returns the time until the latest reset of a limit that hr

@@ -519,9 +519,6 @@ func (x *exchange) outbound(ctx context.Context, u *upstream) *http.Request {
 		x.sent = true // with fallbacks it never takes it, and a hedge's side may run beside this one
 	}
 	out := u.outbound(ctx, x.r, x.path, take)
-	if u.Auth != nil {
-		u.Auth.apply(out.Header)
-	}
 	x.plainStream(out.Header)
 	body := x.bodyFor(u)
 	out.Body, out.GetBody, out.ContentLength = nil, nil, int64(len(body))

@@ -190,9 +190,6 @@ func (rs *resumer) request(ctx context.Context, x *exchange, method, tail, query
 		out.URL.RawPath = x.cur.target(x.path, "").EscapedPath() + "/" + url.PathEscape(rs.id) + tail
 	}
 	out.Method, out.Body, out.GetBody, out.ContentLength = method, http.NoBody, nil, 0
-	if x.cur.Auth != nil {
-		x.cur.Auth.apply(out.Header)
-	}
 	x.plainStream(out.Header)
 	return out
 }

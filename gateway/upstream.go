@@ -180,8 +180,9 @@ func defaultTransport() http.RoundTripper {
 }
 
 // outbound is the caller's request r as it goes to the upstream, for
-// path, with ctx: unchanged but for its URL, hop-by-hop headers and the
-// gateway's own headers. With take, it takes r's header map for its own
+// path, with ctx: unchanged but for its URL, hop-by-hop headers, the
+// gateway's own headers and the upstream's credential (Auth), which
+// replaces the caller's on every request made for it. With take, it takes r's header map for its own
 // (see forwardHeader), for the only request that will be made from r;
 // net/http's server reads none of r's headers once the handler runs.
 func (u *upstream) outbound(ctx context.Context, r *http.Request, path string, take bool) *http.Request {
@@ -194,6 +195,9 @@ func (u *upstream) outbound(ctx context.Context, r *http.Request, path string, t
 	out.Host = ""
 	out.Header = forwardHeader(r.Header, take)
 	out.Trailer = nil // see forbiddenTrailer
+	if u.Auth != nil {
+		u.Auth.apply(out.Header)
+	}
 	return out
 }
 
@@ -258,9 +262,6 @@ func (u *upstream) passThrough(w http.ResponseWriter, r *http.Request, path stri
 		defer cancel()
 	}
 	out := u.outbound(ctx, r, path, true)
-	if u.Auth != nil {
-		u.Auth.apply(out.Header) // the held credential, never the caller's, as for a model request
-	}
 	out.Body, out.ContentLength, out.TransferEncoding, out.GetBody = http.NoBody, 0, nil, nil
 	resp, err := u.transport.Base.RoundTrip(out)
 	if err != nil {

@@ -200,7 +200,7 @@ func openPostgres(ctx context.Context, spec string, create bool) (Store, error) 
 	if err != nil {
 		// pgx's parse errors hide the user info's password, not a
 		// parameter's (CheckSpec, which Open calls first, hides both).
-		return nil, fmt.Errorf("journal: %s", passwordParam.ReplaceAllString(err.Error(), "${1}xxxxx"))
+		return nil, fmt.Errorf("journal: %s", hideParams(err.Error()))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -201,11 +201,11 @@ func CheckSpec(spec string) error {
 				if strings.ContainsAny(reason, "\r\n") {
 					reason = strconv.Quote(reason)
 				}
-				return fmt.Errorf("journal: cannot parse %q: %s", passwordParam.ReplaceAllString(shown, "${1}xxxxx"), reason)
+				return fmt.Errorf("journal: cannot parse %q: %s", hideParams(shown), reason)
 			}
 		}
 		// pgx's message of another shape, quoted whole.
-		return fmt.Errorf("journal: %q", passwordParam.ReplaceAllString(err.Error(), "${1}xxxxx"))
+		return fmt.Errorf("journal: %q", hideParams(err.Error()))
 	}
 	return fmt.Errorf("journal: spec %q: want off, sqlite:PATH or postgres://…", redactSpec(spec))
 }
@@ -230,26 +230,16 @@ func open(ctx context.Context, spec string, create bool) (Store, error) {
 // info's, and a parameter's whose name holds "password" (libpq's and
 // pgx's password and sslpassword).
 func redactSpec(spec string) string {
-	u, err := url.Parse(spec)
-	if err != nil {
-		return passwordParam.ReplaceAllString(spec, "${1}xxxxx")
+	spec = hideParams(spec)
+	if u, err := url.Parse(spec); err == nil && u.User != nil {
+		return u.Redacted()
 	}
-	if q := u.Query(); len(q) > 0 {
-		hidden := false
-		for k, vs := range q {
-			if strings.Contains(strings.ToLower(k), "password") {
-				for i := range vs {
-					vs[i] = "xxxxx"
-				}
-				hidden = true
-			}
-		}
-		if hidden {
-			u.RawQuery = q.Encode()
-		}
-	}
-	return u.Redacted()
+	return spec
 }
 
-// passwordParam is a password parameter in a spec url.Parse refuses.
+// hideParams hides the value of every parameter in s whose name ends in
+// "password" (password, sslpassword), in a URL's query or a key=value
+// string, as pgx's messages quote them.
+func hideParams(s string) string { return passwordParam.ReplaceAllString(s, "${1}xxxxx") }
+
 var passwordParam = regexp.MustCompile(`(?i)(password=)[^&\s'"` + "`" + `]*`)

@@ -34,7 +34,7 @@ func IsStream(h http.Header) bool {
 // JSON answer labelled as a stream, has nothing a client reads as one.
 // A leading byte order mark is skipped, as the reader skips it.
 func HasField(p []byte) bool {
-	p = bytes.TrimPrefix(p, []byte("\ufeff"))
+	p = bytes.TrimPrefix(p, utf8BOM)
 	for len(p) > 0 {
 		end := bytes.IndexAny(p, "\r\n")
 		line := p
