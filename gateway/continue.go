@@ -162,8 +162,8 @@ func (x *exchange) again(rt http.RoundTripper, build func(context.Context) *http
 		if len(q.Waits) > 1 {
 			q.Waits = q.Waits[1:]
 		}
-		if q.MaxAttempts > 1 {
-			q.MaxAttempts--
+		if q.MaxAttempts > 0 {
+			q.MaxAttempts = max(x.attemptsLeft(), 1) // the stream's own count as one request's (see bounded)
 		}
 		ctx = outlast.WithPolicy(ctx, &q)
 	}
@@ -260,9 +260,9 @@ func (s *splice) carryOn(r *relay, broke error) (*continued, error) {
 		r.note(record.ContinuationUnsupported, why, 0)
 		return nil, &notContinued{broke, why}
 	}
-	model := x.fields.model
+	model := x.modelKey()
 	if text != "" && x.cur.prefills.within(model, time.Now()) {
-		return s.replay(r, broke, fmt.Sprintf("model %q refused a prefill within the last %v", model, prefillMemory))
+		return s.replay(r, broke, fmt.Sprintf("model %q refused a prefill within the last %v", x.rec.Model, prefillMemory))
 	}
 	r.n++
 	prefill := int64(len(text) - len(cut))
@@ -274,12 +274,19 @@ func (s *splice) carryOn(r *relay, broke error) (*continued, error) {
 		// The model refused the prefill: none goes to it for a while.
 		x.cur.prefills.refused(model, time.Now())
 	}
+	status := 0
+	if refused {
+		status = next.resp.StatusCode
+	}
 	next, err = r.judged(next, err, record.ContinuationOK, prefill, broke)
 	switch {
 	case err == nil:
 		s.begin(cut)
 	case refused:
-		return s.replay(r, broke, "")
+		// One break, one record: the replay's says the prefill was
+		// refused.
+		x.rec.Continuations = x.rec.Continuations[:len(x.rec.Continuations)-1]
+		return s.replay(r, broke, fmt.Sprintf("its prefill was refused with %d", status))
 	}
 	return next, err
 }
@@ -289,19 +296,27 @@ func (s *splice) carryOn(r *relay, broke error) (*continued, error) {
 // its answer past the answer so far, which the answer must start with
 // (see beginReplay): a model that takes no prefill and answers the same
 // request with the same text (at temperature 0, say) is carried on so.
-// A model whose replay differed lately is not replayed again; why says
-// why a prefill was not sent, for the record, if it was not.
+// A model whose replay differed lately is not replayed again. why says
+// why a prefill was not sent, or that it was refused: the replay's record
+// starts with it.
 func (s *splice) replay(r *relay, broke error, why string) (*continued, error) {
 	x := r.x
-	if x.cur.replays.within(x.fields.model, time.Now()) {
-		reason := fmt.Sprintf("model %q answers a replay with other text", x.fields.model)
-		if why != "" {
-			reason = why + ", and " + reason
+	reason := func(more string) string {
+		switch {
+		case more == "":
+			return why
+		case why == "":
+			return more
 		}
-		r.note(record.ContinuationUnsupported, reason, 0)
-		return nil, &notContinued{broke, reason}
+		return why + "; " + more
 	}
-	if why := r.bounded(); why != "" {
+	if x.cur.replays.within(x.modelKey(), time.Now()) {
+		why := reason(fmt.Sprintf("model %q answers a replay with other text", x.rec.Model))
+		r.note(record.ContinuationUnsupported, why, 0)
+		return nil, &notContinued{broke, why}
+	}
+	if more := r.bounded(); more != "" {
+		why := reason(more)
 		r.note(record.ContinuationUnsupported, why, 0)
 		return nil, &notContinued{broke, why}
 	}
@@ -310,6 +325,9 @@ func (s *splice) replay(r *relay, broke error, why string) (*continued, error) {
 	x.fields, _ = scanBody(x.body)
 	next, err := x.again(x.cur.stream, func(ctx context.Context) *http.Request { return x.outbound(ctx, x.cur) }, 0)
 	next, err = r.judged(next, err, record.ContinuationReplayed, 0, broke)
+	if cs := x.rec.Continuations; len(cs) > 0 {
+		cs[len(cs)-1].Reason = reason(cs[len(cs)-1].Reason)
+	}
 	if err == nil {
 		s.beginReplay()
 	}

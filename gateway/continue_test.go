@@ -301,8 +301,8 @@ func TestContinuationRefused(t *testing.T) {
 		t.Errorf("ended with %+v, %d [DONE]; want an error event naming the break, without the 400's text", last, done)
 	}
 	r := <-records
-	if len(r.Continuations) != 2 || r.Continuations[0].Outcome != record.ContinuationRefused || r.Continuations[1].Outcome != record.ContinuationFailed || r.Error != record.ErrorUpstreamBroke {
-		t.Errorf("recorded %+v, %q; want the prefill refused, the replay failed, and upstream-broke", r.Continuations, r.Error)
+	if len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationFailed || !strings.HasPrefix(r.Continuations[0].Reason, "its prefill was refused with 400; ") || r.Error != record.ErrorUpstreamBroke {
+		t.Errorf("recorded %+v, %q; want one break: its replay failed, after the prefill was refused, and upstream-broke", r.Continuations, r.Error)
 	}
 	if len(r.Attempts) == 0 || r.Attempts[0].Bytes == 0 || r.Attempts[0].Bytes != r.Bytes {
 		t.Errorf("the broken attempt forwarded %d bytes of the request's %d: want all of them, none being the refused continuation's", attemptBytes(&r), r.Bytes)
@@ -439,8 +439,12 @@ func TestContinuationReplayed(t *testing.T) {
 		t.Errorf("got %q: %d ids, %d roles, %d [DONE], %d errors; want the whole text once, as one stream", text, len(ids), roles, done, errs)
 	}
 	r := <-records
-	if len(r.Continuations) != 2 || r.Continuations[0].Outcome != record.ContinuationRefused || r.Continuations[1].Outcome != record.ContinuationReplayed || r.Error != "" {
-		t.Errorf("recorded %+v, %q; want the prefill refused, then a replay, and no error", r.Continuations, r.Error)
+	if len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationReplayed || r.Continuations[0].Reason != "its prefill was refused with 400" || r.Error != "" {
+		t.Errorf("recorded %+v, %q; want one break, replayed after the prefill was refused, and no error", r.Continuations, r.Error)
+	}
+	// The page and outlast requests say each answer's ending by its break.
+	if n := len(r.Attempts); n != 3 || !strings.HasSuffix(r.Ending(0), ", replayed") || r.Ending(n-1) != "200, stream whole" {
+		t.Errorf("attempts end %q … %q; want the first replayed, the replay's whole", r.Ending(0), r.Ending(n-1))
 	}
 	if bodies := log.bodies(); len(bodies) != 3 || bodies[2] != openAIStream {
 		t.Errorf("sent %q, want the replay to be the request as the caller sent it", bodies)
@@ -458,7 +462,7 @@ func TestContinuationReplayedAtFallback(t *testing.T) {
 	if text, _, _, done, errs := s.openAIText(); text != whole || done != 1 || errs != 0 {
 		t.Errorf("got %q, %d [DONE], %d errors; want the whole text", text, done, errs)
 	}
-	if r := <-records; len(r.Continuations) != 2 || r.Continuations[1].Outcome != record.ContinuationReplayed || r.Continuations[0].Upstream != "primary" || fallback.Stats().Total != 2 {
+	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationReplayed || r.Continuations[0].Upstream != "primary" || fallback.Stats().Total != 2 {
 		t.Errorf("recorded %+v, the fallback saw %d; want the primary's stream replayed at the fallback, after its 400", r.Continuations, fallback.Stats().Total)
 	}
 }
@@ -640,6 +644,12 @@ func TestContinuationAfterEventCutOff(t *testing.T) {
 			text, _, _, done, errs := readStream(strings.NewReader(body)).openAIText()
 			if text != "Hello world" || done != 1 || errs != 0 {
 				t.Errorf("got %q, %d [DONE], %d events unread or errors; want \"Hello world\", 1, 0 in %q", text, done, errs, body)
+			}
+		}},
+		{"its end mid-JSON", role + chunkEvent("Hello", "") + "\n\n" + `data: {"id":"chatcmpl-1","object":"ch`, func(t *testing.T, body string) {
+			text, _, _, done, errs := readStream(strings.NewReader(body)).openAIText()
+			if text != "Hellold" || done != 1 || errs != 0 || strings.Contains(body, `"object":"ch`+"\n") {
+				t.Errorf("got %q, %d [DONE], %d events unread or errors; want the half event dropped, and the stream continued after \"Hello\", in %q", text, done, errs, body)
 			}
 		}},
 		{"a break inside an event over 4 MiB", role + chunkEvent("Hello", "") + "\n\n" + "data: " + strings.Repeat("A", 5<<20), func(t *testing.T, body string) {
@@ -906,4 +916,217 @@ func (b *endBody) Read(p []byte) (int, error) {
 func (b *endBody) Close() error {
 	b.closedAtEOF = b.reads > 1
 	return nil
+}
+
+// Anthropic's events for the tests below: a stream's preamble, a text
+// block's start, delta and stop, and the answer's end.
+var (
+	anStart = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"content\":[]}}\n\n"
+	anBlock = func(i int) string {
+		return fmt.Sprintf("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":%d,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n", i)
+	}
+	anDelta = func(i int, text string) string {
+		b, _ := json.Marshal(text)
+		return fmt.Sprintf("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":%d,\"delta\":{\"type\":\"text_delta\",\"text\":%s}}\n\n", i, b)
+	}
+	anStop = func(i int) string {
+		return fmt.Sprintf("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":%d}\n\n", i)
+	}
+	anEnd = "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+)
+
+const anthropicStream = `{"model":"claude","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"say it"}]}`
+
+// anthropicRead is what a caller read of an Anthropic stream: its text,
+// how many of each event, and whether each block's deltas came between
+// its start and its stop, as the SDKs' accumulators need.
+func anthropicRead(s streamed) (text string, count map[string]int, wellFormed bool) {
+	var b strings.Builder
+	count = map[string]int{}
+	open := map[int]bool{}
+	wellFormed = true
+	for _, e := range s.events {
+		count[e.name]++
+		var d struct {
+			Index int
+			Delta struct{ Text string }
+		}
+		json.Unmarshal([]byte(e.data), &d)
+		switch e.name {
+		case "content_block_start":
+			wellFormed = wellFormed && !open[d.Index]
+			open[d.Index] = true
+		case "content_block_delta":
+			wellFormed = wellFormed && open[d.Index]
+			b.WriteString(d.Delta.Text)
+		case "content_block_stop":
+			wellFormed = wellFormed && open[d.Index]
+			open[d.Index] = false
+		}
+	}
+	return b.String(), count, wellFormed
+}
+
+// A continuation that breaks while its first events are still held (its
+// text has not yet shown that it continues) gave the caller none of
+// them: the next one carries on from the blocks the caller has, so that
+// each block the caller reads starts before its deltas.
+func TestContinuationAfterHeldBreak(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t,
+		sseOnce(anStart+anBlock(0)+anDelta(0, "First paragraph.")+anStop(0)),
+		sseOnce(anStart+anBlock(0)+anDelta(0, "\n\n")),
+		sseOnce(anStart+anBlock(0)+anDelta(0, "Second paragraph.")+anStop(0)+anEnd))
+	base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", up.URL})
+	s := postStream(t, base+"/v1/messages", anthropicStream, nil)
+	text, count, ok := anthropicRead(s)
+	if text != "First paragraph.Second paragraph." || !ok || count["error"] != 0 || count["message_stop"] != 1 {
+		t.Errorf("got %q, events %v, well formed %v; want both paragraphs in blocks that start before their deltas, one message_stop", text, count, ok)
+	}
+	if r := <-records; len(r.Continuations) != 2 || r.Error != "" {
+		t.Errorf("recorded continuations %+v, error %q; want two, and no error", r.Continuations, r.Error)
+	}
+}
+
+// A replay whose answer ends before it has given the whole answer so far
+// did not carry the caller's on: it diverged, and the caller gets the
+// error event, never an end that calls the truncated answer whole.
+func TestReplayEndsShort(t *testing.T) {
+	t.Parallel()
+	refuse := func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"type":"error","error":{"type":"invalid_request_error","message":"prefill not supported"}}`, http.StatusBadRequest)
+	}
+	up := newUpstream(t,
+		sseOnce(anStart+anBlock(0)+anDelta(0, "Hello, world. ")+anDelta(0, "This is the first part")),
+		refuse,
+		sseOnce(anStart+anBlock(0)+anDelta(0, "Hello, world.")+anStop(0)+anEnd))
+	base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", up.URL})
+	s := postStream(t, base+"/v1/messages", anthropicStream, nil)
+	if _, count, _ := anthropicRead(s); count["message_stop"] != 0 || count["message_delta"] != 0 || count["error"] != 1 {
+		t.Errorf("got events %v; want the error event, and neither the replay's stop_reason nor its message_stop", count)
+	}
+	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationDiverged {
+		t.Errorf("recorded continuations %+v; want one, diverged", r.Continuations)
+	}
+}
+
+// An error event after the answer's finish ends an answer that is whole:
+// there is nothing to carry on, and the caller gets the error as the
+// upstream sent it, as it would without continuation; no second
+// generation follows it.
+func TestErrorAfterFinishNotContinued(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, path, body, first, next string
+	}{
+		{"openai", "/v1/chat/completions", openAIStream,
+			chunkEvent("Hello, world.", "stop") + "\n\n" + `data: {"error":{"message":"boom","type":"server_error"}}` + "\n\n",
+			chunkEvent(" Extra text after the end.", "stop") + "\n\ndata: [DONE]\n\n"},
+		{"anthropic", "/v1/messages", anthropicStream,
+			anStart + anBlock(0) + anDelta(0, "Hello, world.") + anStop(0) + "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\n" +
+				"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+			anStart + anBlock(0) + anDelta(0, " Extra text after the end.") + anStop(0) + anEnd},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, sseOnce(c.first), sseOnce(c.next))
+			base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", up.URL})
+			resp, err := http.Post(base+c.path, "application/json", strings.NewReader(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), "Extra") || !strings.Contains(string(b), "boom") && !strings.Contains(string(b), "Overloaded") || up.attempts() != 1 {
+				t.Errorf("the upstream got %d requests, the caller %q; want one request, and the upstream's error after the whole answer", up.attempts(), b)
+			}
+			if r := <-records; len(r.Continuations) != 0 || r.Error != record.ErrorUpstreamError {
+				t.Errorf("recorded continuations %+v, error %q; want none, and the upstream's error event", r.Continuations, r.Error)
+			}
+		})
+	}
+}
+
+// A continuation is a retry and one more attempt: a request that has no
+// retries, or whose attempts are spent, is not carried on, and the
+// upstream sees no request past what the request allows.
+func TestContinuationWithinAttempts(t *testing.T) {
+	t.Parallel()
+	for _, h := range []map[string]string{
+		{"Outlast-Retry": "off"},
+		{"Outlast-Max-Attempts": "1"},
+		{"Outlast-Attempt": "1"},
+	} {
+		t.Run(fmt.Sprint(h), func(t *testing.T) {
+			t.Parallel()
+			m := mock(t, "reset-after=20,ok")
+			base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", m.URL})
+			s := postStream(t, base+"/v1/chat/completions", openAIStream, h)
+			if _, _, _, done, errs := s.openAIText(); done != 0 || errs != 1 || m.Stats().Total != 1 {
+				t.Errorf("the upstream got %d requests, the caller %d [DONE] and %d errors; want 1 request and the error event", m.Stats().Total, done, errs)
+			}
+			if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationUnsupported || len(r.Attempts) != 1 {
+				t.Errorf("recorded %d attempts, continuations %+v; want 1, and the continuation unsupported", len(r.Attempts), r.Continuations)
+			}
+		})
+	}
+}
+
+// A model name of any length is quoted in a continuation's reason as the
+// record keeps it, cut to its 256 bytes, so that a caller's name cannot
+// grow the record, the page's feed or the caller's error event.
+func TestContinuationReasonCutsTheModel(t *testing.T) {
+	t.Parallel()
+	m := mock(t, "reset-after=20,ok:refuse-prefill,ok:refuse-prefill,reset-after=20,ok:refuse-prefill")
+	base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", m.URL})
+	body := `{"model":"` + strings.Repeat("m", 100_000) + `","stream":true,"messages":[{"role":"user","content":"say it"}]}`
+	for range 2 { // the second meets the first's refusal
+		postStream(t, base+"/v1/chat/completions", body, nil)
+		r := <-records
+		if len(r.Continuations) != 1 {
+			t.Fatalf("recorded continuations %.300v; want one", r.Continuations)
+		}
+		for _, c := range r.Continuations {
+			if len(c.Reason) > 1000 {
+				t.Errorf("a continuation's reason is %d bytes: %.80q…", len(c.Reason), c.Reason)
+			}
+		}
+	}
+}
+
+// "tool_calls": [] with a text delta, as some OpenAI-compatible servers
+// send it, is no tool call: the stream is carried on.
+func TestEmptyToolCallsContinued(t *testing.T) {
+	t.Parallel()
+	empty := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hello","tool_calls":[]},"finish_reason":null}]}` + "\n\n"
+	up := newUpstream(t, sseOnce(empty), sseOnce(chunkEvent(" world", "stop")+"\n\ndata: [DONE]\n\n"))
+	base, _, _ := continuing(t, 2*time.Second, nil, [2]string{"primary", up.URL})
+	s := postStream(t, base+"/v1/chat/completions", openAIStream, nil)
+	if text, _, _, done, errs := s.openAIText(); text != "Hello world" || done != 1 || errs != 0 {
+		t.Errorf("got %q, %d [DONE], %d errors; want \"Hello world\" continued", text, done, errs)
+	}
+}
+
+// A continuation that answers in another API's events than the stream it
+// carries on is ended before any of them reach the caller. (The answer
+// repeats its opening, so the check for a restart does not hold them.)
+func TestContinuationOfAnotherAPI(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t,
+		sseOnce(anStart+anBlock(0)+anDelta(0, strings.Repeat("la ", 40))),
+		sseOnce(`data: {"id":"chatcmpl-9","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n"))
+	base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", up.URL})
+	resp, err := http.Post(base+"/v1/messages", "application/json", strings.NewReader(anthropicStream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(b), "chat.completion.chunk") || strings.Contains(string(b), "[DONE]") || !strings.Contains(string(b), "event: error") {
+		t.Errorf("the caller got %q; want the error event, and none of the other API's events", b)
+	}
+	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationFailed {
+		t.Errorf("recorded continuations %+v; want one, failed", r.Continuations)
+	}
 }

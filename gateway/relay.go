@@ -110,7 +110,7 @@ func (x *exchange) relay(ctx context.Context, resp *http.Response, cancel contex
 		if errors.Is(err, errClientGone) || x.r.Context().Err() != nil || errors.Is(context.Cause(ctx), errShutdown) {
 			return ctx, release, err // the caller left, or the gateway is stopping: nobody to carry it on for
 		}
-		if errors.Is(err, errRestarted) || errors.Is(err, errDiverged) {
+		if errors.Is(err, errRestarted) || errors.Is(err, errDiverged) || errors.Is(err, errForeign) {
 			r.repeated(err)
 			return ctx, release, &notContinued{broke, err.Error()}
 		}
@@ -188,33 +188,67 @@ func (r *relay) splice() {
 }
 
 // repeated records how the continuation under way failed, err: it started
-// the answer over (errRestarted), or its replay differed from the answer
+// the answer over (errRestarted), its replay differed from the answer
 // (errDiverged), which the upstream's model then is not sent again for a
-// while. The caller never had any of it.
+// while, or it sent an event not of its API (errForeign). The caller
+// never had any of it.
 func (r *relay) repeated(err error) {
 	outcome := record.ContinuationRestarted
-	if errors.Is(err, errDiverged) {
+	switch {
+	case errors.Is(err, errDiverged):
 		outcome = record.ContinuationDiverged
-		r.x.cur.replays.refused(r.x.fields.model, time.Now())
+		r.x.cur.replays.refused(r.x.modelKey(), time.Now())
+	case errors.Is(err, errForeign):
+		outcome = record.ContinuationFailed
 	}
 	cs := r.x.rec.Continuations
 	if n := len(cs); n > 0 {
-		cs[n-1].Outcome, cs[n-1].Reason = outcome, err.Error()
+		why := err.Error()
+		if cs[n-1].Reason != "" {
+			why = cs[n-1].Reason + "; " + why // a replay's: its prefill was refused
+		}
+		cs[n-1].Outcome, cs[n-1].Reason = outcome, why
 	}
 }
 
 // bounded returns why the stream may not be carried on once more, or "":
-// each continuation bills the prompt again, and like a retry none is
-// started past the request's deadline less its reserve.
+// a continuation is a retry, and one more attempt (a prefill bills the
+// prompt again), so none is made for a request that has no retries (see
+// options.parsePolicy), past the attempts its policy allows at the
+// upstream, or past the request's deadline less its reserve.
 func (r *relay) bounded() string {
 	switch {
+	case r.x.opts.policy == nil:
+		return "the request has no retries (Outlast-Retry: off, or an outer layer's Outlast-Attempt)"
 	case r.n == maxContinuations:
 		return fmt.Sprintf("it was carried on %d times already", maxContinuations)
+	case r.x.attemptsLeft() == 0:
+		return fmt.Sprintf("its %d attempts are spent", r.x.opts.policy.MaxAttempts)
 	case r.x.pastBound():
 		return "its deadline less its reserve has come"
 	}
 	return ""
 }
+
+// attemptsLeft returns how many more attempts the request's policy
+// allows at the upstream it is at, or -1 for no cap.
+func (x *exchange) attemptsLeft() int {
+	limit := x.opts.policy.MaxAttempts
+	if limit <= 0 {
+		return -1
+	}
+	n := 0
+	for i := range x.rec.Attempts {
+		if x.rec.Attempts[i].Upstream == x.cur.Name {
+			n++
+		}
+	}
+	return max(limit-n, 0)
+}
+
+// modelKey is the request's model as the upstream's refusals know it:
+// cut as the record's is, since the caller names it.
+func (x *exchange) modelKey() string { return keptText(x.fields.model, maxModelLen) }
 
 // pastBound reports whether the request's deadline less its reserve has
 // come: a continuation, like a retry, is not started past it.
@@ -288,6 +322,8 @@ func (s *splice) ended(err error) streamEnd {
 	switch {
 	case s.api == apiUnknown:
 		return s.unknown.ended(err)
+	case s.failed:
+		return endFailed
 	case (err == nil || s.finished) && s.broke == nil && (s.done || s.finished):
 		return endWhole
 	}

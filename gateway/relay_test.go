@@ -268,8 +268,8 @@ func TestPrefillRefusalRemembered(t *testing.T) {
 	t.Cleanup(m.Close)
 	base, log, records := relaying(t, gateway.ContinuePrefill, 2*time.Second, m.URL)
 	postRaw(t, base+"/v1/messages", streamBodies["/v1/messages"])
-	if r := <-records; len(r.Continuations) != 2 || r.Continuations[0].Outcome != record.ContinuationRefused || r.Continuations[1].Outcome != record.ContinuationReplayed {
-		t.Fatalf("first: recorded %+v, want the prefill refused, then a replay", r.Continuations)
+	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationReplayed || r.Continuations[0].Reason != "its prefill was refused with 400" {
+		t.Fatalf("first: recorded %+v, want a replay after the prefill was refused", r.Continuations)
 	}
 	events, _ := eventsOf(postRaw(t, base+"/v1/messages", streamBodies["/v1/messages"]))
 	r := <-records
@@ -316,8 +316,8 @@ func TestReplayDiverged(t *testing.T) {
 	if last := events[len(events)-1]; string(last.Name) != "error" || textOf(events) != "Hello there" || !strings.Contains(string(last.Data), "differs") {
 		t.Errorf("got text %q, ending %s %s; want the answer so far alone, and the error event", textOf(events), last.Name, last.Data)
 	}
-	if r := <-records; len(r.Continuations) != 2 || r.Continuations[1].Outcome != record.ContinuationDiverged {
-		t.Errorf("recorded %+v, want the prefill refused, then the replay diverged", r.Continuations)
+	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationDiverged || r.Continuations[0].Reason != "its prefill was refused with 400; its replay's text differs from the answer so far" {
+		t.Errorf("recorded %+v, want the replay diverged, after the prefill was refused", r.Continuations)
 	}
 	postRaw(t, base+"/v1/chat/completions", openAIStream)
 	if r := <-records; len(r.Continuations) != 1 || r.Continuations[0].Outcome != record.ContinuationUnsupported || !strings.Contains(r.Continuations[0].Reason, "answers a replay with other text") {

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -514,7 +516,8 @@ func (c *eventCopy) take(p []byte) error {
 // blank line that would end it, goes to f as it is, and to the caller
 // with that blank line, as f read it: a client drops an event that the
 // stream's end cuts off, and whatever the gateway sends after it would
-// join it.
+// join it. An event whose data the end cuts off mid-JSON, which no
+// client could read, goes to neither: the stream ended before it.
 func (c *eventCopy) end() error {
 	if c.passing || len(c.pending) == 0 {
 		return nil
@@ -522,6 +525,9 @@ func (c *eventCopy) end() error {
 	raw := c.pending
 	if _, ended := c.s.Scan(blankLine); !ended {
 		return nil // blank lines alone: nothing a client reads
+	}
+	if cutJSON(c.s.Event().Data) {
+		return nil
 	}
 	out, err := c.f.event(raw, *c.s.Event())
 	if err != nil || len(out) == 0 {
@@ -531,6 +537,13 @@ func (c *eventCopy) end() error {
 		return err
 	}
 	return c.write(eventEnd(out))
+}
+
+// cutJSON reports whether data is the start of a JSON object that does
+// not end: an event's data that a stream's end cut off.
+func cutJSON(data []byte) bool {
+	t := bytes.TrimLeft(data, " \t\r\n")
+	return len(t) > 0 && t[0] == '{' && !json.Valid(t)
 }
 
 // eventEnd returns what ends the event out, if a client would not read

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/outlast-llm/outlast/internal/sse"
 )
@@ -35,6 +36,11 @@ var errRestarted = errors.New("its continuation started the answer over instead 
 // caller has: the rest of it is another answer's.
 var errDiverged = errors.New("its replay's text differs from the answer so far")
 
+// errForeign ends a continuation that sent an event its API's streams do
+// not carry: another API's, or data that is not one of its events. None
+// of it reaches the caller, whose stream it would break.
+var errForeign = errors.New("its continuation sent an event that is not one of its API's")
+
 // splice follows a stream forwarded to the caller, event by event, for its
 // continuation with a prefill: the answer's text as the caller has it,
 // whether the answer is whole, and whether it can be continued safely.
@@ -57,22 +63,31 @@ type splice struct {
 	// (an error event, or an OpenAI error chunk), which the splice kept
 	// from the caller: the stream broke there, and may be continued.
 	broke []byte
-	chunk oaChunk // the chunk being read, its choices' room kept for the next
+	// failed says the upstream's error event came after the answer's
+	// finish, and went to the caller: there is nothing to carry on.
+	failed bool
+	chunk  oaChunk // the chunk being read, its choices' room kept for the next
 	// unknown follows a stream the splice does not know (llama.cpp's,
 	// the Responses API's), whose events go to the caller as they came:
 	// as a watch follows one, for its error event or its last event.
 	unknown watch
 
-	// Anthropic: the text block the answer is in, and whether it is open.
-	block int
-	open  bool
+	// Anthropic: the text block the answer is in, and whether it is open,
+	// as the caller has them; shownBlock and shownOpen are what they were
+	// when the continuation under way began, for one whose events the
+	// check still holds, none of which reached the caller.
+	block      int
+	open       bool
+	shownBlock int
+	shownOpen  bool
 
 	// A continuation under way.
 	cont     bool
 	contBase int    // Anthropic: the index its block 0 maps to
 	skip     string // text the continuation's start drops: the whitespace cut from a prefill's end, or a replay's whole answer so far
 	strict   bool   // a replay: its text must start with skip, whole
-	diverged bool   // a replay's text differed from skip
+	diverged bool   // a replay's text differed from skip, or ended before all of it
+	foreign  bool   // a continuation's event was not one of its API's
 	contOpen bool   // Anthropic: its block 0 continues the open block
 
 	// The check that a continuation continues: the answer's opening, the
@@ -107,6 +122,12 @@ func (s *splice) continuable() string {
 // begin starts a continuation whose prefill's end cut cut, whitespace
 // that the caller already has.
 func (s *splice) begin(cut string) {
+	if s.cont && s.checking {
+		// The continuation before broke while its events were held: the
+		// caller has none of them, nor the blocks they began or ended.
+		s.block, s.open = s.shownBlock, s.shownOpen
+	}
+	s.shownBlock, s.shownOpen = s.block, s.open
 	s.cont, s.skip, s.strict = true, cut, false
 	s.broke, s.finished, s.done = nil, false, false
 	s.contOpen = s.api == apiAnthropic && s.open
@@ -140,6 +161,9 @@ func (s *splice) event(raw []byte, ev sse.Event) ([]byte, error) {
 	if s.done {
 		return nil, nil // the caller has the stream's end: one end, and nothing after it
 	}
+	if s.failed {
+		return raw, nil // as without continuation: the caller reads on past the upstream's error
+	}
 	if s.broke != nil {
 		// The stream failed at the error held back: what the upstream
 		// sends after it (vLLM's [DONE]) is not the answer's, and its end
@@ -156,7 +180,7 @@ func (s *splice) event(raw []byte, ev sse.Event) ([]byte, error) {
 	case s.api != apiUnknown && sse.IsFailureName(ev.Name):
 		// An error event by its name, whatever its data: some
 		// OpenAI-compatible servers send the error object alone.
-		s.broke = bytes.Clone(ev.Data) // kept from the caller, who may yet get the answer
+		out = s.failure(raw, ev.Data)
 	case s.api == apiOpenAI:
 		out, text = s.openAI(raw, ev.Data, read)
 	case s.api == apiAnthropic:
@@ -165,7 +189,13 @@ func (s *splice) event(raw []byte, ev sse.Event) ([]byte, error) {
 		out = raw
 		s.unknown.passed(ev)
 	}
-	if s.diverged {
+	if s.strict && s.skip != "" && (s.finished || s.done) {
+		s.diverged = true // the replay's answer ended short of the answer so far
+	}
+	switch {
+	case s.foreign:
+		return nil, errForeign
+	case s.diverged:
 		return nil, errDiverged
 	}
 	if !s.checking {
@@ -269,14 +299,17 @@ func (s *splice) openAI(raw, data []byte, read bool) ([]byte, string) {
 	}
 	c := &s.chunk
 	if !read && readOAChunk(data, c, s.id == "") != nil {
+		if s.cont {
+			s.foreign = true
+			return nil, ""
+		}
 		// Forwarded as it came, as any gateway would; it is not text
 		// the splice can account for.
 		s.unsupported("an event that is not a chunk outlast can read")
 		return raw, ""
 	}
 	if present(c.Error) {
-		s.broke = bytes.Clone(data) // kept from the caller, who may yet get the answer
-		return nil, ""
+		return s.failure(raw, data), ""
 	}
 	if s.id == "" {
 		s.id = c.ID
@@ -287,7 +320,7 @@ func (s *splice) openAI(raw, data []byte, read bool) ([]byte, string) {
 		switch {
 		case ch.Index != 0 || len(c.Choices) > 1:
 			s.unsupported("more than one choice (n > 1)")
-		case present(ch.ToolCalls), present(ch.FunctionCall):
+		case hasItems(ch.ToolCalls), present(ch.FunctionCall):
 			s.unsupported("a tool call")
 		case ch.Reasoning:
 			s.unsupported("reasoning")
@@ -303,7 +336,7 @@ func (s *splice) openAI(raw, data []byte, read bool) ([]byte, string) {
 		}
 		// A continuation's chunk goes on if it carries text, an end, or
 		// anything but its role, which the caller has had.
-		if content != "" || ch.Finished || present(ch.ToolCalls) || present(ch.FunctionCall) {
+		if content != "" || ch.Finished || hasItems(ch.ToolCalls) || present(ch.FunctionCall) {
 			keep = true
 		}
 	}
@@ -321,6 +354,31 @@ func (s *splice) openAI(raw, data []byte, read bool) ([]byte, string) {
 
 // present reports whether a JSON value is there and not null.
 func present(v []byte) bool { return len(v) > 0 && string(v) != "null" }
+
+// hasItems reports whether a JSON value is there, not null, and not an
+// empty array: some OpenAI-compatible servers send "tool_calls": [] with
+// a text delta.
+func hasItems(v []byte) bool {
+	if !present(v) {
+		return false
+	}
+	t := bytes.TrimSpace(v)
+	return len(t) < 2 || t[0] != '[' || len(bytes.TrimSpace(t[1:len(t)-1])) > 0
+}
+
+// failure takes the upstream's error event, raw, whose data is data, and
+// returns what goes to the caller. Before the answer's finish it is held
+// back, for the caller may yet get the answer; after it there is nothing
+// left to carry on, and it goes to the caller as it came, as it would
+// without continuation.
+func (s *splice) failure(raw, data []byte) []byte {
+	if s.finished {
+		s.failed = true
+		return raw
+	}
+	s.broke = bytes.Clone(data)
+	return nil
+}
 
 // rewriteChunk returns a continuation's chunk as the caller's stream
 // carries it: with the first stream's id, its delta's text as content,
@@ -357,7 +415,11 @@ func eventOf(name string, data []byte) []byte {
 // event, and returns what goes to the caller and the text it adds.
 func (s *splice) anthropic(raw []byte, name string, data []byte) ([]byte, string) {
 	var e anEvent
-	if err := readAnEvent(data, &e); err != nil {
+	if err := readAnEvent(data, &e); err != nil || e.Type == "" {
+		if s.cont {
+			s.foreign = true
+			return nil, ""
+		}
 		s.unsupported("an event that outlast cannot read")
 		return raw, ""
 	}
@@ -410,8 +472,7 @@ func (s *splice) anthropic(raw []byte, name string, data []byte) ([]byte, string
 	case "message_stop":
 		s.done = true
 	case "error":
-		s.broke = bytes.Clone(data) // kept from the caller, who may yet get the answer
-		return nil, ""
+		return s.failure(raw, data), ""
 	}
 	if s.cont && index != e.Index {
 		return rewriteAnthropic(name, data, index, "", false), ""
@@ -456,18 +517,22 @@ func (s *splice) passed(ev sse.Event) {
 }
 
 // strip drops from t, a continuation's text, what the caller already
-// has: the whitespace that a prefill's end had, as far as it matches, or
-// a replay's whole answer so far, which must match.
+// has: the whitespace that a prefill's end had, as far as it matches,
+// rune by rune, or a replay's whole answer so far, which must match.
 func (s *splice) strip(t string) string {
 	for s.skip != "" && t != "" {
-		if t[0] != s.skip[0] {
+		n := 1
+		if !s.strict {
+			_, n = utf8.DecodeRuneInString(s.skip)
+		}
+		if len(t) < n || t[:n] != s.skip[:n] {
 			if s.strict {
 				s.diverged = true
 				return ""
 			}
 			break
 		}
-		t, s.skip = t[1:], s.skip[1:]
+		t, s.skip = t[n:], s.skip[n:]
 	}
 	if t != "" {
 		s.skip = "" // the continuation's own text has begun

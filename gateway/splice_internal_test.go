@@ -103,6 +103,9 @@ func TestSpliceStrip(t *testing.T) {
 		{"\n\n", []string{"\n", "\nNext"}, "Next"},
 		{" ", []string{"", " ", "world", " again"}, "world again"},
 		{" ", []string{"\nworld"}, "\nworld"},
+		// Two runes that share their first bytes: none of either is cut.
+		{"\u2003", []string{"\u2002and more."}, "\u2002and more."},
+		{"\u2003", []string{"\u2003and more."}, "and more."},
 	} {
 		s := &splice{}
 		s.begin(c.cut)

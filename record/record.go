@@ -122,7 +122,9 @@ type Continuation struct {
 	// ContinuationUnsupported.
 	Outcome string `json:"outcome"`
 	// Reason says why it was not made, or failed; "" when it carried the
-	// stream on.
+	// stream on, but for a replay's, which says why no prefill was sent
+	// (the one sent was refused, or its model refused one lately). One
+	// break has one Continuation.
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -131,10 +133,12 @@ const (
 	// ContinuationOK: the continuation's stream carried the answer on.
 	ContinuationOK = "continued"
 	// ContinuationRefused: the upstream refused the continuation with a
-	// 4xx, such as a model's 400 to an assistant prefill.
+	// 4xx. A model's 400 or 422 to an assistant prefill is followed by a
+	// replay, whose outcome the break's record has.
 	ContinuationRefused = "refused"
 	// ContinuationFailed: the continuation got no stream to carry on
-	// with: its attempts failed, or its deadline less its reserve came.
+	// with (its attempts failed, or its deadline less its reserve came),
+	// or its stream was not its API's.
 	ContinuationFailed = "failed"
 	// ContinuationUnsupported: the stream could not be continued safely
 	// (a tool call, reasoning, more than one choice, a shape outlast does
