@@ -322,7 +322,7 @@ func (s *splice) replay(r *relay, broke error, why string) (*continued, error) {
 	}
 	r.n++
 	x.body = x.callerBody
-	x.fields, _ = scanBody(x.body)
+	x.fields, _ = readFields(x.body)
 	next, err := x.again(x.cur.stream, func(ctx context.Context) *http.Request { return x.outbound(ctx, x.cur) }, 0)
 	next, err = r.judged(next, err, record.ContinuationReplayed, 0, broke)
 	if cs := x.rec.Continuations; len(cs) > 0 {

@@ -296,17 +296,10 @@ const wholeRead = 16 << 10
 // which must be one of the upstream's slots.
 func (x *exchange) inspect(body []byte) error {
 	x.rec.Stream = strings.Contains(header(x.r.Header, "Accept"), "text/event-stream")
-	// JSON may start with white space (RFC 8259), and the upstream reads
-	// such a body's id_slot and stream as any other's; so do Python's
-	// json and llama.cpp's reader one that starts with a byte order mark,
-	// which RFC 8259 forbids.
-	body = bytes.TrimLeft(bytes.TrimPrefix(body, byteOrderMark), " \t\r\n")
-	if len(body) == 0 || body[0] != '{' {
+	f, ok := readFields(body)
+	if !ok {
 		return nil
 	}
-	// A body it cannot follow is not the gateway's to judge: the upstream
-	// will answer it, and the fields read before the trouble stand.
-	f, _ := scanBody(body)
 	x.fields = f
 	x.rec.Model = keptText(f.model, maxModelLen)
 	x.rec.Stream = x.rec.Stream || f.stream
@@ -554,6 +547,26 @@ func (x *exchange) AttemptStart(a outlast.Attempt) {
 	if o := x.g.cfg.Observer.AttemptStart; o != nil {
 		o(&x.rec, x.attempt(a))
 	}
+}
+
+// readFields reads the fields of body, a JSON object, as scanBody does,
+// with its offsets in body; ok is false for a body that is not an object.
+// JSON may start with white space (RFC 8259), and the upstream reads such
+// a body's fields as any other's; so do Python's json and llama.cpp's
+// reader one that starts with a byte order mark, which RFC 8259 forbids.
+// A body it cannot follow is not the gateway's to judge: the upstream
+// will answer it, and the fields read before the trouble stand.
+func readFields(body []byte) (f bodyFields, ok bool) {
+	obj := bytes.TrimLeft(bytes.TrimPrefix(body, byteOrderMark), " \t\r\n")
+	if len(obj) == 0 || obj[0] != '{' {
+		return bodyFields{slot: -1}, false
+	}
+	f, _ = scanBody(obj)
+	if f.modelEnd != 0 {
+		off := len(body) - len(obj)
+		f.modelAt, f.modelEnd = f.modelAt+off, f.modelEnd+off
+	}
+	return f, true
 }
 
 // bodyFor returns the body for upstream u: the caller's, with its model

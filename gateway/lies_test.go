@@ -215,3 +215,17 @@ func TestUpstreamOutlastErrorNotForwarded(t *testing.T) {
 		}
 	}
 }
+
+// A body that starts with white space or a byte order mark has its model
+// renamed where the model is: the upstream gets the same JSON with the
+// new name, never one spliced at the offsets of the body without them.
+func TestRenameAfterLeadingBytes(t *testing.T) {
+	for _, lead := range []string{"\n  ", "\ufeff", "\ufeff\r\n"} {
+		up := newUpstream(t, status(200, "{}"))
+		base, _ := gw(t, up, func(u *gateway.Upstream) { u.Models = map[string]string{"gpt-4o": "gpt-4o-prod"} })
+		send(t, http.MethodPost, base+"/v1/chat/completions", lead+`{"model":"gpt-4o","messages":[]}`, nil)
+		if got, want := up.bodies[0], lead+`{"model":"gpt-4o-prod","messages":[]}`; got != want {
+			t.Errorf("after %q: the upstream got %q, want %q", lead, got, want)
+		}
+	}
+}
