@@ -79,7 +79,8 @@ const DefaultFallbackAttempts = DefaultDownAfter
 //     moves when the upstream's next chance comes after its deadline
 //     less its reserve;
 //   - its attempts ended in retryable failures and its policy had no retry
-//     left (a retryable status or error): [FallbackSpent]. With
+//     left (a retryable status or error, or a stream's error event before
+//     its answer began, [ErrErrorEvent], judged by its status): [FallbackSpent]. With
 //     PreferAvailable, each upstream but the last gets at most
 //     MaxAttempts attempts of the request;
 //   - its attempt was silent: no headers or no first byte in time
@@ -174,6 +175,9 @@ func (f *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		failure := err
 		if failure == nil {
 			failure = &StatusError{StatusCode: resp.StatusCode, Header: resp.Header}
+			if se := streamFailure(resp); se != nil {
+				failure = se
+			}
 		}
 		f.moved(req, i, reason, failure)
 	}
@@ -311,6 +315,12 @@ func fallbackReason(resp *http.Response, err error) (FallbackReason, bool) {
 	switch {
 	case err == nil && resp != nil && isFailure(resp.StatusCode):
 		if statusRetryable(&StatusError{StatusCode: resp.StatusCode, Header: resp.Header}) {
+			return FallbackSpent, true
+		}
+	case err == nil && resp != nil:
+		// A stream that failed before its answer began (an error event
+		// after Anthropic's message_start) fails as its status would.
+		if se := streamFailure(resp); se != nil && statusRetryable(se) {
 			return FallbackSpent, true
 		}
 	case err == nil:

@@ -520,3 +520,40 @@ func TestFallbackLeavesSilentUpstream(t *testing.T) {
 		})
 	}
 }
+
+// A stream that fails with an error event before its answer began
+// (Anthropic's overloaded_error after message_start) fails as its status
+// would: once its upstream retries it no more, the request moves on, as
+// after a 529, and the caller reads the fallback's answer.
+func TestFallbackAfterErrorEvent(t *testing.T) { synctest.Test(t, testFallbackAfterErrorEvent) }
+
+func testFallbackAfterErrorEvent(t *testing.T) {
+	overloaded := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\n" +
+		"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+	answer := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_2\"}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n"
+	stream := func(events string) roundTripFunc {
+		return func(r *http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(strings.NewReader(events)), Request: r}, nil
+		}
+	}
+	policy := &outlast.Policy{Waits: []time.Duration{time.Millisecond}, MaxAttempts: 2}
+	var moves []outlast.FallbackReason
+	f := &outlast.Fallback{
+		Upstreams: []*outlast.Transport{
+			{Name: "primary", Base: stream(overloaded), Policy: policy, FirstByteTimeout: time.Second},
+			{Name: "fallback", Base: stream(answer), Policy: policy, FirstByteTimeout: time.Second},
+		},
+		OnFallback: func(_ *http.Request, _, _ int, reason outlast.FallbackReason, _ error) { moves = append(moves, reason) },
+	}
+	req, _ := http.NewRequest(http.MethodPost, "http://model.test/v1/messages", strings.NewReader(`{"model":"m","stream":true}`))
+	resp, err := f.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "msg_2") || strings.Contains(string(b), "overloaded_error") || len(moves) != 1 || moves[0] != outlast.FallbackSpent {
+		t.Errorf("got %q after moves %v; want the fallback's answer, after one move for the primary's attempts spent", b, moves)
+	}
+}

@@ -75,8 +75,9 @@ func firstByte(resp *http.Response, timer *time.Timer, ctx, parent context.Conte
 	}
 	switch {
 	case failure != nil:
+		b.failed = errorEvent(failure, resp.Header)
 		resp.Body = b
-		return resp, errorEvent(failure, resp.Header)
+		return resp, b.failed
 	case stream && err == io.EOF && len(bytes.TrimSpace(b.head)) > 0 && !sse.HasField(b.head):
 		// Something came, no line of an event stream in it, and the body
 		// ended cleanly: it is a body under the stream's label (a whole
@@ -234,11 +235,14 @@ type body struct {
 	one     [1]byte // storage for head
 	release func()
 	cancel  context.CancelCauseFunc
-	stream  bool // an event stream, whose head is its events up to the answer's start
+	stream  bool         // an event stream, whose head is its events up to the answer's start
+	failed  *StatusError // the error event its stream failed with before its answer began, if it did
 
 	released  atomic.Bool // release has been called
 	cancelled atomic.Bool // cancel has been called
 }
+
+func (b *body) failure() *StatusError { return b.failed }
 
 func (b *body) Read(p []byte) (int, error) {
 	n := 0

@@ -17,10 +17,20 @@ import (
 // like the status that the error's type stands for.
 var ErrErrorEvent = errors.New("outlast: the stream failed before its answer began")
 
+// streamFailure returns the failure of resp's event stream, if it failed
+// before its answer began: a Transport returns such a response, its body
+// intact, as it returns a failed status, once it retries no more.
+func streamFailure(resp *http.Response) *StatusError {
+	if f, ok := resp.Body.(interface{ failure() *StatusError }); ok {
+		return f.failure()
+	}
+	return nil
+}
+
 // errorEvent returns the failure of an attempt whose stream sent ev, an
 // error event, before its answer began: a *StatusError with the status
 // the same error has as a response.
-func errorEvent(ev *sse.Event, h http.Header) error {
+func errorEvent(ev *sse.Event, h http.Header) *StatusError {
 	typ, status := sse.ErrorOf(ev)
 	return &StatusError{
 		StatusCode: status,

@@ -1130,3 +1130,24 @@ func TestContinuationOfAnotherAPI(t *testing.T) {
 		t.Errorf("recorded continuations %+v; want one, failed", r.Continuations)
 	}
 }
+
+// A stream whose every attempt at the upstream fails with an error event
+// before its answer began moves to the fallback, as a 529 would, and
+// the caller reads the fallback's answer.
+func TestStreamErrorEventMoves(t *testing.T) {
+	t.Parallel()
+	primary, fallback := mock(t, "overloaded-stream"), mock(t, "ok")
+	base, _, records := continuing(t, 2*time.Second, nil, [2]string{"primary", primary.URL}, [2]string{"fallback", fallback.URL})
+	resp, err := http.Post(base+"/v1/messages", "application/json", strings.NewReader(anthropicStream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := readStream(resp.Body)
+	resp.Body.Close()
+	if text, count, _ := anthropicRead(s); text == "" || count["error"] != 0 || resp.Header.Get("Outlast-Upstream") != "fallback" {
+		t.Errorf("got %q from %q, events %v; want the fallback's answer", text, resp.Header.Get("Outlast-Upstream"), count)
+	}
+	if r := <-records; len(r.Moves) != 1 || r.Moves[0].To != "fallback" {
+		t.Errorf("recorded moves %+v; want one, to the fallback", r.Moves)
+	}
+}
