@@ -395,12 +395,8 @@ func (x *exchange) continuationTripper() http.RoundTripper {
 	if len(ups) <= 1 {
 		return x.cur.stream
 	}
-	trs := make([]*outlast.Transport, len(ups))
-	for j, u := range ups {
-		trs[j] = u.stream
-	}
 	return &outlast.Fallback{
-		Upstreams: trs,
+		Upstreams: streamsOf(ups),
 		Prefer:    x.up.Prefer,
 		// The break counts as the first of an upstream's failures.
 		MaxAttempts: outlast.DefaultFallbackAttempts - 1,
@@ -411,6 +407,15 @@ func (x *exchange) continuationTripper() http.RoundTripper {
 			x.onMove(ups[from], ups[to], reason, err)
 		},
 	}
+}
+
+// streamsOf returns the stream Transports of ups.
+func streamsOf(ups []*upstream) []*outlast.Transport {
+	trs := make([]*outlast.Transport, len(ups))
+	for i, u := range ups {
+		trs[i] = u.stream
+	}
+	return trs
 }
 
 // discardBody drains a little of a response that is thrown away and

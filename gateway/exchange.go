@@ -407,9 +407,28 @@ func (c *untilCommit) stop() {
 	}
 }
 
+// soonestChance returns how long until the soonest next chance of the
+// request's upstream or, with fallbacks, any of them: when the request
+// could be served again. 0 if none is known.
+func (x *exchange) soonestChance() time.Duration {
+	ups := x.up.chain
+	if len(ups) == 0 {
+		ups = []*upstream{x.cur}
+	}
+	var soonest time.Duration
+	for _, u := range ups {
+		if d := u.nextChance(); d > 0 && (soonest == 0 || d < soonest) {
+			soonest = d
+		}
+	}
+	return soonest
+}
+
 // roundTripper is what sends the request: the upstream's Transport, or,
 // with Fallbacks, an outlast.Fallback over it and theirs; for a stream,
-// their stream Transports.
+// their stream Transports. A request that has no retries (Outlast-Retry:
+// off, or an outer layer's Outlast-Attempt) goes to its upstream alone:
+// a move is one more attempt, which its caller makes.
 func (x *exchange) roundTripper() http.RoundTripper {
 	if x.up.pool != nil {
 		if x.rec.Stream {
@@ -417,7 +436,7 @@ func (x *exchange) roundTripper() http.RoundTripper {
 		}
 		return x.up.pool
 	}
-	if len(x.up.chain) == 0 {
+	if len(x.up.chain) == 0 || x.alone() {
 		if x.rec.Stream {
 			return x.up.stream
 		}
@@ -608,15 +627,15 @@ func (x *exchange) endAttempt(a outlast.Attempt, why string) {
 	x.hooksMu.Lock()
 	x.tellEndLocked()
 	at := x.attempt(a)
-	u := x.cur
+	// The attempt went to u: a hedge's side goes on beside the request's.
+	u := x.named(a.Upstream)
 	if why != "" {
-		at.Fallback, u = why, x.named(a.Upstream)
+		at.Fallback = why
 	} else {
 		x.moved = ""
 	}
 	x.rec.Attempts = append(x.rec.Attempts, at)
-	// The attempt went to u: its pace is that upstream's, for its own
-	// busy answers' Retry-After.
+	// Its pace is u's, for u's own busy answers' Retry-After.
 	u.latency.observe(a.End.Sub(a.Start))
 	if u == x.up && a.Class == outlast.ClassNone && x.hedges() {
 		// Its time to its first content, which hedges learn from.
@@ -865,6 +884,11 @@ func (x *exchange) retried() bool {
 	return x.opts.policy != nil
 }
 
+// alone reports whether the request's caller asked for no retries
+// (Outlast-Retry: off), or is an outer layer that retries it: the
+// gateway makes one attempt, moves it nowhere, and carries no stream on.
+func (x *exchange) alone() bool { return x.opts.outer || x.opts.off }
+
 // ownHeaders adds the gateway's response headers.
 func (x *exchange) ownHeaders(h http.Header) {
 	// The keys are canonical; the three values share one array.
@@ -912,7 +936,7 @@ func (x *exchange) failed(ctx context.Context, err error) {
 		// the upstream is down, its next chance too late for the
 		// deadline. Retry-After says when that chance is, if known.
 		h := http.Header{headerShouldRetry: {"false"}}
-		if d := x.cur.nextChance(); d > 0 {
+		if d := x.soonestChance(); d > 0 {
 			h.Set("Retry-After", strconv.Itoa(int((d+time.Second-1)/time.Second)))
 		}
 		x.fail(http.StatusServiceUnavailable, apierr.Down, x.downMessage(err), h)

@@ -64,6 +64,7 @@ type options struct {
 	slot     string // "" or a slot the upstream has, 0 to Slots-1
 	progress bool
 	outer    bool // an outer outlast layer is retrying: one attempt only
+	off      bool // Outlast-Retry: off: no retries
 }
 
 // parse reads the Outlast-* headers, and the SDK's timeout, of a request
@@ -199,6 +200,7 @@ func (o *options) parsePolicy(h http.Header, u *Upstream, now time.Time) error {
 	switch v := strings.ToLower(strings.TrimSpace(header(h, HeaderRetry))); v {
 	case "", "on":
 	case "off":
+		o.off = true
 		return nil
 	default:
 		return fmt.Errorf("outlast: %s %q: want \"off\" or \"on\"", HeaderRetry, v)

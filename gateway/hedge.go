@@ -117,31 +117,50 @@ type leg struct {
 	hedge bool // the fallback's side
 	resp  *http.Response
 	err   error
+	side  *side
 }
 
-// answered reports whether the leg got an answer to forward.
-func (l leg) answered() bool { return l.err == nil && l.resp != nil && l.resp.StatusCode < 400 }
+// side is what one side of a hedge knows of its attempts, written by its
+// hooks and Fallback in its own goroutine, and read once its result is in.
+type side struct {
+	lost atomic.Bool // cancelled by the other side's win
+	// why is the fallback reason of the side's next attempt: a hedge's
+	// first, or the first after one of its moves.
+	why   string
+	at    *upstream     // where its last attempt went
+	moves []record.Move // the hedge's moves along the chain, made the request's if it wins
+	last  int           // its last attempt's index in the record; -1 before one
+	event bool          // its last attempt failed with an error event before its answer
+}
+
+// answered reports whether the leg got an answer to forward: a status
+// under 400 that is not a stream its upstream gave up on after an error
+// event (see outlast.ErrErrorEvent), returned, body intact, for the caller.
+func (l leg) answered() bool {
+	return l.err == nil && l.resp != nil && l.resp.StatusCode < 400 && !l.side.event
+}
 
 // hedged sends req's stream to its upstream, through its fallbacks as
 // usual, and, if no content has come when its hedge delay is over, to
-// its first fallback too, as the budget allows: the first side to answer
-// wins, and the other is cancelled, recorded as it ended. If both fail,
-// the upstream's side is the result. The request may not move to the
-// fallback on its own once the hedge went there.
+// its fallbacks too, in order, as the budget allows: the first side to
+// answer wins, and the other is cancelled, recorded as it ended. Once
+// the hedge is sent, the request's side moves no more: the fallbacks are
+// the hedge's. If both fail, the request's side is the result, unless it
+// stopped at a move, which the hedge made instead.
 func (x *exchange) hedged(ctx context.Context) (*http.Response, error) {
 	defer x.up.hedging.earn() // after this stream's own hedge, if any
 	var fired atomic.Bool
 	// Each side's context, which the other's win cancels: the winner's
 	// goes on as its answer's (the request's own ends it at last).
-	var lost [2]atomic.Bool // by leg.hedge: the side cancelled by the other's win
-	ctxA, cancelA := context.WithCancelCause(outlast.WithHooks(ctx, x.legHooks(false, &lost[0])))
-	ctxB, cancelB := context.WithCancelCause(outlast.WithHooks(ctx, x.legHooks(true, &lost[1])))
+	sides := [2]*side{{at: x.up, last: -1}, {at: x.up.chain[1], why: record.ReasonHedge, last: -1}} // by leg.hedge
+	ctxA, cancelA := context.WithCancelCause(outlast.WithHooks(ctx, x.legHooks(sides[0])))
+	ctxB, cancelB := context.WithCancelCause(outlast.WithHooks(ctx, x.legHooks(sides[1])))
 	cancel := [2]context.CancelCauseFunc{cancelA, cancelB} // by leg.hedge
 	results := make(chan leg, 2)
 	primary := x.chainTripper(fired.Load)
 	go func() {
 		resp, err := primary.RoundTrip(x.outbound(ctxA, x.up))
-		results <- leg{resp: resp, err: err}
+		results <- leg{resp: resp, err: err, side: sides[0]}
 	}()
 	timer := time.NewTimer(x.up.hedging.delay(x.fields.model))
 	defer timer.Stop()
@@ -158,65 +177,106 @@ func (x *exchange) hedged(ctx context.Context) (*http.Response, error) {
 	if !moved && x.up.hedging.spend() {
 		fired.Store(true)
 	}
+	moves := len(x.rec.Moves)
 	x.hooksMu.Unlock()
 	if !fired.Load() {
 		first = <-results
 		return first.resp, first.err
 	}
-	fallback := x.up.chain[1]
-	x.comment("hedge to=%s", fallback.Name)
+	x.comment("hedge to=%s", x.up.chain[1].Name)
 	go func() {
-		resp, err := fallback.stream.RoundTrip(x.outbound(ctxB, fallback))
-		results <- leg{hedge: true, resp: resp, err: err}
+		resp, err := x.hedgeTripper(sides[1]).RoundTrip(x.outbound(ctxB, x.up.chain[1]))
+		results <- leg{hedge: true, resp: resp, err: err, side: sides[1]}
 	}()
 	first = <-results
 	if !first.answered() {
 		second := <-results
-		if second.answered() || !second.hedge {
+		own, hedge := first, second
+		if first.hedge {
+			own, hedge = second, first
+		}
+		switch {
+		case second.answered():
 			discardResp(first.resp)
 			first = second
-		} else {
-			discardResp(second.resp)
+		case errors.Is(own.err, errHedged):
+			discardResp(own.resp)
+			first = hedge
+		default:
+			discardResp(hedge.resp)
+			first = own
 		}
-		return x.won(first, fallback)
+		return x.won(first, moves)
 	}
 	// The loser is cancelled, and waited for, so that its attempt is in
 	// the record before the winner is forwarded.
-	lost[b2i(!first.hedge)].Store(true)
+	loser := sides[b2i(!first.hedge)]
+	loser.lost.Store(true)
 	cancel[b2i(!first.hedge)](errHedged)
 	discardResp((<-results).resp)
-	return x.won(first, fallback)
+	x.hooksMu.Lock()
+	if a := x.rec.Attempts[max(loser.last, 0):]; loser.last >= 0 && a[0].Class == outlast.ClassNone {
+		// Its answer came as the winner's did, and was cancelled after
+		// its first byte: it lost all the same.
+		a[0].Class, a[0].Error = outlast.ClassCanceled, record.HedgedError
+	}
+	x.hooksMu.Unlock()
+	return x.won(first, moves)
+}
+
+// hedgeTripper is the hedge's side: the request's fallbacks in order,
+// each move kept on s until the hedge wins.
+func (x *exchange) hedgeTripper(s *side) http.RoundTripper {
+	chain := x.up.chain[1:]
+	if len(chain) == 1 {
+		return chain[0].stream
+	}
+	return &outlast.Fallback{
+		Upstreams: streamsOf(chain),
+		Prefer:    x.up.Prefer,
+		Rewrite: func(r *http.Request, i int) (*http.Request, error) {
+			return x.outbound(r.Context(), chain[i]), nil
+		},
+		OnFallback: func(_ *http.Request, from, to int, reason outlast.FallbackReason, _ error) {
+			s.why, s.at = string(reason), chain[to]
+			s.moves = append(s.moves, record.Move{From: chain[from].Name, To: chain[to].Name, Reason: string(reason)})
+		},
+	}
 }
 
 // won makes l, the side of a hedge whose result the caller gets, the
-// exchange's: at the fallback, a move the record lists.
-func (x *exchange) won(l leg, fallback *upstream) (*http.Response, error) {
+// exchange's: at the fallback, a move the record lists after the moves
+// made before the hedge, the first of them, with the hedge's own after.
+func (x *exchange) won(l leg, moves int) (*http.Response, error) {
 	if l.hedge {
 		x.hooksMu.Lock()
-		x.cur = fallback
-		x.rec.Moves = append(x.rec.Moves, record.Move{From: x.up.Name, To: fallback.Name, Reason: record.ReasonHedge})
+		x.cur = l.side.at
+		hedge := record.Move{From: x.up.Name, To: x.up.chain[1].Name, Reason: record.ReasonHedge}
+		x.rec.Moves = append(append(x.rec.Moves[:moves:moves], hedge), l.side.moves...)
 		x.hooksMu.Unlock()
 	}
 	return l.resp, l.err
 }
 
-// legHooks are the hooks of one side of a hedge: the exchange's own, the
-// hedge's first attempt marked as the hedge's, and an attempt that the
-// other side's win cancelled (once lost is set) failing with errHedged.
-func (x *exchange) legHooks(hedge bool, lost *atomic.Bool) outlast.Hooks {
-	first := hedge
+// legHooks are the hooks of one side of a hedge: the exchange's own, each
+// attempt marked with the side's pending fallback reason, and an attempt
+// that the other side's win cancelled (once s.lost is set) failing with
+// errHedged.
+func (x *exchange) legHooks(s *side) outlast.Hooks {
 	return outlast.Hooks{
 		Queued:       x.Queued,
 		AttemptStart: x.AttemptStart,
 		AttemptEnd: func(a outlast.Attempt) {
-			why := ""
-			if first {
-				why, first = record.ReasonHedge, false
-			}
-			if lost.Load() && a.Class == outlast.ClassCanceled {
+			why := s.why
+			s.why = ""
+			if s.lost.Load() && a.Class == outlast.ClassCanceled {
 				a.Err = errHedged
 			}
+			s.event = a.Class == outlast.ClassErrorEvent
 			x.endAttempt(a, why)
+			x.hooksMu.Lock()
+			s.last = len(x.rec.Attempts) - 1
+			x.hooksMu.Unlock()
 		},
 	}
 }

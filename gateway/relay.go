@@ -218,7 +218,7 @@ func (r *relay) repeated(err error) {
 // upstream, or past the request's deadline less its reserve.
 func (r *relay) bounded() string {
 	switch {
-	case r.x.opts.policy == nil:
+	case r.x.alone():
 		return "the request has no retries (Outlast-Retry: off, or an outer layer's Outlast-Attempt)"
 	case r.n == maxContinuations:
 		return fmt.Sprintf("it was carried on %d times already", maxContinuations)
@@ -233,10 +233,10 @@ func (r *relay) bounded() string {
 // attemptsLeft returns how many more attempts the request's policy
 // allows at the upstream it is at, or -1 for no cap.
 func (x *exchange) attemptsLeft() int {
-	limit := x.opts.policy.MaxAttempts
-	if limit <= 0 {
+	if x.opts.policy == nil || x.opts.policy.MaxAttempts <= 0 {
 		return -1
 	}
+	limit := x.opts.policy.MaxAttempts
 	n := 0
 	for i := range x.rec.Attempts {
 		if x.rec.Attempts[i].Upstream == x.cur.Name {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -677,6 +678,171 @@ func TestHedgeOff(t *testing.T) {
 		res, took := sdkPost(g, "/v1/chat/completions", streamBody, nil)
 		if res.Code != 200 || took < 20*time.Second || len(f.attempts("fallback.test")) != 0 {
 			t.Errorf("got %d after %v, %d attempts at the fallback; want the primary's answer at 20 s, none there", res.Code, took, len(f.attempts("fallback.test")))
+		}
+	})
+}
+
+// twoFallbacksConfig is a primary with two fallbacks, in order.
+const twoFallbacksConfig = `upstreams:
+  - name: primary
+    url: http://primary.test
+    fallbacks: [fb1, fb2]
+  - name: fb1
+    prefix: /fb1
+    url: http://fb1.test
+  - name: fb2
+    prefix: /fb2
+    url: http://fb2.test
+`
+
+// slowThen answers its first attempt with status after 12 s, past the
+// hedge's default delay, and every other at once.
+func slowThen(status int) func(*http.Request, int, time.Duration) (*http.Response, error) {
+	return func(r *http.Request, n int, _ time.Duration) (*http.Response, error) {
+		if n == 1 {
+			select {
+			case <-time.After(12 * time.Second):
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+		}
+		return reply(status, nil, `{"error":{"message":"unavailable"}}`), nil
+	}
+}
+
+// A hedge goes on along the fallbacks as a move would: with the first
+// fallback failing too, the second serves the request, and the moves say
+// how it got there.
+func TestHedgeGoesOnToTheNextFallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+			"primary.test": slowThen(503),
+			"fb1.test":     always(503),
+			"fb2.test":     answerStream(0),
+		})
+		var rec record.Request
+		g := defaultGateway(t, f, func(r *record.Request) { rec = *r }, "--config", writeConfig(t, twoFallbacksConfig))
+		res, _ := sdkPost(g, "/v1/chat/completions", streamBody, map[string]string{"Outlast-Timeout": "25s"})
+		if res.Code != 200 || rec.Answered() != "fb2" || len(f.attempts("fb2.test")) != 1 {
+			t.Fatalf("got %d %q from %q, %d attempts at fb2; want fb2's answer", res.Code, res.Header().Get("Outlast-Error"), rec.Answered(), len(f.attempts("fb2.test")))
+		}
+		if m := rec.Moves; len(m) != 2 || m[0].Reason != "hedge" || m[0].To != "fb1" || m[1].From != "fb1" || m[1].To != "fb2" {
+			t.Errorf("moves %+v; want the hedge to fb1, then on to fb2", m)
+		}
+	})
+}
+
+// When both sides of a hedge fail, the caller gets the failure an
+// upstream answered, never the hedge's own cancellation as a 502.
+func TestHedgeBothFail(t *testing.T) {
+	for _, fallback := range []int{503, 400} {
+		t.Run(strconv.Itoa(fallback), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+					"primary.test":  slowThen(503),
+					"fallback.test": always(fallback),
+				})
+				g := defaultGateway(t, f, nil, "--config", writeConfig(t, fallbackConfig))
+				res, _ := sdkPost(g, "/v1/chat/completions", streamBody, map[string]string{"Outlast-Timeout": "25s"})
+				if res.Code != fallback || strings.Contains(res.Body.String(), "hedged") {
+					t.Errorf("got %d %q: %s; want the fallback's %d", res.Code, res.Header().Get("Outlast-Error"), res.Body.String(), fallback)
+				}
+			})
+		})
+	}
+}
+
+// A side of a hedge whose stream ended in an error event before the
+// answer (one not retried, which its upstream returns for the caller)
+// has no answer: the other side's, which comes after it, wins.
+func TestHedgeErrorEventIsNoAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		overloaded := func(r *http.Request, _ int, _ time.Duration) (*http.Response, error) {
+			return eventStream(r, []timedEvent{{12 * time.Second, `{"error":{"message":"Overloaded","type":"invalid_request_error"}}`}}), nil
+		}
+		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+			"primary.test":  overloaded,
+			"fallback.test": answerStream(5 * time.Second),
+		})
+		var rec record.Request
+		g := defaultGateway(t, f, func(r *record.Request) { rec = *r }, "--config", writeConfig(t, fallbackConfig))
+		res, _ := sdkPost(g, "/v1/chat/completions", streamBody, map[string]string{"Outlast-Timeout": "60s"})
+		if res.Code != 200 || !strings.Contains(res.Body.String(), `"Hi"`) || strings.Contains(res.Body.String(), "Overloaded") || rec.Answered() != "fallback" {
+			t.Errorf("got %d from %q:\n%s\nwant the fallback's answer", res.Code, rec.Answered(), res.Body.String())
+		}
+	})
+}
+
+// Both sides of a hedge reach their first content at the same instant:
+// the side that lost is recorded cancelled as hedged, whatever its
+// attempt had reached, and the record's answer is the winner's.
+func TestHedgeTieRecorded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+			"primary.test":  answerStream(15 * time.Second),
+			"fallback.test": answerStream(5 * time.Second),
+		})
+		var rec record.Request
+		g := defaultGateway(t, f, func(r *record.Request) { rec = *r }, "--config", writeConfig(t, fallbackConfig))
+		res, _ := sdkPost(g, "/v1/chat/completions", streamBody, nil)
+		if res.Code != 200 {
+			t.Fatalf("got %d, want 200", res.Code)
+		}
+		won, lost := 0, 0
+		for _, a := range rec.Attempts {
+			switch {
+			case a.Error == "" && a.Bytes > 0:
+				won++
+			case strings.Contains(a.Error, "hedged"):
+				lost++
+			}
+		}
+		if won != 1 || lost != 1 || rec.Answered() != res.Header().Get("Outlast-Upstream") {
+			t.Errorf("recorded %+v, answered by %q, the caller's from %q; want one winner, one hedged, and the record's answer the caller's", rec.Attempts, rec.Answered(), res.Header().Get("Outlast-Upstream"))
+		}
+	})
+}
+
+// A request that asks for no retries (Outlast-Retry: off), or comes from
+// an outer layer that retries it (Outlast-Attempt), makes one attempt
+// and is moved to no fallback: a move is one more attempt, its caller's.
+func TestNoRetriesNoMoves(t *testing.T) {
+	for _, h := range []map[string]string{{"Outlast-Retry": "off"}, {"Outlast-Attempt": "1"}} {
+		t.Run(fmt.Sprint(h), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+					"primary.test": always(503),
+					"fb1.test":     always(503),
+					"fb2.test":     always(503),
+				})
+				g := defaultGateway(t, f, nil, "--config", writeConfig(t, twoFallbacksConfig))
+				res, _ := sdkPost(g, "/v1/chat/completions", chatBody, h)
+				if n := len(f.attempts("primary.test")) + len(f.attempts("fb1.test")) + len(f.attempts("fb2.test")); res.Code != 503 || n != 1 || res.Header().Get("Outlast-Attempts") != "1" {
+					t.Errorf("got %d after %d attempts (Outlast-Attempts %q); want the primary's 503 after 1", res.Code, n, res.Header().Get("Outlast-Attempts"))
+				}
+			})
+		})
+	}
+}
+
+// With every upstream of the chain down, the 503's Retry-After says when
+// the soonest of them has its next chance, not the last one tried.
+func TestDownRetryAfterSoonest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeHosts(map[string]func(*http.Request, int, time.Duration) (*http.Response, error){
+			"primary.test": func(*http.Request, int, time.Duration) (*http.Response, error) {
+				return reply(429, map[string]string{"Retry-After": "10"}, `{}`), nil
+			},
+			"fallback.test": func(*http.Request, int, time.Duration) (*http.Response, error) {
+				return reply(429, map[string]string{"Retry-After": "60"}, `{}`), nil
+			},
+		})
+		g := defaultGateway(t, f, nil, "--config", writeConfig(t, fallbackConfig))
+		sdkPost(g, "/v1/chat/completions", chatBody, map[string]string{"Outlast-Timeout": "20s"})
+		res, _ := sdkPost(g, "/v1/chat/completions", chatBody, map[string]string{"Outlast-Timeout": "20s"})
+		ra, _ := strconv.Atoi(res.Header().Get("Retry-After"))
+		if res.Code != 503 || ra < 1 || ra > 11 {
+			t.Errorf("got %d with Retry-After %q; want 503 and the primary's next chance, within 10 s", res.Code, res.Header().Get("Retry-After"))
 		}
 	})
 }
