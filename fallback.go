@@ -258,7 +258,7 @@ const maxErrorBody = 64 << 10
 // whole when the request does not move.
 func contextTooLong(resp *http.Response) bool {
 	head, err := peekBody(resp, maxErrorBody)
-	return err == nil && isContextTooLong(head)
+	return err == nil && isContextTooLong(decoded(head, resp.Header, maxErrorBody))
 }
 
 // isContextTooLong reports whether body, an error's JSON, says that the

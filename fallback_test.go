@@ -1,6 +1,8 @@
 package outlast_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -361,23 +363,34 @@ func TestFallbackAttemptsCap(t *testing.T) {
 // to the fallback after one attempt, in each API's words; any other 400
 // is the answer, its body whole.
 func TestFallbackContextLength(t *testing.T) {
+	gz := func(s string) string {
+		var b bytes.Buffer
+		w := gzip.NewWriter(&b)
+		w.Write([]byte(s))
+		w.Close()
+		return b.String()
+	}
 	for _, c := range []struct {
-		name string
-		body string
-		move bool
+		name   string
+		body   string
+		move   bool
+		coding string // the body's Content-Encoding
 	}{
-		{"openai", `{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, true},
-		{"anthropic", `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}`, true},
-		{"llama.cpp", `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`, true},
-		{"vllm", `{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}`, true},
+		{"openai", `{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, true, ""},
+		// An SDK asks for gzip, and the gateway passes its Accept-Encoding on.
+		{"openai, gzip", gz(`{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}`), true, "gzip"},
+		{"content policy, gzip", gz(`{"error":{"message":"Your request was rejected by our safety system.","type":"invalid_request_error","code":"content_policy_violation"}}`), false, "gzip"},
+		{"anthropic", `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}`, true, ""},
+		{"llama.cpp", `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`, true, ""},
+		{"vllm", `{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}`, true, ""},
 		// Another 400 is the caller's to fix, wherever it goes.
-		{"content policy", `{"error":{"message":"Your request was rejected by our safety system.","type":"invalid_request_error","param":null,"code":"content_policy_violation"}}`, false},
-		{"anthropic, another invalid request", `{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}`, false},
-		{"not json", `prompt is too long`, false},
+		{"content policy", `{"error":{"message":"Your request was rejected by our safety system.","type":"invalid_request_error","param":null,"code":"content_policy_violation"}}`, false, ""},
+		{"anthropic, another invalid request", `{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}`, false, ""},
+		{"not json", `prompt is too long`, false, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				primary, fallback := newFake(step{status: 400, body: c.body}), newFake(step{body: "ok"})
+				primary, fallback := newFake(step{status: 400, body: c.body, header: map[string]string{"Content-Encoding": c.coding}}), newFake(step{body: "ok"})
 				var reasons []outlast.FallbackReason
 				policy := &outlast.Policy{Waits: []time.Duration{time.Second}}
 				f := &outlast.Fallback{Upstreams: []*outlast.Transport{{Base: primary, Policy: policy}, {Base: fallback, Policy: policy}},

@@ -2,6 +2,8 @@ package outlast
 
 import (
 	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -179,7 +181,29 @@ func bodyRetryInfo(resp *http.Response) (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return retryInfo(head)
+	return retryInfo(decoded(head, resp.Header, maxRetryInfo))
+}
+
+// decoded returns head, the start of a body, as its Content-Encoding,
+// gzip or deflate, had it before: a request that asked for a coding
+// (SDKs ask for gzip) gets its error bodies in it. At most limit bytes
+// of it, as far as head goes; head itself for any other coding.
+func decoded(head []byte, h http.Header, limit int64) []byte {
+	var r io.Reader
+	var err error
+	switch strings.ToLower(strings.TrimSpace(h.Get("Content-Encoding"))) {
+	case "gzip", "x-gzip":
+		r, err = gzip.NewReader(bytes.NewReader(head))
+	case "deflate":
+		r, err = zlib.NewReader(bytes.NewReader(head))
+	default:
+		return head
+	}
+	if err != nil {
+		return head
+	}
+	b, _ := io.ReadAll(io.LimitReader(r, limit)) // a head cut short reads as far as it goes
+	return b
 }
 
 // peekBody reads up to limit bytes of resp's body and puts them back, so

@@ -2,6 +2,7 @@ package outlast
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"io"
@@ -91,6 +92,45 @@ func FuzzRetryInfo(f *testing.F) {
 		}
 		if !bytes.Contains(other, []byte("RetryInfo")) && !bytes.Contains(other, []byte(`\u`)) && ok {
 			t.Fatalf("%q: got %v from a body that names no RetryInfo", other, d)
+		}
+	})
+}
+
+// A Gemini 429 in gzip, the coding an SDK asks for, is read as the
+// same 429 without it, and its body goes to the caller as it came.
+func TestBodyRetryInfoGzip(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	io.WriteString(w, geminiBody("3s"))
+	w.Close()
+	coded := b.String()
+	resp := &http.Response{StatusCode: 429, Header: http.Header{"Content-Type": {"application/json"}, "Content-Encoding": {"gzip"}}, Body: io.NopCloser(strings.NewReader(coded))}
+	if d, ok := bodyRetryInfo(resp); !ok || d != 3*time.Second {
+		t.Errorf("got %v, %v; want 3s", d, ok)
+	}
+	if got, _ := io.ReadAll(resp.Body); string(got) != coded {
+		t.Errorf("the caller read %d bytes; want the gzip body as it came, %d", len(got), len(coded))
+	}
+}
+
+// FuzzDecoded reads arbitrary bytes as a body's coded start: it never
+// panics, never gives more than its limit, and gives a coded body back
+// as it was before the coding.
+func FuzzDecoded(f *testing.F) {
+	f.Add([]byte(`{"error":{}}`), []byte{0x1f, 0x8b, 0x08})
+	f.Fuzz(func(t *testing.T, plain, other []byte) {
+		var b bytes.Buffer
+		w := gzip.NewWriter(&b)
+		w.Write(plain)
+		w.Close()
+		if got := decoded(b.Bytes(), http.Header{"Content-Encoding": {"gzip"}}, 1<<20); len(plain) <= 1<<20 && !bytes.Equal(got, plain) {
+			t.Fatalf("gzip of %q decoded as %q", plain, got)
+		}
+		for _, coding := range []string{"gzip", "deflate", "br", ""} {
+			if got := decoded(other, http.Header{"Content-Encoding": {coding}}, 64); len(got) > max(64, len(other)) {
+				t.Fatalf("%s: %d bytes from %d, over the limit", coding, len(got), len(other))
+			}
 		}
 	})
 }
