@@ -322,9 +322,10 @@ const (
 )
 
 // keptText returns s as the record keeps it: at most max bytes of valid
-// UTF-8 without control characters. A longer s is cut at the start of a
-// character and ends with "…"; an invalid byte or a control character
-// becomes U+FFFD.
+// UTF-8 without control characters or bidirectional formatting ones
+// (U+202E would reorder a terminal's line). A longer s is cut at the
+// start of a character and ends with "…"; an invalid byte or such a
+// character becomes U+FFFD.
 func keptText(s string, max int) string {
 	// The common case, printable ASCII, in one pass and without an
 	// allocation; then any other text that is kept whole.
@@ -332,12 +333,12 @@ func keptText(s string, max int) string {
 	for i := 0; whole && i < len(s); i++ {
 		whole = ' ' <= s[i] && s[i] < 0x7f
 	}
-	if whole || len(s) <= max && utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) {
+	if whole || len(s) <= max && utf8.ValidString(s) && !strings.ContainsFunc(s, unkept) {
 		return s
 	}
 	var b strings.Builder // range reads an invalid byte as U+FFFD, without a copy of s
 	for _, c := range s {
-		if unicode.IsControl(c) {
+		if unkept(c) {
 			c = utf8.RuneError
 		}
 		if b.Len()+utf8.RuneLen(c) > max-len("…") {
@@ -348,6 +349,10 @@ func keptText(s string, max int) string {
 	}
 	return b.String()
 }
+
+// unkept reports whether the record keeps c as U+FFFD: a control
+// character, or a bidirectional formatting one.
+func unkept(c rune) bool { return unicode.IsControl(c) || unicode.Is(unicode.Bidi_Control, c) }
 
 // context returns the context of the attempts: the caller's, with the
 // request's deadline, policy, slot and hooks. Its cancel ends the

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/outlast-llm/outlast"
@@ -328,8 +327,8 @@ func parseRun(v string) (string, error) {
 		return "", fmt.Errorf("outlast: %s is %d bytes long; the most is %d", HeaderRun, len(v), maxRunLen)
 	case !utf8.ValidString(v):
 		return "", fmt.Errorf("outlast: %s %q: not valid UTF-8", HeaderRun, v)
-	case strings.ContainsFunc(v, unicode.IsControl):
-		return "", fmt.Errorf("outlast: %s %q: control characters are not allowed", HeaderRun, v)
+	case strings.ContainsFunc(v, unkept):
+		return "", fmt.Errorf("outlast: %s %q: control and bidirectional formatting characters are not allowed", HeaderRun, v)
 	}
 	return v, nil
 }

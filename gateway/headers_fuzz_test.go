@@ -11,7 +11,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/outlast-llm/outlast"
@@ -105,6 +104,7 @@ func FuzzParseOptions(f *testing.F) {
 		{map[string]string{HeaderWaits: ",", HeaderMaxAttempts: "99999999999999999999"}, 1},
 		{map[string]string{HeaderRun: "a\u0085b", HeaderSlot: "-1", HeaderProgress: "none"}, 8},
 		{map[string]string{HeaderRun: "\xff", HeaderSlot: "2"}, 8},
+		{map[string]string{HeaderRun: "run\u202egpj"}, 0},
 		// The SDK's timeout, the default deadline and the reserve's
 		// share of it.
 		{map[string]string{headerSDKTimeout: "600"}, 1 + 32 + 256},
@@ -308,8 +308,8 @@ func shareOf(u *Upstream, o options) time.Duration {
 func checkRest(t *testing.T, h http.Header, u *Upstream, o options) {
 	t.Helper()
 	if run := h.Get(HeaderRun); o.run != strings.TrimSpace(run) || len(o.run) > maxRunLen ||
-		!utf8.ValidString(o.run) || strings.ContainsFunc(o.run, unicode.IsControl) {
-		t.Fatalf("parseOptions(%s %q): got run %q, want it trimmed, valid UTF-8, no control characters, %d bytes at most", HeaderRun, run, o.run, maxRunLen)
+		!utf8.ValidString(o.run) || strings.ContainsFunc(o.run, unkept) {
+		t.Fatalf("parseOptions(%s %q): got run %q, want it trimmed, valid UTF-8, no control or bidirectional formatting characters, %d bytes at most", HeaderRun, run, o.run, maxRunLen)
 	}
 	if v := h.Get(HeaderSlot); v == "" {
 		if o.slot != "" {

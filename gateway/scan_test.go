@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"unicode"
 	"unicode/utf8"
 )
 
@@ -230,13 +229,14 @@ func TestKeptText(t *testing.T) {
 		{"invalid byte", "a\xffb", 256, "a\uFFFDb"},
 		{"control characters", "a\nb\x1b[31mc\u0085", 256, "a\uFFFDb\uFFFD[31mc\uFFFD"},
 		{"delete", "a\x7fb", 256, "a\uFFFDb"},
+		{"bidirectional formatting", "run\u202e1txt.exe\u2066x\u2069", 256, "run\uFFFD1txt.exe\uFFFDx\uFFFD"},
 		{"invalid and long", strings.Repeat("\xff", 300), 256, strings.Repeat("\uFFFD", (256-len("…"))/3) + "…"},
 	} {
 		got := keptText(c.in, c.max)
 		if got != c.want {
 			t.Errorf("%s: keptText(%.40q, %d) = %q, want %q", c.name, c.in, c.max, got, c.want)
 		}
-		if len(got) > c.max || !utf8.ValidString(got) || strings.ContainsFunc(got, unicode.IsControl) {
+		if len(got) > c.max || !utf8.ValidString(got) || strings.ContainsFunc(got, unkept) {
 			t.Errorf("%s: keptText(%.40q, %d) = %q: longer than %d, not UTF-8, or with a control character", c.name, c.in, c.max, got, c.max)
 		}
 	}
@@ -255,15 +255,15 @@ func FuzzKeptText(f *testing.F) {
 			return // the record's bounds are 32 to 2048
 		}
 		got := keptText(s, max)
-		if len(got) > max || !utf8.ValidString(got) || strings.ContainsFunc(got, unicode.IsControl) {
+		if len(got) > max || !utf8.ValidString(got) || strings.ContainsFunc(got, unkept) {
 			t.Fatalf("keptText(%q, %d) = %q: longer than %d, not UTF-8, or with a control character", s, max, got, max)
 		}
-		if len(s) <= max && utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) && got != s {
+		if len(s) <= max && utf8.ValidString(s) && !strings.ContainsFunc(s, unkept) && got != s {
 			t.Fatalf("keptText(%q, %d) = %q, want the text unchanged", s, max, got)
 		}
 		var want strings.Builder
 		for _, c := range s {
-			if unicode.IsControl(c) {
+			if unkept(c) {
 				c = utf8.RuneError
 			}
 			want.WriteRune(c)
