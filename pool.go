@@ -1152,6 +1152,14 @@ func (p *Pool) answered(t poolTicket, resp *http.Response, err error) (fail erro
 			if statusRetryable(se) {
 				fail = se
 			}
+		} else if se := streamFailure(resp); se != nil {
+			// A stream that opened with an error event (Anthropic's
+			// overloaded_error after message_start): the member's
+			// failure as the status it stands for.
+			status = se.StatusCode
+			if statusRetryable(se) {
+				fail = se
+			}
 		}
 	}
 	hr := ReadHeadroom(h, now)

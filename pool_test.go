@@ -1055,3 +1055,30 @@ func TestPoolRetryInTold(t *testing.T) {
 		}
 	})
 }
+
+// A member whose stream opens with an error event (Anthropic's
+// overloaded_error after message_start) failed the request as the 529 it
+// stands for: the request goes at once to another member, and the caller
+// reads that member's answer.
+func TestPoolErrorEventMoves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sse := map[string]string{"Content-Type": "text/event-stream"}
+		overloaded := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\n" +
+			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+		a, b := newFake(step{body: overloaded, header: sse}), newFake(step{body: "data: ok\n\n", header: sse})
+		p := &outlast.Pool{
+			Members: []*outlast.Transport{{Name: "a", Base: a, FirstByteTimeout: time.Second}, {Name: "b", Base: b, FirstByteTimeout: time.Second}},
+			Policy:  &outlast.Policy{Waits: []time.Duration{time.Second}},
+		}
+		req, _ := http.NewRequest(http.MethodPost, "http://pool.test/v1/messages", strings.NewReader(`{"stream":true}`))
+		resp, err := p.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "data: ok\n\n" || len(a.attempts()) != 1 || len(b.attempts()) != 1 {
+			t.Errorf("got %q after %d attempts at a, %d at b; want b's answer after one at each", body, len(a.attempts()), len(b.attempts()))
+		}
+	})
+}

@@ -310,6 +310,14 @@ func (c *call) attempt() (result, error) {
 func (c *call) judge(r *http.Request, resp *http.Response, err error, res *result, active bool) {
 	// time.Now is a measurable part of a success's cost: the end is read
 	// only when someone will look at it.
+	if err == nil && !isFailure(resp.StatusCode) {
+		if se := streamFailure(resp); se != nil {
+			// A stream that opened with an error event, which a layer
+			// under this one returned for its caller: this layer, which
+			// retries, judges it as that one did.
+			err = se
+		}
+	}
 	if active || err != nil || isFailure(resp.StatusCode) {
 		res.at.End = time.Now()
 	}
@@ -321,6 +329,14 @@ func (c *call) judge(r *http.Request, resp *http.Response, err error, res *resul
 		var se *StatusError
 		if errors.As(err, &se) {
 			res.at.Status = se.StatusCode
+			if errors.Is(err, ErrErrorEvent) && se.RetryAfter == 0 {
+				// The server's delay, from the stream's headers, as a
+				// failed status's: cut, and recorded, as one.
+				if d, ok := RetryAfter(se.Header, res.at.End); ok {
+					se.RetryAfter, res.at.RetryAfterCut = c.capDelay(r, d)
+					res.at.RetryAfter = se.RetryAfter
+				}
+			}
 		}
 	case isFailure(resp.StatusCode):
 		d, ok := RetryAfter(resp.Header, res.at.End)

@@ -886,6 +886,43 @@ func TestTransportFirstEventError(t *testing.T) {
 	}
 }
 
+// A retrying Transport over one that peeks (the gateway's shape, or a
+// user's stack) judges a stream that opened with an error event as the
+// inner one did: a failure to retry, never an answer to commit.
+func TestTransportStackedErrorEvent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sse := map[string]string{"Content-Type": "text/event-stream"}
+		overloaded := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\"}}\n\n" +
+			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+		fake := newFake(step{body: overloaded, header: sse}, step{body: "data: ok\n\n", header: sse})
+		inner := &outlast.Transport{Base: fake, FirstByteTimeout: time.Second}
+		outer := &outlast.Transport{Base: inner, Policy: &outlast.Policy{Waits: ms(10)}, Logger: discardLogger()}
+		code, body, err := get(t, context.Background(), outer)
+		if err != nil || code != 200 || body != "data: ok\n\n" || len(fake.attempts()) != 2 {
+			t.Errorf("got %d %q %v after %d attempts; want the second attempt's stream", code, body, err, len(fake.attempts()))
+		}
+	})
+}
+
+// A stream that opened with an error event has its server's delay read
+// as a failed status's is: cut to MaxRetryAfter, and recorded so.
+func TestTransportErrorEventRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sse := map[string]string{"Content-Type": "text/event-stream", "Retry-After": "3600"}
+		overloaded := "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+		fake := newFake(step{body: overloaded, header: sse}, step{body: "data: ok\n\n", header: map[string]string{"Content-Type": "text/event-stream"}})
+		var rec recorder
+		tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: ms(10)}, FirstByteTimeout: time.Second, MaxRetryAfter: 2 * time.Second, Hooks: rec.hooks(), Logger: discardLogger()}
+		start := time.Now()
+		if code, _, err := get(t, context.Background(), tr); err != nil || code != 200 {
+			t.Fatalf("got %d %v, want the retry's 200", code, err)
+		}
+		if took, a := time.Since(start), rec.ends[0]; took > 3*time.Second || a.RetryAfter != 2*time.Second || !a.RetryAfterCut || a.RetryIn != 2*time.Second {
+			t.Errorf("answered after %v; the first attempt's RetryAfter %v, cut %v, RetryIn %v; want the hour cut to 2 s, and recorded so", took, a.RetryAfter, a.RetryAfterCut, a.RetryIn)
+		}
+	})
+}
+
 // TestTransportFirstReadWhole checks that the byte the Transport reads
 // ahead of a body (for FirstByteTimeout) comes with what follows it in
 // the caller's first read, as it would without the read ahead, while a
