@@ -510,8 +510,8 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 				p.OnMove(req, from, t.i, last)
 			}
 		}
-		held = holdEnd(ctx)
-		r, rerr := p.request(req, held.into(ctx), t.i, n)
+		held = holdEnd(ctx, n)
+		r, rerr := p.request(req, held.into(ctx), t.i, n, m != nil)
 		if rerr != nil {
 			p.answered(t, nil, rerr)
 			closeBody(req)
@@ -540,7 +540,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 				s.first = start
 			}
 			s.n++
-			if s.p.MaxAttempts > 0 && n >= s.p.MaxAttempts || !s.p.retryable(fail) || ctx.Err() != nil {
+			if s.p.MaxAttempts > 0 && n >= s.p.MaxAttempts || !s.p.retryable(fail) || ctx.Err() != nil || s.listSpent(ctx) {
 				return resp, err
 			}
 			if !slices.Contains(failed, false) {
@@ -586,6 +586,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 // (Attempt.RetryIn), as a Transport's own retries report theirs.
 type heldEnd struct {
 	next callHooks
+	n    int // the pool's number of the attempt, which its member numbers 1
 
 	mu       sync.Mutex
 	at       Attempt
@@ -595,12 +596,12 @@ type heldEnd struct {
 
 // holdEnd returns a heldEnd for the hooks ctx carries, or nil if it
 // carries none.
-func holdEnd(ctx context.Context) *heldEnd {
+func holdEnd(ctx context.Context, n int) *heldEnd {
 	next := hooksOf(nil, ctx)
 	if !next.active() {
 		return nil
 	}
-	return &heldEnd{next: next}
+	return &heldEnd{next: next, n: n}
 }
 
 // into returns ctx with h in place of its hooks; ctx itself for a nil h.
@@ -611,10 +612,15 @@ func (h *heldEnd) into(ctx context.Context) context.Context {
 	return context.WithValue(ctx, owned.HooksKey{}, methodHooks(h))
 }
 
-func (h *heldEnd) AttemptStart(at Attempt)      { h.next.start(at) }
+func (h *heldEnd) AttemptStart(at Attempt) {
+	at.N = h.n
+	h.next.start(at)
+}
+
 func (h *heldEnd) Queued(key string, ahead int) { h.next.queued(key, ahead) }
 
 func (h *heldEnd) AttemptEnd(at Attempt) {
+	at.N = h.n
 	h.mu.Lock()
 	if !h.released {
 		h.at, h.ended = at, true
@@ -690,16 +696,26 @@ func (p *Pool) bound(ctx context.Context, pol *Policy) time.Time {
 }
 
 // request returns the request for Members[i], attempt n: req itself for
-// the first attempt without Rewrite, else a clone with a fresh body,
+// the first attempt without Rewrite of a pool that does not retry, else
+// a clone with a fresh body, AttemptHeader if the pool is retrying,
 // rewritten. A member never queues while its Admission holds it down:
 // the pool has others.
-func (p *Pool) request(req *http.Request, ctx context.Context, i, n int) (*http.Request, error) {
+func (p *Pool) request(req *http.Request, ctx context.Context, i, n int, retrying bool) (*http.Request, error) {
 	ctx = context.WithValue(ctx, leaveKey{}, true)
 	ctx = context.WithValue(ctx, poolKey{}, true)
-	if n == 1 && p.Rewrite == nil {
+	if n == 1 && p.Rewrite == nil && !retrying {
 		return req.WithContext(ctx), nil
 	}
 	r := req.Clone(ctx)
+	if retrying {
+		// The pool is the layer that retries: across HTTP, each attempt
+		// says so, as a Transport's does, and an outlast layer there
+		// makes one attempt.
+		if r.Header == nil {
+			r.Header = make(http.Header, 1)
+		}
+		r.Header[AttemptHeader] = attemptValue(n)
+	}
 	if n > 1 && req.GetBody != nil {
 		body, err := req.GetBody()
 		if err != nil {

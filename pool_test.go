@@ -1082,3 +1082,38 @@ func TestPoolErrorEventMoves(t *testing.T) {
 		}
 	})
 }
+
+// A pool that retries is the layer that retries: across HTTP each
+// attempt carries Outlast-Attempt with its number, as a Transport's does,
+// so that an outlast gateway behind it makes one attempt and the retries
+// do not multiply; its hooks number the attempts across the members; and
+// without a deadline, its retries are as many as its waits, those at
+// once at another member included.
+func TestPoolAttemptHeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFake(step{status: 503}), newFake(step{status: 503}, step{body: "ok"})
+		p := &outlast.Pool{
+			Members: []*outlast.Transport{{Name: "a", Base: a}, {Name: "b", Base: b}},
+			Policy:  &outlast.Policy{Waits: []time.Duration{time.Second, time.Second}},
+		}
+		var ns []int
+		ctx := outlast.WithHooks(t.Context(), outlast.Hooks{AttemptEnd: func(a outlast.Attempt) { ns = append(ns, a.N) }})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://pool.test/v1/chat/completions", strings.NewReader(`{}`))
+		resp, err := p.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if !slices.Equal(ns, []int{1, 2, 3}) {
+			t.Errorf("the hooks heard of attempts %v, want 1, 2, 3: two waits, two retries", ns)
+		}
+		var got []string
+		for _, r := range append(a.attempts(), b.attempts()...) {
+			got = append(got, r.attempt)
+		}
+		slices.Sort(got)
+		if want := []string{"1", "2", "3"}; !slices.Equal(got, want) || req.Header.Get(outlast.AttemptHeader) != "" {
+			t.Errorf("the members saw Outlast-Attempt %q, the caller's request has %q; want %q, and the caller's untouched", got, req.Header.Get(outlast.AttemptHeader), want)
+		}
+	})
+}

@@ -197,13 +197,20 @@ type keyNews struct {
 	own bool
 }
 
+// listSpent reports whether, without a deadline, the retries that the
+// policy's Waits allow have all been made: the list is the bound.
+func (s *schedule) listSpent(ctx context.Context) bool {
+	_, hasDeadline := ctx.Deadline()
+	return !hasDeadline && s.n > len(s.p.Waits)
+}
+
 // waitFor returns the wait before the retry after failure s.n, err, and
 // whether that wait fits the bounds.
 func (s *schedule) waitFor(ctx context.Context, err error, k keyNews) (time.Duration, bool) {
 	p := s.p
 	deadline, hasDeadline := ctx.Deadline()
-	if !hasDeadline && s.n > len(p.Waits) {
-		return 0, false // without a deadline, the list is the bound
+	if s.listSpent(ctx) {
+		return 0, false
 	}
 	// A spaced failure's retry waits for nothing but the Admission,
 	// whose queue it rejoins at once, in its place: its own wait would
