@@ -65,9 +65,28 @@ type quota struct {
 	full        time.Time
 }
 
+// refund gives back to key's allowances a request of cost tokens that
+// take took, and that was then not served.
+func (lm *limiter) refund(key string, cost int) {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	b := lm.keys[key]
+	if b == nil {
+		return
+	}
+	if lm.l.Requests > 0 {
+		b.requests = min(b.requests+1, float64(lm.l.Requests))
+	}
+	if lm.l.Tokens > 0 {
+		b.tokens = min(b.tokens+float64(cost), float64(lm.l.Tokens))
+	}
+}
+
 // take takes a request of cost tokens from key's allowances at now. It
 // reports whether the request fits, the wait until it would when it does
-// not, and the quotas to state in the answer's headers.
+// not (-1 for a request larger than the whole allowance, which never
+// fits, as OpenAI refuses one "too large"), and the quotas to state in
+// the answer's headers.
 func (lm *limiter) take(key string, cost int, now time.Time) (ok bool, wait time.Duration, reqs, toks quota) {
 	lm.mu.Lock()
 	defer lm.mu.Unlock()
@@ -88,16 +107,17 @@ func (lm *limiter) take(key string, cost int, now time.Time) (ok bool, wait time
 	refill(&b.requests, lm.l.Requests)
 	refill(&b.tokens, lm.l.Tokens)
 	b.at = now
-	// The wait until an allowance holds what is asked, if it ever can: a
-	// request larger than the whole allowance is asked to wait a window.
+	// The wait until an allowance holds what is asked.
 	short := func(left float64, limit int, need float64) time.Duration {
 		if limit <= 0 || left >= need {
 			return 0
 		}
-		need = min(need, float64(limit))
 		return time.Duration(math.Ceil((need - left) / float64(limit) * float64(w)))
 	}
 	wait = max(short(b.requests, lm.l.Requests, 1), short(b.tokens, lm.l.Tokens, float64(cost)))
+	if lm.l.Tokens > 0 && cost > lm.l.Tokens {
+		wait = -1
+	}
 	if ok = wait == 0; ok {
 		if lm.l.Requests > 0 {
 			b.requests--
@@ -151,11 +171,17 @@ func setLimitHeaders(h http.Header, a api, reqs, toks quota, now time.Time) {
 		if isAnthropic {
 			h.Set("Anthropic-Ratelimit-"+name+"-Limit", strconv.Itoa(q.limit))
 			h.Set("Anthropic-Ratelimit-"+name+"-Remaining", strconv.Itoa(q.left))
-			h.Set("Anthropic-Ratelimit-"+name+"-Reset", q.full.UTC().Format(time.RFC3339))
+			// Whole seconds, as Anthropic states them: rounded up, so
+			// that a client that waits until then finds the room.
+			reset := q.full.UTC()
+			if reset.Nanosecond() > 0 {
+				reset = reset.Truncate(time.Second).Add(time.Second)
+			}
+			h.Set("Anthropic-Ratelimit-"+name+"-Reset", reset.Format(time.RFC3339))
 			continue
 		}
 		h.Set("X-Ratelimit-Limit-"+name, strconv.Itoa(q.limit))
 		h.Set("X-Ratelimit-Remaining-"+name, strconv.Itoa(q.left))
-		h.Set("X-Ratelimit-Reset-"+name, q.full.Sub(now).Round(time.Millisecond).String())
+		h.Set("X-Ratelimit-Reset-"+name, (q.full.Sub(now) + time.Millisecond - 1).Truncate(time.Millisecond).String())
 	}
 }

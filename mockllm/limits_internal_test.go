@@ -1,6 +1,7 @@
 package mockllm
 
 import (
+	"net/http"
 	"testing"
 	"time"
 )
@@ -37,11 +38,22 @@ func TestLimiter(t *testing.T) {
 	if ok, wait, reqs, _ := lm.take("a", 1, t0); ok || wait != 5*time.Second || reqs.left != 0 {
 		t.Errorf("a third request in a 10 s window of 2: got ok %v wait %v; want a wait of 5s", ok, wait)
 	}
-	// A request larger than the whole allowance waits for all of it.
+	// A request larger than the whole allowance never fits, as OpenAI
+	// refuses one "too large", full bucket or not, and takes nothing.
 	lm = &limiter{l: Limits{Tokens: 100}}
+	if ok, wait, _, toks := lm.take("a", 500, t0); ok || wait >= 0 || toks.left != 100 {
+		t.Errorf("more than the allowance, from a full one: got ok %v wait %v, %d left; want refused for good, 100 left", ok, wait, toks.left)
+	}
 	lm.take("a", 50, t0)
-	if ok, wait, _, _ := lm.take("a", 500, t0); ok || wait != 30*time.Second {
-		t.Errorf("more than the allowance: got ok %v wait %v; want the wait until it is whole, 30s", ok, wait)
+	if ok, wait, _, toks := lm.take("a", 500, t0); ok || wait >= 0 || toks.left != 50 {
+		t.Errorf("more than the allowance: got ok %v wait %v, %d left; want refused for good, 50 left", ok, wait, toks.left)
+	}
+	// A request taken and then not served (over capacity) is given back.
+	lm = &limiter{l: Limits{Requests: 4, Tokens: 100}}
+	lm.take("a", 30, t0)
+	lm.refund("a", 30)
+	if _, _, reqs, toks := lm.take("a", 0, t0); reqs.left != 3 || toks.left != 100 {
+		t.Errorf("after a refund: %d requests and %d tokens left after one more; want 3 and 100", reqs.left, toks.left)
 	}
 }
 
@@ -58,5 +70,24 @@ func TestAddedStepsAreOK(t *testing.T) {
 			got.retryAfter != want.retryAfter || got.retryAfterDate != want.retryAfterDate || got.retryAfterMs != want.retryAfterMs {
 			t.Errorf("script %q: the added step is %+v, want ok's %+v", src, got, want)
 		}
+	}
+}
+
+// The headers never state a reset before the allowance is whole: a
+// client that waits until then finds the room. Anthropic's form is whole
+// seconds, rounded up; OpenAI's a duration, rounded up to the
+// millisecond.
+func TestLimitHeadersResetNotEarly(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	q := quota{limit: 10, left: 0, full: now.Add(1200*time.Millisecond + 300*time.Microsecond)}
+	h := http.Header{}
+	setLimitHeaders(h, anthropic{}, q, quota{}, now)
+	if reset, err := time.Parse(time.RFC3339, h.Get("Anthropic-Ratelimit-Requests-Reset")); err != nil || reset.Before(q.full) || reset.Sub(q.full) >= time.Second {
+		t.Errorf("Anthropic's reset %q, for an allowance whole at %v: want the second after", h.Get("Anthropic-Ratelimit-Requests-Reset"), q.full)
+	}
+	h = http.Header{}
+	setLimitHeaders(h, openAI{}, q, quota{}, now)
+	if d, err := time.ParseDuration(h.Get("X-Ratelimit-Reset-Requests")); err != nil || now.Add(d).Before(q.full) || d > 1201*time.Millisecond {
+		t.Errorf("OpenAI's reset %q, for an allowance whole in 1.2003 s: want 1.201s", h.Get("X-Ratelimit-Reset-Requests"))
 	}
 }

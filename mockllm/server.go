@@ -381,7 +381,13 @@ func (s *Server) model(a api) http.HandlerFunc {
 			now := time.Now()
 			ok, wait, reqs, toks := s.limits.take(apiKey(r), x.cost, now)
 			setLimitHeaders(w.Header(), a, reqs, toks, now)
-			if !ok {
+			switch {
+			case !ok && wait < 0:
+				// No wait makes room for it: it is refused as such, with
+				// no Retry-After.
+				outcome = "rate-limited"
+				x.st = errorStep(http.StatusTooManyRequests, a, fmt.Sprintf("Request too large: it counts %d tokens, and the limit is %d tokens per %v.", x.cost, s.Limits.Tokens, s.Limits.window()))
+			case !ok:
 				outcome = "rate-limited"
 				x.st = errorStep(http.StatusTooManyRequests, a, "Rate limit reached for requests or tokens per "+s.Limits.window().String()+".")
 				x.st.retryAfter = int((wait + time.Second - 1) / time.Second)
@@ -392,6 +398,9 @@ func (s *Server) model(a api) http.HandlerFunc {
 			if !s.startGenerating() {
 				outcome = "over-capacity"
 				x.st = errorStep(http.StatusTooManyRequests, a, errorMessage(http.StatusTooManyRequests))
+				if s.Limits.on() {
+					s.limits.refund(apiKey(r), x.cost) // not served: its key's allowances are as they were
+				}
 			} else {
 				defer s.generating.Add(-1)
 			}

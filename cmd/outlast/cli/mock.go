@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -74,6 +75,7 @@ type mockFlags struct {
 	slots, capacity, chunks int
 	chunkDelay              time.Duration
 	fromFirst, quiet        bool
+	slotsSet                bool // --slots was given
 	limits                  mockllm.Limits
 }
 
@@ -81,7 +83,16 @@ type mockFlags struct {
 func newMockFlags(fs *flag.FlagSet) *mockFlags {
 	f := &mockFlags{}
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8701", "the `ADDRESS` to serve on")
-	fs.IntVar(&f.slots, "slots", 1, "requests served at once, like llama.cpp's --parallel; 0 for no limit")
+	f.slots = 1
+	fs.Func("slots", "`N` requests served at once, like llama.cpp's --parallel; 0 for no limit; by default 1, or no limit with --capacity, which makes it a provider rather than a llama.cpp server", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return errors.New("want a whole number, 0 for no limit")
+		}
+		f.slots, f.slotsSet = n, true
+		return nil
+	})
+	fs.Lookup("slots").DefValue = "1"
 	fs.IntVar(&f.capacity, "capacity", 0, "completions generated at once, as a provider's capacity: one more gets 429 with no Retry-After; 0 for no limit")
 	fs.StringVar(&f.script, "script", "", "the faults: a script `SPEC`, or a FILE with one step a line; none: every request succeeds")
 	fs.IntVar(&f.chunks, "chunks", 9, "content chunks in each response")
@@ -117,6 +128,9 @@ func mockServer(args []string, stderr io.Writer) (srv *mockllm.Server, listen st
 	f, done, err := parseCommand("mock", mockUsage, newMockFlags, args, stderr)
 	if done {
 		return nil, "", true, err
+	}
+	if !f.slotsSet && f.capacity > 0 {
+		f.slots = 0 // a provider of --capacity at once, each answered as it comes
 	}
 	if f.slots < 0 || f.capacity < 0 || f.chunks < 0 || f.chunkDelay < 0 || f.limits.Requests < 0 || f.limits.Tokens < 0 {
 		return nil, "", true, fmt.Errorf("%w: mock: --slots, --capacity, --chunks, --chunk-delay, --limit-requests and --limit-tokens cannot be negative", ErrUsage)

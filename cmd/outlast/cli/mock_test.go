@@ -74,3 +74,26 @@ func TestMockLimitFlags(t *testing.T) {
 		t.Error("--limit-requests -1: got no error")
 	}
 }
+
+// --capacity makes a provider of that many completions at once, each
+// answered as it comes: without --slots there is no llama.cpp-like slot
+// gate behind it, which would serve one at a time. --slots given wins.
+func TestMockCapacitySlots(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args  []string
+		slots int
+	}{
+		{nil, 1},
+		{[]string{"--capacity", "80"}, 0},
+		{[]string{"--capacity", "80", "--slots", "4"}, 4},
+		{[]string{"--slots", "0"}, 0},
+	} {
+		srv, _, done, err := mockServer(c.args, io.Discard)
+		if done || err != nil {
+			t.Errorf("%q: got done %v, %v", c.args, done, err)
+		} else if srv.Slots != c.slots {
+			t.Errorf("%q: slots %d, want %d", c.args, srv.Slots, c.slots)
+		}
+	}
+}
