@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -111,6 +113,27 @@ func checkSQLitePath(path string) error {
 	case strings.ContainsAny(path, "?#"):
 		// The driver reads its settings from a query after the path.
 		return fmt.Errorf("journal: sqlite path %q: ? and # are not allowed", path)
+	case strings.HasPrefix(path, "~"):
+		return fmt.Errorf("journal: sqlite path %q: ~ is not expanded here; write the folder out, such as $HOME/outlast.db", path)
+	}
+	return nil
+}
+
+// checkSQLiteFolder says why path cannot be a SQLite file, if SQLite
+// would say only "unable to open database file": a folder, or a file in
+// a folder that does not exist.
+func checkSQLiteFolder(path string) error {
+	if path == ":memory:" {
+		return nil
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("journal: sqlite path %q is a folder: name a file in it, such as %s", path, filepath.Join(path, "outlast.db"))
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("journal: sqlite path %q: its folder %s: %w", path, dir, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("journal: sqlite path %q: %s is not a folder", path, dir)
 	}
 	return nil
 }
@@ -118,6 +141,9 @@ func checkSQLitePath(path string) error {
 // openSQLite opens the SQLite database at path, creating and migrating it
 // when create is set, and otherwise only if it is a journal already.
 func openSQLite(ctx context.Context, path string, create bool) (Store, error) {
+	if err := checkSQLiteFolder(path); err != nil {
+		return nil, err
+	}
 	if !create {
 		if path == ":memory:" {
 			return nil, fmt.Errorf("%w: sqlite::memory: is a new database, and empty", ErrNoJournal)
@@ -141,6 +167,36 @@ func openSQLite(ctx context.Context, path string, create bool) (Store, error) {
 	// _txlock=immediate: a write transaction takes the write lock when
 	// it begins, so two that read first cannot deadlock upgrading.
 	dsn := path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=temp_store(MEMORY)&_pragma=wal_autocheckpoint(8000)&_txlock=immediate"
+	if !create && path != ":memory:" {
+		// A reader writes nothing, not even the header a mode change
+		// would: a user who may only read the file reads it, and an
+		// empty file stays empty. It waits for a writer's lock 2 s at
+		// most, not the writer's 10.
+		uri := "file:" + (&url.URL{Path: filepath.Clean(path)}).EscapedPath() + "?mode=ro&_pragma=busy_timeout(2000)"
+		s, err := openSQLiteDSN(ctx, path, uri, false)
+		if isReadOnly(err) {
+			// A journal in WAL mode whose folder the reader may not
+			// write, with no gateway writing it (which would have made
+			// its shared-memory file): nothing changes it while it is
+			// read, which SQLite may then read without that file.
+			s, err = openSQLiteDSN(ctx, path, uri+"&immutable=1", false)
+		}
+		return s, err
+	}
+	return openSQLiteDSN(ctx, path, dsn, create)
+}
+
+// isReadOnly reports whether err is SQLite's refusal to open a file for
+// want of writing something beside it: SQLITE_READONLY or
+// SQLITE_CANTOPEN, or one of their extended codes.
+func isReadOnly(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && (se.Code()&0xff == sqlite3.SQLITE_READONLY || se.Code()&0xff == sqlite3.SQLITE_CANTOPEN)
+}
+
+// openSQLiteDSN opens the SQLite database at path through dsn, as
+// openSQLite says.
+func openSQLiteDSN(ctx context.Context, path, dsn string, create bool) (Store, error) {
 	w, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("journal: sqlite %q: %w", path, err)
@@ -162,11 +218,18 @@ func openSQLite(ctx context.Context, path string, create bool) (Store, error) {
 	// Replicas opening a new file at once race to make it WAL, which
 	// SQLite answers with SQLITE_BUSY at once rather than after the busy
 	// timeout: the loser tries again, 20 times in all, waiting 10 ms
-	// longer each time (1.9 s at most), unless ctx is done first.
+	// longer each time (1.9 s at most), unless ctx is done first. A
+	// SQLITE_BUSY that came after the busy timeout is a lock another
+	// process holds: it is not waited for again.
 open:
 	for try := 1; ; try++ {
+		began := time.Now()
 		if err = w.PingContext(ctx); err == nil {
 			err = s.prepareSchema(ctx, create)
+		}
+		if isBusy(err) && time.Since(began) >= time.Second {
+			err = fmt.Errorf("another process holds its lock (a writer in the middle of something, or a tool with the file open): %w", err)
+			break
 		}
 		if err == nil || try == 20 || !isBusy(err) {
 			break

@@ -2,10 +2,12 @@ package journal_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -736,4 +738,89 @@ func TestEnded(t *testing.T) {
 			t.Error("a negative limit: got no error, want one")
 		}
 	})
+}
+
+// A reader of a SQLite journal writes nothing: an empty file stays empty,
+// a journal whose file and folder may not be written (a user reading the
+// gateway's) is read, and so is one whose path a URI would read
+// otherwise. (Root may write any file, so the modes are checked only
+// where they bind.)
+func TestOpenExistingReadOnly(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := journal.OpenExisting(t.Context(), "sqlite:"+empty); !errors.Is(err, journal.ErrNoJournal) {
+		t.Errorf("an empty file: got %v, want ErrNoJournal", err)
+	}
+	if fi, err := os.Stat(empty); err != nil || fi.Size() != 0 {
+		t.Errorf("an empty file after OpenExisting: %v, %d bytes; want it empty still", err, fi.Size())
+	}
+	sub := filepath.Join(dir, "a b%20c")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(sub, "j.db")
+	s := open(t, "sqlite:"+path)
+	if err := s.Write(t.Context(), []record.Request{request("r1", "", t0, 200, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	os.Chmod(path, 0o444)
+	os.Chmod(sub, 0o555)
+	t.Cleanup(func() { os.Chmod(sub, 0o755) })
+	r, err := journal.OpenExisting(t.Context(), "sqlite:"+path)
+	if err != nil {
+		t.Fatalf("a journal that may only be read: %v", err)
+	}
+	defer r.Close()
+	if _, err := r.Get(t.Context(), "r1"); err != nil {
+		t.Errorf("reading it: %v", err)
+	}
+}
+
+// A reader of a SQLite journal that another process holds locked hears
+// so after one busy timeout, not twenty.
+func TestOpenExistingLocked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.db")
+	s := open(t, "sqlite:"+path)
+	s.Close()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{"PRAGMA locking_mode=EXCLUSIVE", "BEGIN EXCLUSIVE", "INSERT INTO outlast_schema_version (version, name, applied_at) VALUES (9999, 'x', 0)"} {
+		if _, err := conn.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := journal.OpenExisting(ctx, "sqlite:"+path); err == nil || !strings.Contains(err.Error(), "holds its lock") {
+		t.Errorf("a journal locked by another: got %v, want it said at once", err)
+	}
+}
+
+// A SQLite path that cannot be a file says why, where SQLite would say
+// only "unable to open database file": a folder, a folder that does not
+// exist, and a ~ that nothing expands.
+func TestOpenSQLiteSaysWhy(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, c := range []struct{ spec, want string }{
+		{"sqlite:" + dir, "is a folder"},
+		{"sqlite:" + filepath.Join(dir, "missing", "outlast.db"), "no such file or directory"},
+		{"sqlite:~/outlast.db", "~ is not expanded"},
+	} {
+		if _, err := journal.Open(t.Context(), c.spec); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open(%q): got %v, want it to say %q", c.spec, err, c.want)
+		}
+	}
 }
