@@ -1058,3 +1058,19 @@ func TestGatewayErrorLength(t *testing.T) {
 		t.Errorf("got %d, length %d, %v for a %d-byte body; want 400 with its length, not chunked", resp.StatusCode, resp.ContentLength, resp.TransferEncoding, len(b))
 	}
 }
+
+// Two upstreams of one name are refused: health, metrics and the record
+// tell upstreams by name, and one's outage would hide in the other's
+// counts. The default name, the URL's host, collides too.
+func TestUpstreamNamesUnique(t *testing.T) {
+	u, _ := url.Parse("http://llm.test:8080")
+	for _, names := range [][2]string{{"llm", "llm"}, {"", ""}} {
+		_, err := gateway.New(gateway.Config{Upstreams: []gateway.Upstream{
+			{Name: names[0], URL: u, Prefix: "/a"},
+			{Name: names[1], URL: u, Prefix: "/b"},
+		}})
+		if err == nil || !strings.Contains(err.Error(), "is used twice") {
+			t.Errorf("names %q: got %v, want the name refused as used twice", names, err)
+		}
+	}
+}

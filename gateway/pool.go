@@ -93,6 +93,13 @@ func newPool(i int, u Upstream, base http.RoundTripper, logger *slog.Logger, gat
 func checkNames(ups []*upstream) error {
 	seen := map[string]string{}
 	for _, u := range ups {
+		if seen[u.Name] != "" {
+			return fmt.Errorf("gateway: upstream name %q is used twice (prefixes %s and %s): health, metrics and the record tell upstreams by name; give each its own (name:)", u.Name, seen[u.Name], u.Prefix)
+		}
+		seen[u.Name] = u.Prefix
+	}
+	clear(seen)
+	for _, u := range ups {
 		if len(u.members) == 0 {
 			continue
 		}

@@ -231,8 +231,14 @@ func TestRequestsFollowByEnd(t *testing.T) {
 	if err := p.ended(context.Background(), s, ""); err != nil {
 		t.Fatal(err)
 	}
-	// The long request ends after short was printed.
-	if err := s.Write(context.Background(), []record.Request{long}); err != nil {
+	// The long request ends after short was printed, written as serve
+	// writes, beside the reader.
+	w, err := journal.Open(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Write(context.Background(), []record.Request{long}); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {

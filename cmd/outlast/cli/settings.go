@@ -105,7 +105,7 @@ var settings = []setting{
 			return err
 		}},
 	{flag: "name", key: "name", scope: identity, arg: "NAME", example: "llm",
-		help: "the upstream's name in the record, metrics and health",
+		help: "the upstream's name in the record, metrics and health, each upstream's its own (two routes to one host need names)",
 		set:  func(t target, s string) error { t.up.Name = s; return nil }},
 	{flag: "prefix", key: "prefix", scope: identity, def: "/", arg: "PATH", example: "/llama",
 		help: "the path prefix of the requests that go to the upstream, removed before forwarding",
