@@ -350,6 +350,16 @@ func TestServeConfigErrors(t *testing.T) {
 		args: []string{"--upstream", "127.0.0.1:8701"},
 		want: `serve: --upstream "127.0.0.1:8701": not an absolute http(s) URL: type http://127.0.0.1:8701 (or https://)`,
 	}, {
+		// A port past 65535, and a URL with no host name, would make
+		// every request an outage.
+		name: "upstream flag port too large",
+		args: []string{"--upstream", "http://127.0.0.1:99999"},
+		want: `serve: --upstream "http://127.0.0.1:99999": port 99999 is not one: want 1 to 65535`,
+	}, {
+		name: "upstream flag port alone",
+		args: []string{"--upstream", "http://:8080"},
+		want: `serve: --upstream "http://:8080": not an absolute http(s) URL`,
+	}, {
 		// The password never reaches the terminal.
 		name: "upstream flag redacted",
 		args: []string{"--upstream", "ftp://me:secret@x"},
@@ -648,5 +658,18 @@ func TestAuthSource(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "sk-raw-key-in-config") {
 			t.Errorf("--auth: the error shows the value: %v", err)
 		}
+	}
+}
+
+// A credential file saved with a byte order mark (Notepad's UTF-8), and
+// the white space around it, give the key alone.
+func TestAuthSourceTrimmed(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(path, []byte("\ufeffsk-live-KEY \r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := readSecret("file:" + path); err != nil || v != "sk-live-KEY" {
+		t.Errorf("got %q, %v; want the key alone", v, err)
 	}
 }

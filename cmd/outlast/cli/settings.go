@@ -496,8 +496,13 @@ func upstreamURL(s string) (*url.URL, error) {
 		}
 		return nil, fmt.Errorf("not a URL: %v", err)
 	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return nil, errors.New("not an absolute http(s) URL: want one such as https://api.openai.com")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("port %s is not one: want 1 to 65535", p)
+		}
 	}
 	return u, nil
 }
@@ -508,7 +513,7 @@ func readSecret(source string) (string, error) {
 	kind, where, _ := strings.Cut(source, ":")
 	switch kind {
 	case "env":
-		if v := strings.TrimSpace(os.Getenv(where)); v != "" {
+		if v := trimSecret(os.Getenv(where)); v != "" {
 			return v, nil
 		}
 		return "", fmt.Errorf("env:%s: the variable is unset or empty", where)
@@ -518,12 +523,18 @@ func readSecret(source string) (string, error) {
 			return "", fmt.Errorf("file:%s: %v", where, errors.Unwrap(err))
 		}
 		line, _, _ := strings.Cut(string(b), "\n")
-		if line = strings.TrimSpace(line); line != "" {
+		if line = trimSecret(line); line != "" {
 			return line, nil
 		}
 		return "", fmt.Errorf("file:%s: its first line is empty", where)
 	}
 	return "", errors.New("want env:NAME or file:PATH")
+}
+
+// trimSecret returns v without the white space, and the byte order mark
+// (an editor's on Windows), around it, which no credential holds.
+func trimSecret(v string) string {
+	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), "\ufeff"))
 }
 
 // splitList splits a comma-separated value, dropping empty items.
