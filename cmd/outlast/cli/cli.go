@@ -102,6 +102,26 @@ func parseCommand[F any](name, usage string, define func(*flag.FlagSet) F, args 
 	return f, done, err
 }
 
+// onceValue is a flag's value that may be set once.
+type onceValue struct {
+	flag.Value
+	set bool
+}
+
+func (v *onceValue) Set(s string) error {
+	if v.set {
+		return errors.New("it is given twice, and a flag takes one value")
+	}
+	v.set = true
+	return v.Value.Set(s)
+}
+
+// IsBoolFlag tells the flag package what the value it wraps does.
+func (v *onceValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
 // parseFlags parses args with fs. A flag error becomes a one-line usage
 // error, without the flag package's own message and help; --help prints
 // the help to stderr and sets done with a nil error.
@@ -109,7 +129,12 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (done bool, e
 	usage := fs.Usage
 	fs.Usage = func() {} // the flag package calls it on every error
 	fs.SetOutput(io.Discard)
+	// A flag given twice would keep its last value silently: refuse it.
+	// (Wrapped for the parse only: the help names a flag's type by its
+	// value's.)
+	fs.VisitAll(func(fl *flag.Flag) { fl.Value = &onceValue{Value: fl.Value} })
 	err = fs.Parse(args)
+	fs.VisitAll(func(fl *flag.Flag) { fl.Value = fl.Value.(*onceValue).Value })
 	fs.SetOutput(stderr)
 	fs.Usage = usage
 	if err != nil {

@@ -127,3 +127,20 @@ func TestVersion(t *testing.T) {
 		})
 	}
 }
+
+// A flag given twice is refused: the flag package would keep the last
+// value silently, and --upstream twice served the second alone.
+func TestFlagGivenTwice(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"serve", "--upstream", "http://127.0.0.1:8701", "--upstream", "http://127.0.0.1:8702"},
+		{"mock", "--script", "502x3", "--script", "ok"},
+		{"requests", "--json", "--json"},
+	} {
+		var stdout, stderr strings.Builder
+		err := cli.Run(t.Context(), args, &stdout, &stderr)
+		if err == nil || !errors.Is(err, cli.ErrUsage) || !strings.Contains(err.Error(), "given twice") {
+			t.Errorf("%q: got %v, want a usage error saying the flag is given twice", args, err)
+		}
+	}
+}
