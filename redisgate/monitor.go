@@ -56,6 +56,20 @@ func (m *Monitor) Degraded() bool {
 	return m.degraded
 }
 
+// Check pings Redis once, bounded by the Monitor's timeout, and marks it
+// degraded if the ping fails, as a failed call would. A program calls it
+// at start, so that a Redis that cannot be reached is said to be so before
+// the first request needs it; it returns the ping's error.
+func (m *Monitor) Check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	err := m.client.Ping(ctx).Err()
+	if err != nil {
+		m.fail(err)
+	}
+	return err
+}
+
 // fail marks Redis degraded after err, a failure to use it, and starts
 // pinging it. It is a no-op once the Monitor is closed.
 func (m *Monitor) fail(err error) {

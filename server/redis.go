@@ -54,8 +54,10 @@ type shared struct {
 }
 
 // openShared connects to the Redis that url names, and wires the gates
-// and admissions of gc to it. It sends nothing to Redis before the first
-// request: a Redis down at start is a degraded one, not an error.
+// and admissions of gc to it. A Redis down at start is a degraded one,
+// not an error: one ping at start (500 ms at most) finds it so at once,
+// for the log, health and metrics, rather than the first request that
+// needs it.
 func openShared(url string, gc *gateway.Config, logger *slog.Logger) (*shared, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
@@ -76,6 +78,7 @@ func openShared(url string, gc *gateway.Config, logger *slog.Logger) (*shared, e
 		logger.Info("outlast: redis is back: gates and admission are shared again")
 	})
 	s.closers = append(s.closers, s.mon.Close)
+	s.mon.Check(context.Background())
 	gc.Gates = func(upstream string, slot bool, capacity, queue int) gateway.Gate {
 		kind := "bound"
 		if slot {

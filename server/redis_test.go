@@ -78,16 +78,20 @@ func TestRedisLoad(t *testing.T) {
 // the gates find it.
 func TestRedisHealthFirstRead(t *testing.T) {
 	u, _ := url.Parse("http://127.0.0.1:1")
-	srv, err := server.New(t.Context(), server.Config{
-		Gateway: gateway.Config{Upstreams: []gateway.Upstream{{URL: u, Slots: 2}}, Logger: slog.New(slog.DiscardHandler)},
-		Journal: "off",
-		Redis:   "redis://" + closedAddr(t) + "/0",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close(context.Background()) })
-	if got := srv.Gateway.Health().Gate.State; got != "degraded" {
-		t.Errorf("the gate's state at the first read: got %q, want degraded", got)
+	// With slots, whose loads the health reads, and without: a gateway
+	// with nothing in Redis to read yet still says so.
+	for _, slots := range []int{2, 0} {
+		srv, err := server.New(t.Context(), server.Config{
+			Gateway: gateway.Config{Upstreams: []gateway.Upstream{{URL: u, Slots: slots}}, Logger: slog.New(slog.DiscardHandler)},
+			Journal: "off",
+			Redis:   "redis://" + closedAddr(t) + "/0",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := srv.Gateway.Health().Gate.State; got != "degraded" {
+			t.Errorf("slots %d: the gate's state at the first read: got %q, want degraded", slots, got)
+		}
+		srv.Close(context.Background())
 	}
 }
