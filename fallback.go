@@ -257,7 +257,9 @@ const maxErrorBody = 64 << 10
 // body and puts back what it read, so that the caller gets the body
 // whole when the request does not move.
 func contextTooLong(resp *http.Response) bool {
+	stop := closeAfter(resp.Body, failureRead)
 	head, err := peekBody(resp, maxErrorBody)
+	stop()
 	return err == nil && isContextTooLong(decoded(head, resp.Header, maxErrorBody))
 }
 

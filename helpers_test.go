@@ -2,6 +2,7 @@ package outlast_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -94,21 +95,23 @@ func (f *fakeRT) response(r *http.Request, s step) *http.Response {
 	for k, v := range s.header {
 		h.Set(k, v)
 	}
+	cc := &closeCounter{f: f, done: make(chan struct{})}
 	var rc io.Reader = strings.NewReader(s.body)
 	if s.bodyDelay > 0 {
 		rc = io.MultiReader(&delayReader{ctx: r.Context(), d: s.bodyDelay}, rc)
 	}
 	switch {
 	case s.stall:
-		rc = io.MultiReader(rc, &stallReader{ctx: r.Context()})
+		rc = io.MultiReader(rc, &stallReader{ctx: r.Context(), closed: cc.done})
 	case s.bodyErr != nil:
 		rc = io.MultiReader(rc, &errReader{s.bodyErr})
 	}
+	cc.Reader = rc
 	return &http.Response{
 		StatusCode:    status,
 		Status:        strconv.Itoa(status) + " " + http.StatusText(status),
 		Header:        h,
-		Body:          &closeCounter{Reader: rc, f: f},
+		Body:          cc,
 		ContentLength: -1,
 		Request:       r,
 	}
@@ -130,6 +133,7 @@ type closeCounter struct {
 	io.Reader
 	f    *fakeRT
 	once sync.Once
+	done chan struct{} // closed by Close: a read that stalls ends, as a connection's does
 }
 
 func (c *closeCounter) Close() error {
@@ -137,6 +141,7 @@ func (c *closeCounter) Close() error {
 		c.f.mu.Lock()
 		c.f.closed++
 		c.f.mu.Unlock()
+		close(c.done)
 	})
 	return nil
 }
@@ -145,12 +150,20 @@ type errReader struct{ err error }
 
 func (e *errReader) Read([]byte) (int, error) { return 0, e.err }
 
-// stallReader blocks until ctx ends, as a server that stopped sending.
-type stallReader struct{ ctx context.Context }
+// stallReader blocks until ctx ends, as a server that stopped sending,
+// or until its body is closed.
+type stallReader struct {
+	ctx    context.Context
+	closed <-chan struct{}
+}
 
 func (s *stallReader) Read([]byte) (int, error) {
-	<-s.ctx.Done()
-	return 0, s.ctx.Err()
+	select {
+	case <-s.ctx.Done():
+		return 0, s.ctx.Err()
+	case <-s.closed:
+		return 0, errors.New("read on a closed body")
+	}
 }
 
 // delayReader reads nothing and ends after d, or fails when ctx ends

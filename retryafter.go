@@ -177,7 +177,9 @@ func bodyRetryInfo(resp *http.Response) (time.Duration, bool) {
 	if ct := resp.Header.Get("Content-Type"); ct != "" && !strings.Contains(ct, "json") {
 		return 0, false
 	}
+	stop := closeAfter(resp.Body, failureRead)
 	head, err := peekBody(resp, maxRetryInfo)
+	stop()
 	if err != nil {
 		return 0, false
 	}

@@ -53,7 +53,9 @@ type Gate interface {
 // the caller. Returning a response from RoundTrip is that point: a response
 // is returned when its status is not a failure, when the failure is not
 // retryable, or when the policy has no retry left. Before it, failed
-// attempts are drained, closed and retried. With FirstByteTimeout set, the
+// attempts are drained, closed and retried; each read the Transport makes
+// of a failure's body (its drain, its RetryInfo) ends after 5 s, so a
+// failure whose body stalls costs no more. With FirstByteTimeout set, the
 // Transport also reads the first body byte before it commits, and for an
 // event stream the events up to the first that carries the answer, so a
 // response that ends, stalls or sends an error before then is retried too.
@@ -659,9 +661,23 @@ func discard(resp *http.Response) {
 	// could block, so it is closed unread, as is a long body.
 	known := resp.ContentLength >= 0 && resp.ContentLength <= drainLimit
 	if known || (resp.ContentLength == -1 && !sse.IsStream(resp.Header)) {
+		stop := closeAfter(resp.Body, failureRead)
 		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
+		stop()
 	}
 	resp.Body.Close()
+}
+
+// failureRead bounds each read of a failed response's body that the
+// Transport makes itself (its RetryInfo, its context-length error, the
+// drain before a retry): a server that sends a failure's headers and then
+// nothing must not hold the request, and its retry, to its deadline.
+const failureRead = 5 * time.Second
+
+// closeAfter closes body after d, unless stop is called first: a read of
+// it in progress then ends with an error.
+func closeAfter(body io.Closer, d time.Duration) (stop func() bool) {
+	return time.AfterFunc(d, func() { body.Close() }).Stop
 }
 
 // prepareReplay makes sure the body can be sent again, buffering it when

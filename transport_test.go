@@ -1133,3 +1133,27 @@ func TestTransportGeminiRetryDelay(t *testing.T) {
 		}
 	})
 }
+
+// A failure whose body stalls after its headers (a 503 whose JSON never
+// comes, read for its RetryInfo, or drained before the retry) holds the
+// request at most failureRead, 5 s, not to its deadline: the retry comes.
+func TestTransportFailureBodyStalls(t *testing.T) {
+	for _, h := range []map[string]string{
+		{"Content-Type": "application/json"},                     // read for RetryInfo
+		{"Content-Type": "application/json", "Retry-After": "1"}, // drained before the retry
+	} {
+		t.Run(h["Retry-After"], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake(step{status: 503, header: h, stall: true}, step{body: "ok"})
+				tr := &outlast.Transport{Base: fake, Policy: &outlast.Policy{Waits: []time.Duration{time.Second}, Reserve: -1}, Logger: discardLogger()}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+				defer cancel()
+				start := time.Now()
+				code, body, err := get(t, ctx, tr)
+				if took := time.Since(start); err != nil || code != 200 || body != "ok" || took > 10*time.Second {
+					t.Errorf("got %d %q %v after %v; want the retry's answer within 10 s", code, body, err, took)
+				}
+			})
+		})
+	}
+}
