@@ -290,7 +290,14 @@ func (c *call) attempt() (result, error) {
 		}
 	}
 	if active {
-		c.hooks.start(res.at)
+		guarded(func() { c.hooks.start(res.at) }, func() {
+			cancelAttempt(cancel)
+			if release != nil {
+				release()
+			}
+			tok.release()
+			closeBody(r)
+		})
 	}
 	if c.last != nil && c.t.Logger != nil {
 		// Logged as it is sent, the wait it tells of is the whole of
@@ -301,9 +308,24 @@ func (c *call) attempt() (result, error) {
 	c.judge(r, resp, err, &res, active)
 	c.admitted(r, tok, &res)
 	if active && res.fail == nil {
-		c.hooks.end(res.at)
+		guarded(func() { c.hooks.end(res.at) }, func() { discard(res.resp) })
 	}
 	return res, nil
+}
+
+// guarded calls hook, and if it panics, cleanup before the panic goes on:
+// a hook's panic, which net/http's server recovers, must not keep a gate's
+// slot, an Admission's token or a response's connection that nobody will
+// give back.
+func guarded(hook, cleanup func()) {
+	done := false
+	defer func() {
+		if !done {
+			cleanup()
+		}
+	}()
+	hook()
+	done = true
 }
 
 // judge fills res with an attempt's response or error: a failure, with
@@ -623,7 +645,7 @@ func isFailure(code int) bool { return code >= 400 }
 // it returns the failed response, if there is one, or the failure. An
 // error from the decision itself (an invalid policy) wins over both.
 func (c *call) stop(res result, err error) (*http.Response, error) {
-	c.hooks.end(res.at)
+	guarded(func() { c.hooks.end(res.at) }, func() { discard(res.resp) })
 	if err != nil {
 		discard(res.resp)
 		return nil, err
@@ -642,7 +664,7 @@ func (c *call) wait(res result, wait time.Duration) error {
 	// bound that decide checked.
 	wake := time.Now().Add(wait)
 	res.at.RetryIn = wait
-	c.hooks.end(res.at)
+	guarded(func() { c.hooks.end(res.at) }, func() { discard(res.resp) })
 	c.last, c.failed = res.fail, time.Now()
 	discard(res.resp)
 	if err := sleep(c.ctx, time.Until(wake)); err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gate"
 	"github.com/outlast-llm/outlast/internal/owned"
 )
 
@@ -1152,6 +1153,40 @@ func TestTransportFailureBodyStalls(t *testing.T) {
 				code, body, err := get(t, ctx, tr)
 				if took := time.Since(start); err != nil || code != 200 || body != "ok" || took > 10*time.Second {
 					t.Errorf("got %d %q %v after %v; want the retry's answer within 10 s", code, body, err, took)
+				}
+			})
+		})
+	}
+}
+
+// A hook that panics, which net/http's server recovers for a handler,
+// gives back what the attempt held: the gate's slot is free for the next
+// request, after a panic at the attempt's start, at a success's end, and
+// at a failure's end before its retry.
+func TestTransportHookPanicFreesSlot(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		hooks outlast.Hooks
+		first step
+	}{
+		{"start", outlast.Hooks{AttemptStart: func(outlast.Attempt) { panic("a hook's bug") }}, step{body: "ok"}},
+		{"end", outlast.Hooks{AttemptEnd: func(outlast.Attempt) { panic("a hook's bug") }}, step{body: "ok"}},
+		{"end before a retry", outlast.Hooks{AttemptEnd: func(outlast.Attempt) { panic("a hook's bug") }}, step{status: 503}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := gate.New(1, 0)
+				fake := newFake(c.first, step{body: "ok"})
+				tr := &outlast.Transport{Base: fake, Gate: g, Hooks: c.hooks, Policy: &outlast.Policy{Waits: ms(10)}}
+				func() {
+					defer func() { recover() }()
+					req, _ := http.NewRequest(http.MethodGet, "http://model.test/", nil)
+					tr.RoundTrip(req)
+				}()
+				tr.Hooks = outlast.Hooks{}
+				code, _, err := get(t, context.Background(), tr)
+				if held, _ := g.Load("model.test"); err != nil || code != 200 || held != 0 {
+					t.Errorf("after the hook's panic: got %d, %v, %d slots held; want 200 and none held", code, err, held)
 				}
 			})
 		})
