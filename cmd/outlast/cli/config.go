@@ -488,6 +488,10 @@ func nodeText(s *setting, n *yaml.Node) (string, error) {
 			if k.Kind != yaml.ScalarNode || v.Kind != yaml.ScalarNode {
 				return "", wantMapping
 			}
+			if strings.ContainsAny(k.Value+v.Value, ",=") {
+				// The mapping goes on as the flag's FROM=TO,… text.
+				return "", fmt.Errorf("%q: %q: a name with , or = cannot be given here", k.Value, v.Value)
+			}
 			pairs = append(pairs, k.Value+"="+v.Value)
 		}
 		return strings.Join(pairs, ","), nil

@@ -350,6 +350,20 @@ func TestServeConfigErrors(t *testing.T) {
 		args: []string{"--upstream", "127.0.0.1:8701"},
 		want: `serve: --upstream "127.0.0.1:8701": not an absolute http(s) URL: type http://127.0.0.1:8701 (or https://)`,
 	}, {
+		// A model renamed twice would keep one rename silently, and a
+		// name with , or = would be split into more.
+		name: "models flag twice",
+		args: []string{"--upstream", "http://x", "--models", "a=x,a=y"},
+		want: `serve: --models "a=x,a=y": "a" is renamed twice: give each model once`,
+	}, {
+		name: "models key twice",
+		yaml: "upstreams:\n  - url: http://127.0.0.1:8080\n    models: {gpt-4o: east, gpt-4o: west}\n",
+		want: `"gpt-4o" is renamed twice`,
+	}, {
+		name: "models key with a comma",
+		yaml: "upstreams:\n  - url: http://127.0.0.1:8080\n    models: {gpt-4o: \"dep,claude=mini\"}\n",
+		want: `a name with , or = cannot be given here`,
+	}, {
 		// A port past 65535, and a URL with no host name, would make
 		// every request an outage.
 		name: "upstream flag port too large",

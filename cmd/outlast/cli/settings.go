@@ -147,6 +147,9 @@ var settings = []setting{
 				if !ok || from == "" || to == "" {
 					return fmt.Errorf("%q: want FROM=TO, such as gpt-4o=my-gpt-4o", pair)
 				}
+				if _, twice := m[from]; twice {
+					return fmt.Errorf("%q is renamed twice: give each model once", from)
+				}
 				m[from] = to
 			}
 			t.up.Models = m
