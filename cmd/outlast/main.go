@@ -19,6 +19,9 @@ import (
 func main() {
 	server.RunJournalWriter()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal starts the stop; a second one has its default
+	// effect, and ends the process at once, as an operator expects.
+	context.AfterFunc(ctx, stop)
 	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	switch {

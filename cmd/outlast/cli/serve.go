@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -61,7 +62,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer closeServer(srv, stderr)
 	defer TuneGC()()
 	fmt.Fprintf(stderr, "outlast: serving on http://%s → %s; the timeline is at http://%s/outlast/\n", l.Addr(), describeUpstreams(cfg.Gateway.Upstreams), l.Addr())
-	if err := srv.Serve(ctx, l); err != nil {
+	said := make(chan struct{})
+	saying := context.AfterFunc(ctx, func() {
+		cfg.Gateway.Logger.Warn("outlast: stopping: the requests in flight have --grace to finish; another interrupt ends them at once",
+			"grace", cmp.Or(cfg.HTTP.Grace, gateway.DefaultGrace))
+		close(said)
+	})
+	err = srv.Serve(ctx, l)
+	if !saying() {
+		<-said // in the log before it is flushed
+	}
+	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil

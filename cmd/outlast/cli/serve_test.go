@@ -264,7 +264,7 @@ func TestServeDrain(t *testing.T) {
 	t.Cleanup(upstream.Close)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	addr, _, done := startServe(t, ctx, "--upstream", upstream.URL, "--grace", "10s")
+	addr, _, done, log := startServeLogged(t, ctx, "--upstream", upstream.URL, "--grace", "10s")
 
 	type result struct {
 		status int
@@ -296,6 +296,11 @@ func TestServeDrain(t *testing.T) {
 		t.Errorf("got %d %q, error %v; want 200 \"done\"", r.status, r.body, r.err)
 	}
 	waitServe(t, done)
+	// The operator who stopped it hears that it is draining, and for how
+	// long at most.
+	if l := log.all(); !strings.Contains(l, "outlast: stopping") || !strings.Contains(l, `"grace":"10s"`) {
+		t.Errorf("the log says nothing of the drain:\n%s", l)
+	}
 }
 
 // An upstream URL's query may hold a key: it is sent with every request,
