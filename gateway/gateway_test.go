@@ -387,8 +387,11 @@ func TestUnreachableAndTimeout(t *testing.T) {
 	})
 	base, _ := gw(t, stall, func(u *gateway.Upstream) { u.FirstByteTimeout = 50 * time.Millisecond })
 	resp, _ = send(t, http.MethodPost, base+"/v1/chat/completions", `{"stream":true}`, nil)
-	if resp.StatusCode != 504 || resp.Header.Get("Outlast-Error") != "timeout" || stall.attempts() != 3 {
-		t.Errorf("got %d %q after %d attempts, want 504 timeout after 3", resp.StatusCode, resp.Header.Get("Outlast-Error"), stall.attempts())
+	// The attempts the gateway made: on a loaded machine the last may be
+	// cancelled at its first-byte timeout before the upstream's handler
+	// has run, and the upstream would count one fewer.
+	if resp.StatusCode != 504 || resp.Header.Get("Outlast-Error") != "timeout" || resp.Header.Get("Outlast-Attempts") != "3" {
+		t.Errorf("got %d %q after %s attempts, want 504 timeout after 3", resp.StatusCode, resp.Header.Get("Outlast-Error"), resp.Header.Get("Outlast-Attempts"))
 	}
 	// A status path that gets no answer within the first-byte timeout is
 	// a timeout too, not an unreachable upstream.
