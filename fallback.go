@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -147,6 +149,10 @@ func (f *Fallback) RoundTrip(req *http.Request) (*http.Response, error) {
 	if len(f.Upstreams) == 0 {
 		closeBody(req)
 		return nil, errors.New("outlast: Fallback has no upstreams")
+	}
+	if i := slices.Index(f.Upstreams, nil); i >= 0 {
+		closeBody(req)
+		return nil, fmt.Errorf("outlast: Fallback upstream %d is nil", i)
 	}
 	var resp *http.Response
 	var err error

@@ -570,3 +570,26 @@ func testFallbackAfterErrorEvent(t *testing.T) {
 		t.Errorf("got %q after moves %v; want the fallback's answer, after one move for the primary's attempts spent", b, moves)
 	}
 }
+
+// A nil upstream in a Fallback, or a nil member in a Pool, is an error
+// that names it, and the request's body is closed, not a nil dereference.
+func TestNilUpstreams(t *testing.T) {
+	for name, rt := range map[string]http.RoundTripper{
+		"fallback": &outlast.Fallback{Upstreams: []*outlast.Transport{{}, nil}},
+		"pool":     &outlast.Pool{Members: []*outlast.Transport{{}, nil}},
+	} {
+		body := &closeTracker{Reader: strings.NewReader("{}")}
+		req, _ := http.NewRequest(http.MethodPost, "http://model.test/", body)
+		resp, err := rt.RoundTrip(req)
+		if resp != nil || err == nil || !strings.Contains(err.Error(), "1 is nil") || !body.closed {
+			t.Errorf("%s: got %v, %v, body closed %v; want an error naming the nil one, and the body closed", name, resp, err, body.closed)
+		}
+	}
+}
+
+type closeTracker struct {
+	io.Reader
+	closed bool
+}
+
+func (c *closeTracker) Close() error { c.closed = true; return nil }

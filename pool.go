@@ -430,6 +430,10 @@ func (p *Pool) setup() error {
 			p.initErr = errors.New("outlast: Pool has no members")
 			return
 		}
+		if i := slices.Index(p.Members, nil); i >= 0 {
+			p.initErr = fmt.Errorf("outlast: Pool member %d is nil", i)
+			return
+		}
 		if p.Weights != nil && len(p.Weights) != len(p.Members) {
 			p.initErr = fmt.Errorf("outlast: Pool has %d weights for %d members", len(p.Weights), len(p.Members))
 			return
