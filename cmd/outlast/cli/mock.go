@@ -132,6 +132,9 @@ func mockServer(args []string, stderr io.Writer) (srv *mockllm.Server, listen st
 	if !f.slotsSet && f.capacity > 0 {
 		f.slots = 0 // a provider of --capacity at once, each answered as it comes
 	}
+	if f.chunks == 0 {
+		return nil, "", true, fmt.Errorf("%w: mock: --chunks 0: want 1 or more content chunks", ErrUsage)
+	}
 	if f.slots < 0 || f.capacity < 0 || f.chunks < 0 || f.chunkDelay < 0 || f.limits.Requests < 0 || f.limits.Tokens < 0 {
 		return nil, "", true, fmt.Errorf("%w: mock: --slots, --capacity, --chunks, --chunk-delay, --limit-requests and --limit-tokens cannot be negative", ErrUsage)
 	}

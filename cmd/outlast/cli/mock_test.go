@@ -73,6 +73,11 @@ func TestMockLimitFlags(t *testing.T) {
 	if _, _, _, err := mockServer([]string{"--limit-requests", "-1"}, io.Discard); err == nil {
 		t.Error("--limit-requests -1: got no error")
 	}
+	// The server's zero Chunks means its default, 9: --chunks 0 would
+	// silently be 9.
+	if _, _, _, err := mockServer([]string{"--chunks", "0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "1 or more") {
+		t.Errorf("--chunks 0: got %v, want it refused", err)
+	}
 }
 
 // --capacity makes a provider of that many completions at once, each
