@@ -171,7 +171,15 @@ func newLogger(w io.Writer, level slog.Level) (logger *slog.Logger, flush func()
 func describeUpstreams(ups []gateway.Upstream) string {
 	parts := make([]string, len(ups))
 	for i, u := range ups {
-		parts[i] = fmt.Sprintf("%s (%s)", u.Name, redact.URL(u.URL))
+		if len(u.Members) > 0 {
+			names := make([]string, len(u.Members))
+			for j, m := range u.Members {
+				names[j] = cmp.Or(m.Name, redact.URL(m.URL))
+			}
+			parts[i] = fmt.Sprintf("%s (a pool of %s)", u.Name, strings.Join(names, ", "))
+		} else {
+			parts[i] = fmt.Sprintf("%s (%s)", u.Name, redact.URL(u.URL))
+		}
 		if u.Prefix != "/" && u.Prefix != "" {
 			parts[i] += " at " + u.Prefix
 		}

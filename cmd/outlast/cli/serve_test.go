@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/outlast-llm/outlast"
+	"github.com/outlast-llm/outlast/gateway"
 	"github.com/outlast-llm/outlast/journal"
 	"github.com/outlast-llm/outlast/server"
 )
@@ -344,5 +346,16 @@ func TestServeHidesUpstreamQuery(t *testing.T) {
 	}
 	if !strings.Contains(log, `"msg":"outlast: retrying"`) || !regexp.MustCompile(`"waited":"[0-9.]+[µm]?s"`).MatchString(log) || !strings.Contains(log, `"took":"`) {
 		t.Errorf("want retry lines with their waits, and the request's line, durations as text:\n%s", log)
+	}
+}
+
+// serve's first line names a pool's members, where an upstream's URL
+// goes: a pool has none of its own.
+func TestDescribePool(t *testing.T) {
+	t.Parallel()
+	a, _ := url.Parse("https://east.example.com")
+	got := describeUpstreams([]gateway.Upstream{{Name: "gpt", Prefix: "/", Members: []gateway.Member{{Name: "east", URL: a}, {URL: a}}}})
+	if want := "gpt (a pool of east, https://east.example.com)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }
