@@ -685,8 +685,9 @@ func TestEndpointsAndObservers(t *testing.T) {
 	u, _ := url.Parse(up.URL)
 	var mu sync.Mutex
 	var calls []string
+	told := make(chan struct{}, 2)
 	note := func(s string) func(*record.Request) {
-		return func(*record.Request) { mu.Lock(); calls = append(calls, s); mu.Unlock() }
+		return func(*record.Request) { mu.Lock(); calls = append(calls, s); mu.Unlock(); told <- struct{}{} }
 	}
 	g, err := gateway.New(gateway.Config{
 		Upstreams: []gateway.Upstream{{URL: u}},
@@ -713,6 +714,10 @@ func TestEndpointsAndObservers(t *testing.T) {
 		}
 	}
 	send(t, http.MethodPost, s.URL+"/v1/chat/completions", chat, nil)
+	// The observers hear of the request once its answer is sent, which
+	// the caller may have read by then.
+	<-told
+	<-told
 	mu.Lock()
 	defer mu.Unlock()
 	if strings.Join(calls, ",") != "a,b" {
