@@ -3,6 +3,7 @@ package outlast
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/outlast-llm/outlast/internal/sse"
@@ -20,8 +21,12 @@ var ErrErrorEvent = errors.New("outlast: the stream failed before its answer beg
 // streamFailure returns the failure of resp's event stream, if it failed
 // before its answer began: a Transport returns such a response, its body
 // intact, as it returns a failed status, once it retries no more.
-func streamFailure(resp *http.Response) *StatusError {
-	if f, ok := resp.Body.(interface{ failure() *StatusError }); ok {
+func streamFailure(resp *http.Response) *StatusError { return bodyFailure(resp.Body) }
+
+// bodyFailure returns the failure a body kept, through the bodies that
+// wrap it, or nil.
+func bodyFailure(b io.ReadCloser) *StatusError {
+	if f, ok := b.(interface{ failure() *StatusError }); ok {
 		return f.failure()
 	}
 	return nil

@@ -480,7 +480,7 @@ type admBody struct {
 	tok *admToken
 }
 
-func (b *admBody) failure() *StatusError { return streamFailure(&http.Response{Body: b.ReadCloser}) }
+func (b *admBody) failure() *StatusError { return bodyFailure(b.ReadCloser) }
 
 func (b *admBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)

@@ -215,10 +215,10 @@ func (x *exchange) hedged(ctx context.Context) (*http.Response, error) {
 	cancel[b2i(!first.hedge)](errHedged)
 	discardResp((<-results).resp)
 	x.hooksMu.Lock()
-	if a := x.rec.Attempts[max(loser.last, 0):]; loser.last >= 0 && a[0].Class == outlast.ClassNone {
+	if i := loser.last; i >= 0 && x.rec.Attempts[i].Class == outlast.ClassNone {
 		// Its answer came as the winner's did, and was cancelled after
 		// its first byte: it lost all the same.
-		a[0].Class, a[0].Error = outlast.ClassCanceled, record.HedgedError
+		x.rec.Attempts[i].Class, x.rec.Attempts[i].Error = outlast.ClassCanceled, record.HedgedError
 	}
 	x.hooksMu.Unlock()
 	return x.won(first, moves)

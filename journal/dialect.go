@@ -167,7 +167,7 @@ func openSQLite(ctx context.Context, path string, create bool) (Store, error) {
 	// _txlock=immediate: a write transaction takes the write lock when
 	// it begins, so two that read first cannot deadlock upgrading.
 	dsn := path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=temp_store(MEMORY)&_pragma=wal_autocheckpoint(8000)&_txlock=immediate"
-	if !create && path != ":memory:" {
+	if !create {
 		// A reader writes nothing, not even the header a mode change
 		// would: a user who may only read the file reads it, and an
 		// empty file stays empty. It waits for a writer's lock 2 s at
